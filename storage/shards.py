@@ -1,0 +1,247 @@
+"""Atomic Parquet shard writer.
+
+Rows go to `<root>/<dataset>/<kind>/run=<run_id>/part-<n>.parquet` by commit only:
+validate every row (a bad row raises `RowError` naming the row and field, and nothing is
+written), write row groups to a hidden temp file, fsync, `os.replace` it into place under
+the dataset lock, fsync the directory, then append the manifest entry. A writer killed at
+any point leaves only whole, committed shards visible. Rows whose `id` is already
+committed in the same (dataset, kind, run) are skipped, so rerunning a run writes only what
+is missing.
+
+    with ShardWriter(root, "demo", "documents", run_id="r1") as w:
+        w.write([{"doc_id": "d1", "title": "T", "text": "...", "source": "me"}])
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import uuid
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from storage import manifest
+from storage.schema import KindSchema, RowError, load, record_id
+
+DEFAULT_ROWS_PER_SHARD = 250_000
+DEFAULT_ROW_GROUP = 50_000
+
+
+def stamp(rows: Iterable[dict], schema: KindSchema, run_id: str, lineage: dict | None = None) -> list[dict]:
+    """Fill the shared columns of plain rows: id (content hash) unless given, run_id,
+    created_at, schema_version and lineage."""
+    now = dt.datetime.now(dt.timezone.utc)
+    base = {"model": None, "backend": None, "config_hash": None, "parent_ids": []}
+    base.update(lineage or {})
+    out = []
+    for row in rows:
+        if not isinstance(row, dict):
+            out.append(row)  # validate_rows reports it
+            continue
+        r = dict(row)
+        r.setdefault("id", record_id(row))
+        r["run_id"] = run_id
+        r.setdefault("created_at", now)
+        r["schema_version"] = schema.version
+        r.setdefault("lineage", dict(base))
+        out.append(r)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def committed_ids(root: Path, dataset: str, kind: str, run_id: str) -> pa.Array:
+    """Ids already committed for (dataset, kind, run)."""
+    ddir = manifest.dataset_dir(root, dataset)
+    cols = [pq.read_table(e.abspath(ddir), columns=["id"]).column("id")
+            for e in manifest.read(ddir) if e.kind == kind and e.run_id == run_id]
+    if not cols:
+        return pa.array([], pa.string())
+    return pa.chunked_array(cols, pa.string()).combine_chunks()
+
+
+class ShardWriter:
+    """Buffers rows of one (dataset, kind, run) and commits them as whole shards."""
+
+    def __init__(self, root: str | os.PathLike | None, dataset: str, kind: str, run_id: str, *,
+                 schema: KindSchema | None = None, lineage: dict | None = None,
+                 rows_per_shard: int = DEFAULT_ROWS_PER_SHARD, row_group_size: int = DEFAULT_ROW_GROUP):
+        self.root = manifest.resolve_root(root)
+        self.dataset = manifest.check_name("dataset name", dataset)
+        self.kind = kind
+        self.run_id = manifest.check_name("run id", run_id)
+        self.schema = schema or load(kind)
+        self.lineage = lineage
+        self.rows_per_shard = rows_per_shard
+        self.row_group_size = row_group_size
+        self.ddir = manifest.dataset_dir(self.root, dataset)
+        self.rel_run = f"{kind}/run={run_id}"
+        self.run_dir = self.ddir / self.rel_run
+        self._seen_arrays: list[pa.Array] = [committed_ids(self.root, dataset, kind, run_id)]
+        self._seen_set: set[str] | None = None
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self.committed: list[manifest.Entry] = []
+        self.skipped = 0
+
+    # -- input -------------------------------------------------------------------------
+    def write(self, rows: Sequence[dict] | pa.Table) -> int:
+        """Validate and buffer rows (dicts or an Arrow table); commit full shards.
+        Returns the number of new rows accepted (already-committed ids are skipped)."""
+        table = self._table(rows)
+        table = self._drop_seen(table)
+        if table.num_rows:
+            self._buffer.append(table)
+            self._buffered += table.num_rows
+        while self._buffered >= self.rows_per_shard:
+            self._flush(self.rows_per_shard)
+        return table.num_rows
+
+    def close(self) -> list[manifest.Entry]:
+        """Commit what is buffered; returns every entry this writer committed."""
+        if self._buffered:
+            self._flush(self._buffered)
+        return self.committed
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # nothing half-done becomes visible; buffered ids may be written again
+            for t in self._buffer:
+                self._forget(t.column("id").to_pylist())
+            self._buffer, self._buffered = [], 0
+
+    # -- internals -----------------------------------------------------------------------
+    def _table(self, rows: Sequence[dict] | pa.Table) -> pa.Table:
+        if isinstance(rows, pa.Table):
+            return self._check_table(rows)
+        rows = stamp(rows, self.schema, self.run_id, self.lineage)
+        self.schema.validate_rows(rows)
+        return pa.Table.from_pylist(rows, schema=self.schema.arrow)
+
+    def _check_table(self, table: pa.Table) -> pa.Table:
+        """Arrow input: columns must cast to the kind's schema; required fields non-null."""
+        names = set(table.column_names)
+        target = self.schema.arrow
+        for f in target:
+            if f.name not in names:
+                if not f.nullable:
+                    raise RowError(self.kind, 0, f.name, "required column is missing")
+                table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+        extra = names - set(target.names)
+        if extra:
+            raise RowError(self.kind, 0, sorted(extra)[0], "column is not in the schema")
+        table = table.select(target.names)
+        for f in target:
+            col = table.column(f.name)
+            if not f.nullable and col.null_count:
+                row = pc.index(pc.is_null(col), True).as_py()
+                raise RowError(self.kind, row, f.name, "required value is null")
+        if table.schema != target:
+            try:
+                table = table.cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as e:
+                raise RowError(self.kind, 0, "<table>", f"cannot cast to the {self.kind} schema: {e}") from e
+        bad = pc.not_equal(table.column("schema_version"), self.schema.version)
+        if pc.any(bad).as_py():
+            raise RowError(self.kind, pc.index(bad, True).as_py(), "schema_version",
+                           f"must be {self.schema.version}")
+        return table
+
+    def _drop_seen(self, table: pa.Table) -> pa.Table:
+        """Drop rows whose id is committed or already buffered, and repeats inside the batch.
+        Large batches are checked in Arrow (C++ hash tables), small ones against a Python set."""
+        ids = table.column("id").combine_chunks()
+        if table.num_rows >= 10_000 and pc.count_distinct(ids).as_py() == table.num_rows:
+            known = self._known_array()
+            keep = pc.invert(pc.is_in(ids, value_set=known)) if len(known) else None
+            if keep is not None and not pc.all(keep).as_py():
+                self.skipped += table.num_rows - pc.sum(keep).as_py()
+                table, ids = table.filter(keep), ids.filter(keep)
+            self._seen_arrays.append(ids)
+            if self._seen_set is not None:
+                self._seen_set.update(ids.to_pylist())
+            return table
+        seen = self._known_set()
+        keep, new = [], []
+        for i in ids.to_pylist():
+            fresh = i not in seen
+            keep.append(fresh)
+            if fresh:
+                seen.add(i)
+                new.append(i)
+        if not all(keep):
+            self.skipped += len(keep) - len(new)
+            table = table.filter(pa.array(keep))
+        self._seen_arrays.append(pa.array(new, pa.string()))
+        return table
+
+    def _known_array(self) -> pa.Array:
+        arrays = [a for a in self._seen_arrays if len(a)]
+        if len(arrays) > 1:
+            self._seen_arrays = [pa.concat_arrays(arrays)]
+        return self._seen_arrays[0] if arrays else pa.array([], pa.string())
+
+    def _known_set(self) -> set[str]:
+        if self._seen_set is None:
+            self._seen_set = set(self._known_array().to_pylist())
+        return self._seen_set
+
+    def _forget(self, ids: list[str]) -> None:
+        gone = pa.array(ids, pa.string())
+        known = self._known_array()
+        self._seen_arrays = [known.filter(pc.invert(pc.is_in(known, value_set=gone)))] if len(known) else []
+        if self._seen_set is not None:
+            self._seen_set.difference_update(ids)
+
+    def _flush(self, n: int) -> None:
+        table = pa.concat_tables(self._buffer)
+        shard, rest = table.slice(0, n), table.slice(n)
+        self._buffer = [rest] if rest.num_rows else []
+        self._buffered = rest.num_rows
+        self._commit(shard)
+
+    def _commit(self, table: pa.Table) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                pq.write_table(table, f, row_group_size=self.row_group_size, compression="zstd")
+                f.flush()
+                os.fsync(f.fileno())
+            size, digest = tmp.stat().st_size, _sha256(tmp)
+            with manifest.locked(self.ddir):
+                entries = manifest.read(self.ddir)
+                n = manifest.next_part(self.run_dir, entries, self.rel_run)
+                final = self.run_dir / f"part-{n:05d}.parquet"
+                os.replace(tmp, final)
+                manifest.fsync_dir(self.run_dir)
+                entry = manifest.Entry(kind=self.kind, run_id=self.run_id, path=f"{self.rel_run}/{final.name}",
+                                       rows=table.num_rows, bytes=size, sha256=digest,
+                                       schema_version=self.schema.version,
+                                       committed_at=dt.datetime.now(dt.timezone.utc).isoformat())
+                manifest.append(self.ddir, entry)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.committed.append(entry)
+
+
+def write_rows(root, dataset: str, kind: str, run_id: str, rows, **kw) -> list[manifest.Entry]:
+    """Write rows (dicts or an Arrow table) of one kind in one call; returns committed entries."""
+    with ShardWriter(root, dataset, kind, run_id, **kw) as w:
+        w.write(rows)
+    return w.committed

