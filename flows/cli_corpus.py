@@ -1,0 +1,199 @@
+"""Corpus commands: `forgeplay corpus world` (the fictional encyclopedia with multi-hop
+questions) and `forgeplay corpus import` (HotpotQA / 2WikiMultihopQA / plain JSONL and
+Parquet question sets). Both write `documents` and `triples` shards.
+
+    forgeplay corpus world --seed 7 --entities 2000 --out world7
+    forgeplay corpus import hotpot_dev_distractor_v1.json --out hotpot
+    forgeplay sql "SELECT qtype, hop_count, count(*) FROM world7_triples GROUP BY ALL"
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import fields
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flows.options import DataRoot, root
+from storage import manifest
+
+console = Console()
+err = Console(stderr=True)
+corpus_app = typer.Typer(no_args_is_help=True, help="Build or import corpora: documents plus (question, golden context, answer) triples.")
+
+
+def _help(name: str) -> str:
+    from generators.corpus.build import WorldConfig
+
+    return {f.name: f.metadata.get("help", "") for f in fields(WorldConfig)}[name]
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def _check_names(dataset: str, run_id: Optional[str]) -> None:
+    try:
+        manifest.check_name("dataset name", dataset)
+        if run_id is not None:
+            manifest.check_name("run id", run_id)
+    except ValueError as e:
+        _fail(str(e))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=False)
+
+
+def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (documents and triples).")],
+          seed: Annotated[int, typer.Option(help=_help("seed"))] = 7,
+          entities: Annotated[int, typer.Option(help=_help("entities"))] = 2000,
+          triples: Annotated[Optional[int], typer.Option(help=_help("triples"))] = None,
+          qtypes: Annotated[str, typer.Option(help="Question type mix as NAME=SHARE,... "
+                                              "(shares are normalised).")] = "bridge=0.4,comparison=0.2,compositional=0.2,inference=0.2",
+          verify: Annotated[bool, typer.Option(help=_help("verify"))] = True,
+          run_id: Annotated[Optional[str], typer.Option(help="Run id (default: world-<config hash>).")] = None,
+          data_root: DataRoot = None) -> None:
+    """Generate the fictional world encyclopedia and its multi-hop questions.
+
+    One document per entity (people, places, organisations, works, events, science concepts) and questions of four types: bridge (2-4 hops), comparison, compositional and inference, each with golden documents, supporting sentences, hop count and answer aliases. The same seed always gives the same corpus.
+    """
+    from generators.corpus.build import WorldConfig, parse_mix, write
+    from generators.corpus.world import MIN_ENTITIES
+
+    _check_names(out, run_id)
+    if entities < MIN_ENTITIES:
+        _fail(f"--entities must be at least {MIN_ENTITIES}, got {entities}")
+    if triples is not None and triples < 0:
+        _fail(f"--triples must be >= 0, got {triples}")
+    try:
+        mix = parse_mix(qtypes)
+    except ValueError as e:
+        _fail(f"--qtypes: {e}")
+    cfg = WorldConfig(seed=seed, entities=entities, triples=triples, qtypes=mix, verify=verify)
+    total_triples = cfg.resolved()["triples"]
+    start = time.perf_counter()
+    with _progress() as bar:
+        tasks = {"documents": bar.add_task("documents", total=entities),
+                 "triples": bar.add_task("triples", total=total_triples),
+                 "write": bar.add_task("write", total=None)}
+        corpus, rid, written = write(cfg, root(data_root), out, run_id,
+                                     progress=lambda phase, n: bar.advance(tasks[phase], n))
+        bar.update(tasks["write"], total=bar.tasks[tasks["write"]].completed)
+    elapsed = time.perf_counter() - start
+    by_type = Counter((r["qtype"], r["hop_count"]) for r in corpus.triple_rows)
+    hops = sorted({h for _, h in by_type})
+    t = Table(title=f"{out}: {len(corpus.document_rows)} documents, {len(corpus.triple_rows)} triples")
+    t.add_column("qtype")
+    for h in hops:
+        t.add_column(f"{h} hops", justify="right")
+    t.add_column("total", justify="right")
+    for q in cfg.resolved()["qtypes"]:
+        row = [by_type.get((q, h), 0) for h in hops]
+        t.add_row(q, *map(str, row), str(sum(row)))
+    console.print(t)
+    short = {k: v for k, v in corpus.rejected.items() if k.endswith("short of target by")}
+    for k, v in short.items():
+        err.print(f"[yellow]{k} {v}[/yellow] (the world has too few distinct questions of this type)")
+    console.print(f"run [bold]{rid}[/bold] in {root(data_root) / out}: wrote {written.get('documents', 0)} "
+                  f"documents and {written.get('triples', 0)} triples (new rows) in {elapsed:.1f}s; "
+                  f"config in _runs/{rid}.json")
+
+
+class ImportFormat(str, Enum):
+    auto = "auto"
+    hotpot = "hotpot"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JSON Lines, plain JSONL, or Parquet.")],
+            out: Annotated[str, typer.Option("--out", help="Dataset to write (documents and triples).")],
+            format: Annotated[ImportFormat, typer.Option(
+                "--format", help="auto: detect the file type and each record's layout; hotpot: JSON/JSONL "
+                "records with context and supporting_facts; jsonl: plain records (all context is golden); "
+                "parquet: a Parquet file, layout detected per record.")] = ImportFormat.auto,
+            source: Annotated[Optional[str], typer.Option(help="Source label stored on every row (default: import:<file name>).")] = None,
+            run_id: Annotated[Optional[str], typer.Option(help="Run id (default: import-<hash of file and options>).")] = None,
+            show: Annotated[int, typer.Option(help="Rejected records listed at most.")] = 50,
+            data_root: DataRoot = None) -> None:
+    """Import a multi-hop QA file as documents and triples.
+
+    Bad records are skipped and listed with their line number (JSON Lines), array index (JSON) or row (Parquet), their _id and the reason; all of them are also written to <root>/<DATASET>/_runs/<run_id>.rejects.jsonl. Re-importing the same file into the same run writes nothing twice.
+    """
+    from generators.corpus.importer import import_file
+    from generators.corpus.readers import detect_container
+
+    _check_names(out, run_id)
+    if not file.is_file():
+        _fail(f"no such file: {file}")
+    try:
+        container = detect_container(file)
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"cannot read {file}: {e}")
+    style = {"auto": "auto", "hotpot": "hotpot", "jsonl": "plain", "parquet": "auto"}[format.value]
+    if format == ImportFormat.parquet and container != "parquet":
+        _fail(f"--format parquet but {file.name} does not end in .parquet")
+    if format in (ImportFormat.hotpot, ImportFormat.jsonl) and container == "parquet":
+        _fail(f"--format {format.value} reads JSON or JSON Lines; use --format parquet or auto for {file.name}")
+    start = time.perf_counter()
+    try:
+        with _progress() as bar:
+            task = bar.add_task("records", total=None)
+            report = import_file(file, root(data_root), out, style=style, container=container, source=source,
+                                 run_id=run_id, progress=lambda n: bar.advance(task, n))
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"cannot read {file}: {e}")
+    except Exception as e:  # pyarrow errors on a broken Parquet file
+        if type(e).__module__.startswith("pyarrow"):
+            _fail(f"cannot read {file} as Parquet: {e}")
+        raise
+    elapsed = time.perf_counter() - start
+    t = Table(title=f"{file.name} -> {out} (run {report.run_id}, {report.container})")
+    t.add_column("")
+    t.add_column("count", justify="right")
+    for label, n in [("records read", report.records), ("imported", report.imported),
+                     ("rejected", len(report.rejects)), ("distinct documents", report.documents),
+                     ("new document rows", report.written.get("documents", 0)),
+                     ("new triple rows", report.written.get("triples", 0))]:
+        t.add_row(label, str(n))
+    console.print(t)
+    if report.qtypes:
+        q = Table(title="triples by type and hop count")
+        q.add_column("qtype")
+        q.add_column("triples", justify="right")
+        for name, n in sorted(report.qtypes.items()):
+            q.add_row(name, str(n))
+        q.add_row("hops", ", ".join(f"{h}: {n}" for h, n in sorted(report.hops.items())))
+        console.print(q)
+    if report.rejects:
+        r = Table(title=f"{len(report.rejects)} skipped records")
+        for c in ("where", "_id", "reason"):
+            r.add_column(c, overflow="fold")
+        for rej in report.rejects[:show]:
+            r.add_row(rej["where"], rej["_id"] or "", rej["reason"])
+        console.print(r)
+        if len(report.rejects) > show:
+            console.print(f"... and {len(report.rejects) - show} more")
+        console.print(f"all rejects: {root(data_root) / out / '_runs' / (report.run_id + '.rejects.jsonl')}")
+    console.print(f"done in {elapsed:.1f}s")
+    if report.records and not report.imported:
+        _fail("no record could be imported")
+
+
+corpus_app.command("world")(world)
+corpus_app.command("import")(import_)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `corpus` command group to the main app."""
+    app.add_typer(corpus_app, name="corpus")

@@ -1,0 +1,48 @@
+"""`forgeplay synthesize`: the ToolForge-style synthesis flow from the command line.
+Options come from SynthConfig and BackendConfig (flows/configcli.py)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.configcli import config_command
+from generators.llm.registry import BackendConfig
+from generators.synth.synthesize import SynthConfig
+
+err = Console(stderr=True)
+
+
+def _mix_table(summary: dict) -> Table:
+    t = Table(title=f"run {summary['run_id']}: {summary['written']} written, "
+                    f"{summary['skipped_committed']} already committed")
+    t.add_column("mix")
+    t.add_column("value")
+    t.add_column("count", justify="right")
+    for kind in ("case", "route", "text_sources"):
+        for k, v in sorted(summary[kind].items(), key=lambda kv: -kv[1]):
+            t.add_row(kind, k, str(v))
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @config_command(app, "synthesize", SynthConfig, BackendConfig)
+    def synthesize(synth: SynthConfig, backend: BackendConfig, data_root=None) -> None:
+        """Synthesize multi-hop tool-calling trajectories (a Prefect flow): builds the gated
+        tool bank, plans each triple's route and reflection case, lets the model write the
+        reasoning, and commits `tools` and `trajectories` shards to the dataset."""
+        from flows.synthesize import run
+
+        try:
+            summary = run(synth, backend, data_root)
+        except (ValueError, KeyError) as e:
+            err.print(f"[red]synthesize failed:[/red] {e}")
+            raise typer.Exit(2)
+        console = Console()
+        console.print(_mix_table(summary))
+        u = summary.get("usage") or {}
+        console.print(f"{summary['seconds']:.1f}s total, LLM {summary['llm_seconds']:.1f}s, "
+                      f"program share {100 * summary['program_fraction']:.1f}%; "
+                      f"{u.get('completion_tokens', 0)} completion tokens "
+                      f"({u.get('completion_tokens_per_s', 0):.0f} tok/s)")

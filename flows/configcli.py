@@ -1,0 +1,99 @@
+"""Build Typer commands from typed config dataclasses: every field becomes an option with its
+`metadata["help"]` as help text, so the CLI and the saved config never drift apart.
+
+    @config_command(app, "synthesize", SynthConfig, BackendConfig)
+    def synthesize(synth: SynthConfig, backend: BackendConfig, data_root: Path | None) -> None: ...
+
+Scalar fields (str, int, float, bool and their Optional forms) map to options of that type;
+dict and list fields take JSON text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from flows.options import DataRoot
+
+SCALARS = (str, int, float, bool)
+
+
+def _option_type(tp) -> tuple[Any, bool]:
+    """(type typer sees, whether the value is JSON text to decode)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner, is_json = _option_type(args[0]) if len(args) == 1 else (str, True)
+        return Optional[inner], is_json
+    if tp in SCALARS:
+        return tp, False
+    return str, True
+
+
+def _fields(cls) -> list[dataclasses.Field]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        f.type = hints[f.name]
+        out.append(f)
+    return out
+
+
+def config_command(app: typer.Typer, name: str, *classes, help: str | None = None):
+    """Decorator: register `fn(*instances, data_root=...)` as command `name` whose options
+    are the fields of `classes` (each field name must be unique across them)."""
+
+    def wrap(fn: Callable) -> Callable:
+        params, owners, decoders = [], {}, {}
+        for cls in classes:
+            for f in _fields(cls):
+                if f.name in owners:
+                    raise ValueError(f"field {f.name} appears in two configs")
+                owners[f.name] = cls
+                tp, is_json = _option_type(f.type)
+                if is_json:
+                    decoders[f.name] = True
+                if f.default is not dataclasses.MISSING:
+                    default = f.default
+                else:
+                    default = f.default_factory()  # type: ignore[misc]
+                if is_json and default is not None and not isinstance(default, str):
+                    default = json.dumps(default)
+                flag = "--" + f.name.replace("_", "-")
+                decls = [flag] if tp not in (bool, Optional[bool]) else [f"{flag}/--no-{flag[2:]}"]
+                opt = typer.Option(*decls, help=f.metadata.get("help", "") + (" (JSON)" if is_json else ""))
+                params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                                annotation=Annotated[tp, opt]))
+        params.append(inspect.Parameter("data_root", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=DataRoot))
+
+        def command(**kwargs):
+            data_root: Optional[Path] = kwargs.pop("data_root", None)
+            built = []
+            for cls in classes:
+                values = {}
+                for f in _fields(cls):
+                    v = kwargs[f.name]
+                    if f.name in decoders and isinstance(v, str):
+                        try:
+                            v = json.loads(v)
+                        except ValueError as e:
+                            raise typer.BadParameter(f"--{f.name.replace('_', '-')} must be JSON: {e}") from None
+                    values[f.name] = v
+                built.append(cls(**values))
+            return fn(*built, data_root=data_root)
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__doc__ = help or fn.__doc__
+        command.__name__ = fn.__name__
+        app.command(name)(command)
+        return fn
+
+    return wrap

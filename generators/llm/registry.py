@@ -1,0 +1,94 @@
+"""Pick an LLM backend from config: `make_backend(BackendConfig(...)) -> Backend`.
+
+The default is the `transformers` backend with the embedded model on CPU. Backends are
+imported lazily by name, so the `vllm` package is needed only when asked for:
+
+    from generators.llm.registry import BackendConfig, make_backend
+    be = make_backend(BackendConfig())                                   # embedded, CPU
+    be = make_backend(BackendConfig(backend="openai", base_url="http://127.0.0.1:8000/v1", model="m"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from generators.llm.base import Backend
+
+BACKENDS = ("transformers", "vllm", "openai")
+
+
+@dataclass
+class BackendConfig:
+    """Which backend and model a flow uses, and how hard it may push them."""
+
+    backend: str = field(default="transformers", metadata={
+        "help": "transformers (in process, CPU default), vllm (in process vllm.LLM) or openai (HTTP server)."})
+    model: str | None = field(default=None, metadata={
+        "help": "Model folder or prepared name; None = the embedded SmolLM2-135M-Instruct. "
+                "For openai: the model name the server knows (default: the server's first model)."})
+    base_url: str | None = field(default=None, metadata={
+        "help": "openai only: server URL ending in /v1, e.g. http://127.0.0.1:8000/v1."})
+    api_key: str | None = field(default=None, metadata={
+        "help": "openai only: API key (default: $OPENAI_API_KEY if the backend reads it)."})
+    batch_size: int = field(default=16, metadata={
+        "help": "transformers only: samples decoded together in one batch."})
+    max_concurrency: int = field(default=8, metadata={
+        "help": "openai only: HTTP requests in flight at once."})
+    max_retries: int = field(default=4, metadata={
+        "help": "openai only: retries per request on 429/5xx/timeouts."})
+    timeout: float = field(default=60.0, metadata={"help": "openai only: seconds per HTTP request."})
+    dtype: str = field(default="float32", metadata={
+        "help": "transformers only: float32 (CPU), bfloat16 or float16 (GPU)."})
+    device: str = field(default="cpu", metadata={"help": "transformers only: torch device, e.g. cpu or cuda."})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "transformers only: keep at most this many prompt tokens (the end)."})
+    engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "vllm only: extra keyword arguments for vllm.LLM (e.g. max_model_len, gpu_memory_utilization)."})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def config_hash(self) -> str:
+        """Short stable hash of the config (for lineage), api_key left out."""
+        d = self.to_dict()
+        d.pop("api_key", None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
+    """The first model id an OpenAI-compatible server lists at GET {base_url}/models."""
+    import urllib.request
+
+    url = base_url.rstrip("/") + "/models"
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())["data"][0]["id"]
+    except (OSError, KeyError, IndexError, TypeError, ValueError) as e:
+        raise ValueError(f"no model given and cannot list models at {url}: {e}") from e
+
+
+def make_backend(cfg: BackendConfig | None = None) -> Backend:
+    """A ready backend for `cfg` (the default config gives the embedded model on CPU)."""
+    cfg = cfg or BackendConfig()
+    if cfg.backend == "transformers":
+        from generators.llm.transformers_backend import TransformersBackend
+
+        return TransformersBackend(cfg.model, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device,
+                                   max_prompt_tokens=cfg.max_prompt_tokens)
+    if cfg.backend == "vllm":
+        from generators.llm.vllm_backend import VLLMBackend
+
+        return VLLMBackend(model=cfg.model, **cfg.engine_kwargs)
+    if cfg.backend == "openai":
+        if not cfg.base_url:
+            raise ValueError("the openai backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        from generators.llm.openai_backend import OpenAIBackend
+
+        model = cfg.model or server_model(cfg.base_url, cfg.api_key, cfg.timeout)
+        return OpenAIBackend(base_url=cfg.base_url, model=model, max_concurrency=cfg.max_concurrency,
+                             max_retries=cfg.max_retries, timeout=cfg.timeout, api_key=cfg.api_key)
+    raise ValueError(f"unknown backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,185 @@
+"""Plans: which documents a trajectory looks up, in which rounds, and with which case.
+
+A triple's structure decides its route. For world triples the relation program (meta
+"program") is traced over the facts of the golden documents: every entity a chain reads is
+one lookup, chains that do not depend on each other run side by side. For imported
+triples (no program) the question type decides: comparison looks up every golden document
+in one round, anything else one document per round in supporting-fact order.
+
+    rounds of lookups           route
+    one lookup                  single
+    one round, several lookups  parallel
+    several rounds, one each    sequential
+    several rounds, some wide   mixed
+
+The reflection case is drawn from a configurable mix among the cases the plan allows,
+deterministically per (seed, triple).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+ROUTES = ("single", "parallel", "sequential", "mixed")
+CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop")
+DEFAULT_CASE_MIX = {"clean": 0.4, "wrong_args": 0.15, "wrong_tool": 0.15, "escalation": 0.15, "early_stop": 0.15}
+DEFAULT_ROUTE_MIX = {"single": 0.1, "parallel": 0.2, "sequential": 0.45, "mixed": 0.25}
+
+
+@dataclass
+class Hop:
+    """One lookup: the golden document it must find, the query that finds it, the domain of
+    the tool that can see it."""
+
+    doc_id: str
+    query: str
+    domain: str
+
+
+@dataclass
+class Plan:
+    triple_id: str
+    rounds: list[list[Hop]]
+    route: str = ""
+    case: str = "clean"
+    allowed: list[str] = field(default_factory=list)
+
+    @property
+    def hops(self) -> list[Hop]:
+        return [h for r in self.rounds for h in r]
+
+
+def route_of(rounds: list[list[Hop]]) -> str:
+    calls = sum(len(r) for r in rounds)
+    if calls <= 1:
+        return "single"
+    if len(rounds) == 1:
+        return "parallel"
+    if all(len(r) == 1 for r in rounds):
+        return "sequential"
+    return "mixed"
+
+
+def chains_of(program) -> list[list]:
+    """The relation chains a world program reads, in reading order."""
+    if isinstance(program, list):
+        return [program]
+    if not isinstance(program, dict) or "const" in program:
+        return []
+    if program.get("op") in ("argmin", "argmax"):
+        return [c["chain"] for c in program["candidates"]]
+    return [c for arg in program.get("args", []) for c in chains_of(arg)]
+
+
+def _subjects(chain: list, facts) -> list[str]:
+    """Entity names a chain looks up, in order (a subject read twice in a row is one lookup)."""
+    value, subjects = None, []
+    for subject, rel in chain:
+        if subject == "?":
+            subject = value
+        if not subjects or subjects[-1] != subject:
+            subjects.append(subject)
+        value = facts.get(subject, rel)
+    return subjects
+
+
+def _norm_title(s: str) -> str:
+    s = " ".join(str(s).split()).lower()
+    return s[4:] if s.startswith("the ") else s
+
+
+def program_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[str], str], facts) -> list[list[Hop]]:
+    """Rounds for a world triple: lookup i of every chain goes to round i."""
+    program = json.loads(triple.get("meta") or "{}")["program"]
+    by_title = {_norm_title(docs[d]["title"]): d for d in triple["golden_doc_ids"] if d in docs}
+    rounds: list[list[Hop]] = []
+    seen: set[str] = set()
+    for chain in chains_of(program):
+        for i, subject in enumerate(_subjects(chain, facts)):
+            doc_id = by_title.get(_norm_title(subject))
+            if doc_id is None:
+                raise ValueError(f"triple {triple['triple_id']}: no golden document titled {subject!r}")
+            if doc_id in seen:
+                continue
+            seen.add(doc_id)
+            while len(rounds) <= i:
+                rounds.append([])
+            rounds[i].append(Hop(doc_id, docs[doc_id]["title"], domain_of(doc_id)))
+    return [r for r in rounds if r]
+
+
+def structural_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[str], str]) -> list[list[Hop]]:
+    """Rounds for an imported triple, from its question type and supporting-fact order."""
+    order = list(dict.fromkeys([f["doc_id"] for f in triple.get("supporting_facts") or []]
+                               + list(triple["golden_doc_ids"])))
+    hops = [Hop(d, docs[d]["title"], domain_of(d)) for d in order if d in docs]
+    if str(triple.get("qtype", "")).lower().startswith("comparison"):
+        return [hops]
+    return [[h] for h in hops]
+
+
+def allowed_cases(plan: Plan) -> list[str]:
+    allowed = ["clean", "wrong_args", "wrong_tool"]
+    if any(h.domain != "general" for h in plan.hops):
+        allowed.append("escalation")  # needs a specialised tool that can fall short
+    if len(plan.rounds) >= 2 and len(plan.rounds[0]) == 1 and len(plan.rounds[1]) == 1:
+        allowed.append("early_stop")  # two hops planned, the first result already holds both
+    return allowed
+
+
+def _unit(*parts) -> float:
+    h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    return int(h[:13], 16) / 16 ** 13
+
+
+def choose_case(plan: Plan, mix: dict[str, float], seed: int) -> str:
+    """A case from `mix`, renormalised over the cases this plan allows; deterministic."""
+    weights = {c: mix.get(c, 0.0) for c in plan.allowed if mix.get(c, 0.0) > 0}
+    if not weights:
+        return "clean"
+    u, acc, total = _unit(seed, plan.triple_id, "case"), 0.0, sum(weights.values())
+    for c in CASES:
+        if c in weights:
+            acc += weights[c] / total
+            if u < acc:
+                return c
+    return list(weights)[-1]
+
+
+def parse_mix(text: str | dict, known: tuple[str, ...]) -> dict[str, float]:
+    """'clean=0.4,wrong_args=0.2' -> {'clean': 0.4, 'wrong_args': 0.2}; unknown names raise."""
+    if isinstance(text, dict):
+        mix = {k: float(v) for k, v in text.items()}
+    else:
+        mix = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, _, value = part.partition("=")
+            try:
+                mix[name.strip()] = float(value)
+            except ValueError:
+                raise ValueError(f"bad mix entry {part!r}: use name=weight") from None
+    unknown = set(mix) - set(known)
+    if unknown:
+        raise ValueError(f"unknown names {sorted(unknown)} in mix; known: {', '.join(known)}")
+    if any(v < 0 for v in mix.values()) or not sum(mix.values()):
+        raise ValueError("mix weights must be >= 0 and not all zero")
+    return mix
+
+
+def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed: int) -> list[Plan]:
+    """Pick n plans so routes follow `route_mix` as far as the pool allows; deterministic."""
+    pools: dict[str, list[Plan]] = {r: [] for r in ROUTES}
+    for p in sorted(plans, key=lambda p: _unit(seed, p.triple_id, "pick")):
+        pools[p.route].append(p)
+    total = sum(route_mix.get(r, 0.0) for r in ROUTES) or 1.0
+    want = {r: int(round(n * route_mix.get(r, 0.0) / total)) for r in ROUTES}
+    picked: list[Plan] = []
+    for r in ROUTES:
+        picked += pools[r][: want[r]]
+    leftovers = [p for r in ROUTES for p in pools[r][want[r]:] if route_mix.get(r, 0.0) > 0]
+    leftovers.sort(key=lambda p: _unit(seed, p.triple_id, "fill"))
+    picked += leftovers[: max(0, n - len(picked))]
+    return picked[:n]

@@ -1,0 +1,224 @@
+"""Trajectory skeletons: every tool call, argument, injected error and tool result, built by
+the program from a plan, the tool bank and the simulator. Only the reasoning (`<think>`)
+and the final answer wording are left as slots for the LLM.
+
+Cases (the error is injected at one hop, chosen per triple):
+  clean        every call is right the first time
+  wrong_args   the right tool with schema-breaking arguments; the next turn fixes them
+  wrong_tool   a tool of another domain (results miss the golden page); the next turn switches
+  escalation   wrong tool -> right tool with wrong arguments -> right tool, result
+               insufficient -> the general search, which finds it
+  early_stop   two lookups planned; the first result already holds both pages, so the
+               second lookup is skipped
+
+Every call records what the simulator needs to replay it byte for byte (tool, arguments,
+mode, golden ids, supporting sentences, answers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+
+from generators.synth.plan import Hop, Plan
+from generators.tools.arguments import corrupt_arguments
+from generators.tools.bank import DOMAINS, GENERAL
+
+
+@dataclass
+class Call:
+    id: str
+    tool: dict  # the offered tool row
+    arguments: dict
+    hop: Hop
+    mode: str = "good"
+    golden: list[str] = field(default_factory=list)
+    supporting: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    injected_error: str | None = None
+    result: str = ""
+
+    def replay_key(self) -> dict:
+        return {"tool": self.tool["name"], "mode": self.mode, "golden_doc_ids": self.golden,
+                "supporting": self.supporting, "answers": self.answers}
+
+
+@dataclass
+class Slot:
+    """A piece of text the LLM writes: `kind` says what the reasoning must cover."""
+
+    kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | final | answer
+    facts: dict
+
+
+@dataclass
+class Turn:
+    calls: list[Call]
+    slot: Slot
+
+
+@dataclass
+class Skeleton:
+    plan: Plan
+    triple: dict
+    offered: list[dict]
+    correct: list[str]
+    turns: list[Turn]
+    final: Slot
+    answer: Slot
+    seed: int
+    needed: list[str] = field(default_factory=list)  # names of the right tool per needed domain
+
+
+def _rng(seed: int, *parts) -> random.Random:
+    h = hashlib.sha256(json.dumps([seed, *parts], sort_keys=True).encode()).hexdigest()
+    return random.Random(int(h[:16], 16))
+
+
+class SkeletonBuilder:
+    """Builds skeletons for plans; holds the bank and the simulator."""
+
+    def __init__(self, simulator, tools: list[dict], seed: int = 0, distractors: tuple[int, int] = (3, 8),
+                 top_k_rate: float = 0.3):
+        self.sim, self.seed, self.distractors, self.top_k_rate = simulator, seed, distractors, top_k_rate
+        self.by_domain: dict[str, list[dict]] = {d: [] for d in DOMAINS}
+        for t in sorted(tools, key=lambda t: t["tool_id"]):
+            self.by_domain.setdefault(t["domain"], []).append(t)
+
+    # -- tools -------------------------------------------------------------------------
+    def _offer(self, rng: random.Random, needed: list[str], wrong: str | None) -> tuple[dict[str, dict], list[dict], dict | None]:
+        chosen = {d: rng.choice(self.by_domain[d]) for d in needed}
+        others = [d for d in DOMAINS if d not in needed and self.by_domain.get(d)]
+        wrong_tool = rng.choice(self.by_domain[wrong]) if wrong else None
+        lo, hi = self.distractors
+        n = rng.randint(lo, hi)
+        pool = [t for d in others for t in self.by_domain[d] if t is not wrong_tool]
+        rng.shuffle(pool)
+        names = {t["name"] for t in chosen.values()} | ({wrong_tool["name"]} if wrong_tool else set())
+        extra = [wrong_tool] if wrong_tool else []
+        for t in pool:
+            if len(extra) >= n:
+                break
+            if t["name"] not in names:
+                names.add(t["name"])
+                extra.append(t)
+        offered = list(chosen.values()) + extra
+        rng.shuffle(offered)
+        return chosen, offered, wrong_tool
+
+    # -- calls ---------------------------------------------------------------------------
+    def _call(self, sk_id: str, turn: int, j: int, tool: dict, args: dict, hop: Hop, ctx: dict,
+              mode: str = "good", golden: list[str] | None = None, injected: str | None = None) -> Call:
+        c = Call(id=f"call_{sk_id[:8]}_{turn}_{j}", tool=tool, arguments=args, hop=hop, mode=mode,
+                 golden=golden if golden is not None else [hop.doc_id],
+                 supporting=ctx["supporting"].get(hop.doc_id, []), answers=ctx["answers"][hop.doc_id],
+                 injected_error=injected)
+        c.result = self.sim.call(tool["name"], c.arguments, golden_doc_ids=c.golden, mode=c.mode,
+                                 supporting=c.supporting, answers=c.answers)
+        return c
+
+    def _args(self, rng: random.Random, hop: Hop) -> dict:
+        args = {"query": hop.query}
+        if rng.random() < self.top_k_rate:
+            args["top_k"] = rng.choice([3, 5, 8])
+        return args
+
+    def build(self, plan: Plan, triple: dict) -> Skeleton:
+        rng = _rng(self.seed, plan.triple_id, plan.case)
+        rounds, hops = plan.rounds, plan.hops
+        needed = list(dict.fromkeys(h.domain for h in hops))
+        if plan.case == "escalation" or (plan.case == "early_stop" and rounds[0][0].domain != rounds[1][0].domain):
+            needed = list(dict.fromkeys(needed + [GENERAL]))
+        wrong = None
+        if plan.case in ("wrong_tool", "escalation"):
+            wrong = rng.choice([d for d in DOMAINS if d not in needed and d != GENERAL and self.by_domain.get(d)])
+        chosen, offered, wrong_tool = self._offer(rng, needed, wrong)
+        # the hop where the case's error happens
+        if plan.case == "escalation":
+            target = rng.choice([h for h in hops if h.domain != GENERAL])
+        else:
+            target = rng.choice(rounds[rng.randrange(len(rounds))])
+
+        supporting: dict[str, list[str]] = {}
+        for f in triple.get("supporting_facts") or []:
+            supporting.setdefault(f["doc_id"], []).append(f["sentence"])
+        answers: dict[str, list[str]] = {}
+        for i, r in enumerate(rounds):
+            for h in r:  # what a lookup must not leak when it fails: the next entity, or the answer
+                answers[h.doc_id] = ([x.query for x in rounds[i + 1]] if i + 1 < len(rounds)
+                                     else [triple["answer"], *triple.get("aliases", [])])
+        ctx = {"supporting": supporting, "answers": answers}
+        sk_id = hashlib.sha256(f"{self.seed}|{plan.triple_id}|{plan.case}".encode()).hexdigest()
+
+        def queries(i: int) -> list[str]:
+            return [h.query for h in rounds[i]] if i < len(rounds) else []
+
+        turns: list[Turn] = []
+        slot = Slot("plan", {"queries": queries(0)})
+        skipped = None
+        ri = 0
+        while ri < len(rounds):
+            t, calls = len(turns), []
+            for j, hop in enumerate(rounds[ri]):
+                tool = chosen[hop.domain]
+                if plan.case == "early_stop" and ri == 0:
+                    nxt = rounds[1][0]
+                    both = tool if nxt.domain == hop.domain else chosen[GENERAL]
+                    calls.append(self._call(sk_id, t, j, both, self._args(rng, hop), hop, ctx,
+                                            golden=[hop.doc_id, nxt.doc_id]))
+                elif hop is target and plan.case == "wrong_args":
+                    bad, kind = corrupt_arguments(tool, self._args(rng, hop), None, rng)
+                    calls.append(self._call(sk_id, t, j, tool, bad, hop, ctx, injected=f"wrong_args:{kind}"))
+                elif hop is target and plan.case in ("wrong_tool", "escalation"):
+                    calls.append(self._call(sk_id, t, j, wrong_tool, {"query": hop.query}, hop, ctx, mode="bad",
+                                            injected="wrong_tool"))
+                else:
+                    calls.append(self._call(sk_id, t, j, tool, self._args(rng, hop), hop, ctx))
+            turns.append(Turn(calls, slot))
+            self._repairs(turns, rng, plan, chosen, ctx)
+            found = [c.hop.query for c in calls]
+            if plan.case == "early_stop" and ri == 0:
+                skipped, ri = rounds[1][0].query, 2
+                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri)})
+            else:
+                ri += 1
+                slot = Slot("next", {"found": found, "queries": queries(ri)})
+        final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
+                               "skipped": skipped, "question": triple["question"]})
+        answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
+        correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
+        return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
+                        [chosen[d]["name"] for d in needed])
+
+    def _repairs(self, turns: list[Turn], rng: random.Random, plan: Plan, chosen: dict, ctx: dict) -> None:
+        """After a turn with an injected error, append the turns that repair it."""
+        bad = next((c for c in turns[-1].calls if c.injected_error), None)
+        if bad is None:
+            return
+        sk_id = bad.id.split("_")[1]
+        hop, tool = bad.hop, chosen[bad.hop.domain]
+
+        def add(slot: Slot, args: dict, use: dict | None = None, **kw) -> Call:
+            call = self._call(sk_id, len(turns), 0, use or tool, args, hop, ctx, **kw)
+            turns.append(Turn([call], slot))
+            return call
+
+        def detail(call: Call) -> str:
+            return json.loads(call.result).get("detail", "")
+
+        if bad.injected_error.startswith("wrong_args"):
+            add(Slot("fix_args", {"tool": tool["name"], "error": detail(bad), "query": hop.query}), self._args(rng, hop))
+            return
+        switch = Slot("switch_tool", {"wrong_tool": bad.tool["name"], "tool": tool["name"], "query": hop.query})
+        if plan.case == "wrong_tool":
+            add(switch, self._args(rng, hop))
+            return
+        # escalation: right tool with wrong arguments, then an insufficient result, then general search
+        wrong_args, kind = corrupt_arguments(tool, self._args(rng, hop), None, rng)
+        failed = add(switch, wrong_args, injected=f"wrong_args:{kind}")
+        add(Slot("fix_args", {"tool": tool["name"], "error": detail(failed), "query": hop.query}),
+            self._args(rng, hop), mode="insufficient")
+        add(Slot("escalate", {"tool": tool["name"], "general": chosen[GENERAL]["name"], "query": hop.query}),
+            self._args(rng, hop), use=chosen[GENERAL])

@@ -1,0 +1,150 @@
+"""ToolForge-style synthesis, end to end as plain functions (the Prefect flow in
+flows/synthesize.py only orchestrates them):
+
+    inputs  = load_inputs(root, dataset)                  # documents + triples shards
+    session = Session(inputs, cfg)                        # tool bank, simulator, skeleton builder
+    plans   = session.plans()                             # route from structure, case from the mix
+    rows, stats = session.trajectories(plans[:64], backend)
+
+The program builds every call and result; the backend writes only the reasoning and the
+answer wording, all slots of a chunk in one batched `generate` call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from generators.llm.base import ChatRequest
+from generators.synth import plan as planning
+from generators.synth.assemble import to_row
+from generators.synth.skeleton import Skeleton, SkeletonBuilder
+from generators.synth.think import clean_think, slot_prompt
+
+
+@dataclass
+class SynthConfig:
+    """How `forgeplay synthesize` builds trajectories."""
+
+    dataset: str = field(default="demo", metadata={"help": "dataset holding documents and triples; trajectories and tools are written there too"})
+    n: int = field(default=500, metadata={"help": "number of trajectories to synthesize"})
+    seed: int = field(default=7, metadata={"help": "seed for tool choice, cases, errors and sampling"})
+    case_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_CASE_MIX.items()),
+                          metadata={"help": "weights of the reflection cases, e.g. clean=0.4,wrong_args=0.2"})
+    route_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_ROUTE_MIX.items()),
+                           metadata={"help": "target weights of routes when picking triples"})
+    variants_per_tool: int = field(default=3, metadata={"help": "paraphrased variants per base tool (dual-gated)"})
+    distractors_min: int = field(default=3, metadata={"help": "fewest distractor tools offered per sample"})
+    distractors_max: int = field(default=8, metadata={"help": "most distractor tools offered per sample"})
+    chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
+    max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
+    run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
+
+
+@dataclass
+class Inputs:
+    documents: list[dict]
+    triples: list[dict]
+
+
+def load_inputs(root, dataset: str) -> Inputs:
+    from storage import load_table
+
+    docs = load_table(dataset, "documents", root, columns=["doc_id", "title", "text", "meta"]).to_pylist()
+    triples = load_table(dataset, "triples", root).to_pylist()
+    if not docs or not triples:
+        raise ValueError(f"dataset {dataset!r} needs documents and triples; build them with "
+                         f"`forgeplay corpus world --out {dataset}` or `forgeplay corpus import FILE --out {dataset}`")
+    return Inputs(docs, triples)
+
+
+class Session:
+    """Everything a synthesis run needs in memory, built once per process."""
+
+    def __init__(self, inputs: Inputs, cfg: SynthConfig, tools: list[dict]):
+        from generators.tools.simulator import Simulator
+
+        self.cfg = cfg
+        self.docs = {d["doc_id"]: d for d in inputs.documents}
+        self.triples = {t["triple_id"]: t for t in inputs.triples}
+        self.tools = tools
+        self.sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
+        self.builder = SkeletonBuilder(self.sim, tools, seed=cfg.seed,
+                                       distractors=(cfg.distractors_min, cfg.distractors_max))
+        self.case_mix = planning.parse_mix(cfg.case_mix, planning.CASES)
+        self.route_mix = planning.parse_mix(cfg.route_mix, planning.ROUTES)
+        self.rejected: Counter = Counter()
+
+    def _rounds(self, triple: dict, fact_cache: dict):
+        from generators.corpus.derive import FactBase
+
+        meta = json.loads(triple.get("meta") or "{}")
+        if isinstance(meta, dict) and "program" in meta:
+            golden = [(self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs]
+            facts = FactBase.from_docs(golden, cache=fact_cache)
+            return planning.program_rounds(triple, self.docs, self.sim.domain_of, facts)
+        return planning.structural_rounds(triple, self.docs, self.sim.domain_of)
+
+    def plans(self) -> list[planning.Plan]:
+        """One plan per usable triple (route from structure, case from the mix); triples
+        that cannot be planned are counted in `rejected` by reason."""
+        out, cache = [], {}
+        for tid in sorted(self.triples):
+            triple = self.triples[tid]
+            if any(d not in self.docs for d in triple["golden_doc_ids"]):
+                self.rejected["golden_doc_missing"] += 1
+                continue
+            try:
+                rounds = self._rounds(triple, cache)
+            except Exception as e:  # a triple whose program does not run on its documents
+                self.rejected[f"unplannable:{type(e).__name__}"] += 1
+                continue
+            if not rounds:
+                self.rejected["no_lookup"] += 1
+                continue
+            p = planning.Plan(tid, rounds, planning.route_of(rounds))
+            p.allowed = planning.allowed_cases(p)
+            p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
+            out.append(p)
+        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed)
+
+    def skeletons(self, plans: list[planning.Plan]) -> list[Skeleton]:
+        return [self.builder.build(p, self.triples[p.triple_id]) for p in plans]
+
+    def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:
+        """Rows for `plans` and timing/source stats. One batched generate call for all slots."""
+        t0 = time.perf_counter()
+        sks = self.skeletons(plans)
+        slots = []  # (skeleton index, slot)
+        for i, sk in enumerate(sks):
+            slots += [(i, t.slot) for t in sk.turns] + [(i, sk.final), (i, sk.answer)]
+        requests = [ChatRequest(messages=slot_prompt(sks[i].triple["question"], s), n=1,
+                                temperature=self.cfg.temperature, max_tokens=self.cfg.max_think_tokens,
+                                seed=self.cfg.seed + k, stop=["\n\n"]) for k, (i, s) in enumerate(slots)]
+        t1 = time.perf_counter()
+        outs = backend.generate(requests) if requests else []
+        t2 = time.perf_counter()
+        texts: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(sks))}
+        for (i, slot), out in zip(slots, outs):
+            texts[i].append(clean_think(out[0].text if out else "", slot))
+        rows = []
+        for i, sk in enumerate(sks):
+            parts = texts[i]
+            thinks = [t for t, _ in parts[:-2]]
+            (final, _), (answer, _) = parts[-2], parts[-1]
+            rows.append(to_row(sk, thinks, final, answer, [s for _, s in parts], run_key))
+        t3 = time.perf_counter()
+        stats = {"program_s": (t1 - t0) + (t3 - t2), "llm_s": t2 - t1, "slots": len(slots),
+                 "sources": Counter(s.split(":")[0] for i in texts for _, s in texts[i]),
+                 "fallbacks": Counter(s for i in texts for _, s in texts[i] if s != "llm")}
+        return rows, stats
+
+
+def mix_report(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Counts per case, per route and per (route, case) of trajectory rows."""
+    return {"case": dict(Counter(r["case"] for r in rows)),
+            "route": dict(Counter(r["route"] for r in rows)),
+            "route x case": dict(Counter(f"{r['route']}/{r['case']}" for r in rows))}

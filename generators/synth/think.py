@@ -1,0 +1,102 @@
+"""The LLM's share of a trajectory: the `<think>` text of every turn and the final answer
+wording. One prompt per slot, sent in batches through any backend; output that is empty,
+carries tags or code, or runs on is replaced by a template written from the same facts,
+and the trajectory records which text came from where.
+
+    prompts = [slot_prompt(question, slot) for slot in slots]
+    texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
+    think, source = clean_think(texts[i][0].text, slot)
+"""
+
+from __future__ import annotations
+
+import re
+
+from generators.answers import match
+from generators.synth.skeleton import Slot
+
+SYSTEM = ("You write the private reasoning of an assistant that answers questions by searching. "
+          "Write one to three short sentences in the first person. Say what you look for and why, "
+          "what the last result showed, and what went wrong if something did. "
+          "Do not write tool calls, tags, code or JSON.")
+
+_BAD = re.compile(r"[<>{}\[\]`]|\b(?:tool_call|json)\b", re.I)
+MAX_CHARS = 600
+
+
+def _join(xs: list[str]) -> str:
+    xs = [f'"{x}"' for x in xs]
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
+
+
+def describe(slot: Slot) -> str:
+    """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
+    f = slot.facts
+    if slot.kind == "plan":
+        return f"First step: look up {_join(f['queries'])} with the search tools."
+    if slot.kind == "next":
+        return f"The last search found the page about {_join(f['found'])}. Next step: look up {_join(f['queries'])}."
+    if slot.kind == "fix_args":
+        return (f"The call to {f['tool']} failed because its arguments were invalid ({f['error'][:120]}). "
+                f"Next step: call {f['tool']} again with a proper query for \"{f['query']}\".")
+    if slot.kind == "switch_tool":
+        return (f"The tool {f['wrong_tool']} searches the wrong kind of pages and did not find \"{f['query']}\". "
+                f"Next step: use {f['tool']} instead.")
+    if slot.kind == "escalate":
+        return (f"{f['tool']} returned pages that do not contain the needed fact about \"{f['query']}\". "
+                f"Next step: try the general search {f['general']}.")
+    if slot.kind == "early_stop":
+        rest = f" Next step: look up {_join(f['queries'])}." if f["queries"] else ""
+        return (f"I had planned to look up \"{f['skipped']}\" next, but the last result already contains that "
+                f"page, so that search is not needed.{rest}")
+    if slot.kind == "final":
+        early = f" The search for \"{f['skipped']}\" was skipped because an earlier result covered it." if f.get("skipped") else ""
+        return (f"The pages about {_join(f['found'])} give everything needed.{early} "
+                f"Conclude that the answer is {f['answer']}.")
+    if slot.kind == "answer":
+        return f"Write only the short answer phrase meaning: {f['answer']}"
+    raise ValueError(f"unknown slot kind {slot.kind!r}")
+
+
+def template(slot: Slot) -> str:
+    """The reasoning written by the program, used when the LLM's text is unusable."""
+    f = slot.facts
+    if slot.kind == "plan":
+        return f"To answer this I need to look up {_join(f['queries'])}. I will search for it first."
+    if slot.kind == "next":
+        return (f"The result has the page about {_join(f['found'])}. "
+                f"Now I need to look up {_join(f['queries'])}.")
+    if slot.kind == "answer":
+        return f["answer"]
+    return describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")
+
+
+def slot_prompt(question: str, slot: Slot) -> list[dict]:
+    if slot.kind == "answer":
+        return [{"role": "system", "content": "Answer with a short phrase only, no sentence."},
+                {"role": "user", "content": f"Question: {question}\nThe answer is {slot.facts['answer']}. "
+                                            f"Write only the answer phrase."}]
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Question: {question}\nSituation: {describe(slot)}\n"
+                                        f"Write the reasoning for this step."}]
+
+
+def clean_think(text: str, slot: Slot) -> tuple[str, str]:
+    """(text to use, "llm" | "template:<reason>")."""
+    t = (text or "").strip()
+    t = re.sub(r"^(reasoning|thought|answer)\s*:\s*", "", t, flags=re.I).strip()
+    t = t.split("\n\n")[0].strip()
+    if slot.kind == "answer":
+        m = match(t.rstrip("."), slot.facts["answer"], slot.facts["aliases"])
+        if t and m.em and len(t) <= 100:
+            return t.rstrip("."), "llm"
+        return template(slot), "template:answer_mismatch"
+    if not t:
+        return template(slot), "template:empty"
+    if _BAD.search(t):
+        return template(slot), "template:markup"
+    if len(t) > MAX_CHARS:
+        return template(slot), "template:too_long"
+    if len(t.split()) < 4:
+        return template(slot), "template:too_short"
+    return t, "llm"

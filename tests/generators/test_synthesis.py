@@ -1,0 +1,186 @@
+"""ToolForge-style synthesis on a real world corpus, real tool bank and real BM25 simulator.
+The LLM is the expensive boundary: a scripted backend stands in for it here (the flow test
+and the slow test use real models)."""
+
+import json
+from collections import Counter
+
+import jsonschema
+import pytest
+
+from generators.answers import match
+from generators.corpus.build import WorldConfig, write
+from generators.llm.base import Completion
+from generators.llm.toolcalls import parse_tool_calls
+from generators.synth import plan as planning
+from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
+from generators.tools.bank import build_bank, parameters_of
+from storage.schema import load
+from storage.shards import stamp
+
+
+class ScriptedBackend:
+    """Returns the same plain sentence for every reasoning slot and a wrong answer phrase,
+    or markup, so both the LLM path and the template fallback are exercised."""
+
+    name, model = "scripted", "scripted"
+
+    def __init__(self, text="I look this up with the matching search tool now."):
+        self.text, self.calls = text, 0
+
+    def generate(self, requests, progress=False):
+        self.calls += 1
+        out = []
+        for i, r in enumerate(requests):
+            text = "<tool_call>{}" if i % 7 == 3 else self.text
+            out.append([Completion(text=text) for _ in range(r.n)])
+        return out
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write(WorldConfig(seed=11, entities=400), root, "w")  # through the real shard writer
+    return load_inputs(root, "w")
+
+
+@pytest.fixture(scope="module")
+def tools():
+    return build_bank(seed=3, variants_per_tool=2)
+
+
+@pytest.fixture(scope="module")
+def synthesized(inputs, tools):
+    cfg = SynthConfig(dataset="w", n=120, seed=5)
+    s = Session(inputs, cfg, tools)
+    plans = s.plans()
+    rows, stats = s.trajectories(plans, ScriptedBackend(), "run-x")
+    return s, plans, rows, stats
+
+
+def test_every_trajectory_fits_the_schema(synthesized):
+    _, _, rows, _ = synthesized
+    schema = load("trajectories")
+    schema.validate_rows(stamp(rows, schema, "run-x"))
+    assert len(rows) == 120
+
+
+def test_tool_calls_fit_offered_schemas_unless_flagged_and_replay_exactly(synthesized):
+    s, _, rows, _ = synthesized
+    flagged = 0
+    for r in rows:
+        offered = {t["name"]: json.loads(t["parameters"]) for t in r["tools"]}
+        meta = json.loads(r["meta"])
+        msgs = r["messages"]
+        tool_msgs = {m["tool_call_id"]: m for m in msgs if m["role"] == "tool"}
+        for m in msgs:
+            if m["role"] != "assistant" or not m["tool_calls"]:
+                continue
+            parsed = parse_tool_calls(m["content"])
+            assert not parsed.errors and [c["name"] for c in parsed.calls] == [c["name"] for c in m["tool_calls"]]
+            for c in m["tool_calls"]:
+                assert c["name"] in offered
+                args = json.loads(c["arguments"])
+                valid = jsonschema.Draft202012Validator(offered[c["name"]]).is_valid(args)
+                if c["injected_error"] and c["injected_error"].startswith("wrong_args"):
+                    assert not valid
+                    flagged += 1
+                else:
+                    assert valid, (r["case"], c)
+                k = meta["calls"][c["id"]]
+                replay = s.sim.call(c["name"], args, golden_doc_ids=k["golden_doc_ids"], mode=k["mode"],
+                                    supporting=k["supporting"], answers=k["answers"])
+                assert replay == tool_msgs[c["id"]]["content"]
+    assert flagged > 0
+
+
+def test_message_structure_and_answers(synthesized):
+    s, _, rows, _ = synthesized
+    for r in rows:
+        roles = [m["role"] for m in r["messages"]]
+        assert roles[:2] == ["system", "user"] and roles[-1] == "assistant"
+        final = r["messages"][-1]["content"]
+        assert final.startswith("<think>") and final.count("<answer>") == 1
+        triple = s.triples[r["triple_id"]]
+        assert match(r["answer"], triple["answer"], triple["aliases"]).em
+        assert f"<answer>{r['answer']}</answer>" in final
+        for m in r["messages"]:
+            if m["role"] == "assistant":
+                assert m["content"].startswith("<think>") and "</think>" in m["content"]
+        # the <tools> block is valid JSON per line
+        block = r["messages"][0]["content"].split("<tools>\n")[1].split("\n</tools>")[0]
+        names = [json.loads(line)["function"]["name"] for line in block.splitlines()]
+        assert names == [t["name"] for t in r["tools"]]
+        needed = json.loads(r["meta"])["needed_tools"]
+        assert set(r["correct_tools"]) <= set(needed) <= set(names)
+        assert 3 <= len(names) - len(needed) <= 8  # distractors (the wrong tool of a case is one of them)
+
+
+def test_routes_follow_structure(synthesized):
+    s, plans, _, _ = synthesized
+    for p in plans:
+        t = s.triples[p.triple_id]
+        program = json.loads(t["meta"])["program"]
+        if t["qtype"] == "bridge":
+            assert p.route == "sequential" and len(p.rounds) == t["hop_count"]
+        if isinstance(program, dict) and program.get("op") in ("argmin", "argmax") and t["hop_count"] == 2:
+            assert p.route == "parallel"
+        if isinstance(program, dict) and program.get("op") == "eq" and t["hop_count"] == 4:
+            assert p.route == "mixed"
+        assert sorted(h.doc_id for h in p.hops) == sorted(t["golden_doc_ids"])
+
+
+def test_cases_behave_as_named(synthesized):
+    _, _, rows, _ = synthesized
+    by_case = Counter(r["case"] for r in rows)
+    assert set(by_case) == set(planning.CASES)
+    for r in rows:
+        injected = [c["injected_error"] for m in r["messages"] if m["tool_calls"] for c in m["tool_calls"]
+                    if c["injected_error"]]
+        calls = [c for m in r["messages"] if m["tool_calls"] for c in m["tool_calls"]]
+        hops = sum(len(x) for x in json.loads(r["meta"])["plan"])
+        if r["case"] == "clean":
+            assert not injected and len(calls) == hops
+        elif r["case"] == "wrong_args":
+            assert [i.split(":")[0] for i in injected] == ["wrong_args"]
+            bad = next(c for c in calls if c["injected_error"])
+            later = [c for c in calls if c["name"] == bad["name"] and not c["injected_error"]]
+            assert later, "the wrong-arguments call is fixed with the same tool"
+        elif r["case"] == "wrong_tool":
+            assert injected == ["wrong_tool"] and len(calls) == hops + 1
+        elif r["case"] == "escalation":
+            assert injected[0] == "wrong_tool" and injected[1].startswith("wrong_args") and len(calls) == hops + 3
+            modes = [m for m in json.loads(r["meta"])["calls"].values()]
+            assert any(m["mode"] == "insufficient" for m in modes)
+        elif r["case"] == "early_stop":
+            assert not injected and len(calls) == hops - 1
+
+
+def test_mix_is_configurable_and_reported(inputs, tools):
+    cfg = SynthConfig(dataset="w", n=30, seed=1, case_mix="wrong_tool=1", route_mix="parallel=1")
+    s = Session(inputs, cfg, tools)
+    plans = s.plans()
+    rows, _ = s.trajectories(plans, ScriptedBackend(), "r")
+    rep = mix_report(rows)
+    assert rep["case"] == {"wrong_tool": 30}
+    assert rep["route"] == {"parallel": 30}
+    with pytest.raises(ValueError, match="unknown names"):
+        planning.parse_mix("clean=1,bogus=2", planning.CASES)
+
+
+def test_text_sources_are_recorded_and_bad_llm_text_falls_back(synthesized):
+    _, _, rows, stats = synthesized
+    assert stats["sources"]["llm"] > 0 and stats["fallbacks"]["template:markup"] > 0
+    for r in rows:
+        for m in r["messages"]:
+            if m["role"] == "assistant":
+                think = m["content"].split("</think>")[0]
+                assert "<tool_call>" not in think
+
+
+def test_deterministic_per_seed(inputs, tools):
+    def run():
+        s = Session(inputs, SynthConfig(dataset="w", n=20, seed=9), tools)
+        return s.trajectories(s.plans(), ScriptedBackend(), "r")[0]
+
+    assert run() == run()
