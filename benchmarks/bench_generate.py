@@ -94,11 +94,15 @@ def main() -> None:
     ap.add_argument("--sequential-prompts", type=int, default=None,
                     help="run the slow sequential baseline on only the first N prompts (default: all)")
     ap.add_argument("--model", default=None, help="model folder (default: the embedded model)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads for all three (default: torch's)")
     args = ap.parse_args()
     if args.sequential_prompts is not None and args.sequential_prompts < 1:
         ap.error("--sequential-prompts must be >= 1")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     model_dir = resolve_model(args.model)
     prompts = make_prompts(args.prompts)

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from flows import cli_corpus, cli_data, cli_models, cli_synth
+from flows import cli_corpus, cli_data, cli_models, cli_pipeline, cli_synth
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
                   help="forgeplay: turn a corpus into verified RL training data, and train on it.")
@@ -31,6 +31,7 @@ cli_data.register(app)
 cli_models.register(app)
 cli_corpus.register(app)
 cli_synth.register(app)
+cli_pipeline.register(app)
 
 
 def main() -> None:

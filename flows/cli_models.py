@@ -119,6 +119,7 @@ def generate(prompts: Annotated[Path, typer.Argument(help="JSONL file, one {\"me
              seed: Annotated[Optional[int], typer.Option(help="Seed; prompt i uses seed+i (reproducible).")] = None,
              logprobs: Annotated[bool, typer.Option("--logprobs", help="Return per-token logprobs.")] = False,
              batch_size: Annotated[int, typer.Option(min=1, help="transformers: samples per batch.")] = 16,
+             threads: Annotated[Optional[int], typer.Option(min=1, help="transformers: torch CPU threads.")] = None,
              max_concurrency: Annotated[int, typer.Option(min=1, help="openai: requests in flight.")] = 8) -> None:
     """Sample completions for every prompt of PROMPTS.jsonl and write them to OUT."""
     try:
@@ -127,7 +128,7 @@ def generate(prompts: Annotated[Path, typer.Argument(help="JSONL file, one {\"me
         err.print(f"[red]{e}[/red]")
         raise typer.Exit(2)
     cfg = BackendConfig(backend=backend.value, model=model, base_url=base_url, batch_size=batch_size,
-                        max_concurrency=max_concurrency)
+                        max_concurrency=max_concurrency, threads=threads)
     try:
         be = make_backend(cfg)
     except (ModelNotFoundError, ValueError, ImportError) as e:

@@ -43,6 +43,8 @@ class BackendConfig:
     dtype: str = field(default="float32", metadata={
         "help": "transformers only: float32 (CPU), bfloat16 or float16 (GPU)."})
     device: str = field(default="cpu", metadata={"help": "transformers only: torch device, e.g. cpu or cuda."})
+    threads: int | None = field(default=None, metadata={
+        "help": "transformers only: torch CPU threads for the process (default: torch's choice)."})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "transformers only: keep at most this many prompt tokens (the end)."})
     engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata={
@@ -78,7 +80,7 @@ def make_backend(cfg: BackendConfig | None = None) -> Backend:
         from generators.llm.transformers_backend import TransformersBackend
 
         return TransformersBackend(cfg.model, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device,
-                                   max_prompt_tokens=cfg.max_prompt_tokens)
+                                   max_prompt_tokens=cfg.max_prompt_tokens, threads=cfg.threads)
     if cfg.backend == "vllm":
         from generators.llm.vllm_backend import VLLMBackend
 

@@ -75,19 +75,24 @@ class TransformersBackend:
 
     model: folder, prepared name or None (embedded); batch_size: samples decoded together;
     dtype: float32 on CPU; max_prompt_tokens: keep only the last N prompt tokens;
-    ignore_eos: always generate max_tokens tokens (for benchmarks). `generate` may be
+    ignore_eos: always generate max_tokens tokens (for benchmarks); threads: torch CPU
+    threads for the whole process (default: torch's choice; 1 helps on a busy shared
+    machine, where 2 threads stall on each other). `generate` may be
     called from several threads; calls run one at a time.
     """
 
     name = "transformers"
 
     def __init__(self, model: str | Path | None = None, batch_size: int = 16, dtype: str = "float32",
-                 device: str = "cpu", max_prompt_tokens: int | None = None, ignore_eos: bool = False) -> None:
+                 device: str = "cpu", max_prompt_tokens: int | None = None, ignore_eos: bool = False,
+                 threads: int | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if threads:
+            torch.set_num_threads(threads)  # process-wide
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         self.path = resolve_model(model)

@@ -1,0 +1,81 @@
+"""`forgeplay export verl|trl`: write training-ready Parquet for verl and TRL (train/export.py).
+
+    forgeplay export verl --data demo --out exports/verl
+    forgeplay export trl --data demo --out exports/trl --kinds trajectories --test-fraction 0.1
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.options import DataRoot, root
+
+err = Console(stderr=True)
+export_app = typer.Typer(no_args_is_help=True, help="Export a dataset as Parquet that verl or TRL trainers read as is.")
+
+Data = Annotated[str, typer.Option("--data", "-d", help="Dataset to export.")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder (created; files are overwritten).")]
+Kinds = Annotated[Optional[list[str]], typer.Option(
+    "--kinds", "-k", help="Source kinds (repeat the option): triples, tasks, trajectories. Default: all present.")]
+TestFraction = Annotated[float, typer.Option(help="Share of rows in the test split (deterministic, by id hash).",
+                                             min=0.0, max=1.0)]
+KeepRejected = Annotated[bool, typer.Option("--keep-rejected/--skip-rejected",
+                                            help="Keep records that failed a validation verdict.")]
+
+
+def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[str]], test_fraction: float,
+         keep_rejected: bool, data_root: Optional[Path]) -> None:
+    from train.export import KINDS
+
+    chosen = tuple(kinds) if kinds else KINDS
+    bad = [k for k in chosen if k not in KINDS]
+    if bad:
+        err.print(f"[red]unknown kind(s) {', '.join(bad)}[/red]; choose from {', '.join(KINDS)}")
+        raise typer.Exit(2)
+    try:
+        with err.status(f"exporting {data} for {target}"):
+            counts = fn(data, out, root(data_root), kinds=chosen, test_fraction=test_fraction,
+                        skip_rejected=not keep_rejected)
+    except ValueError as e:
+        err.print(f"[red]export failed:[/red] {e}")
+        raise typer.Exit(2)
+    if not any(counts.values()):
+        err.print(f"[yellow]nothing exported: dataset {data!r} has no rows of kinds {', '.join(chosen)}[/yellow]")
+    t = Table(title=f"{target} export of {data} -> {out}")
+    t.add_column("file")
+    t.add_column("rows", justify="right")
+    for name, n in counts.items():
+        t.add_row(name, str(n))
+    Console().print(t)
+    err.print(f"see {out / 'README.md'} for the {target} command")
+
+
+@export_app.command("verl")
+def verl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
+         keep_rejected: KeepRejected = False, data_root: DataRoot = None) -> None:
+    """Write train.parquet / test.parquet with verl's columns (data_source, prompt, ability,
+    reward_model, extra_info, agent_name) and a README with the verl command; the reward is
+    train/reward.py:compute_score."""
+    from train.export import export_verl
+
+    _run(export_verl, "verl", data, out, kinds, test_fraction, keep_rejected, data_root)
+
+
+@export_app.command("trl")
+def trl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
+        keep_rejected: KeepRejected = False, data_root: DataRoot = None) -> None:
+    """Write grpo_{train,test}.parquet (prompt + answer columns for GRPOTrainer) and
+    sft_{train,test}.parquet (messages for SFTTrainer) and a README with the TRL code;
+    the reward is train/reward.py:answer_reward."""
+    from train.export import export_trl
+
+    _run(export_trl, "TRL", data, out, kinds, test_fraction, keep_rejected, data_root)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(export_app, name="export")

@@ -1,0 +1,42 @@
+"""`forgeplay pipeline`: the main job (`make run`) — world corpus, then synthesis, on the
+embedded default model unless a backend is named."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.configcli import config_command
+from flows.configs import PipelineConfig
+from generators.llm.registry import BackendConfig
+
+err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    @config_command(app, "pipeline", PipelineConfig, BackendConfig)
+    def pipeline(cfg: PipelineConfig, backend: BackendConfig, data_root=None) -> None:
+        """Run the main job as one Prefect flow: build the fictional world corpus, synthesize
+        tool-use trajectories with the model, and print what each stage produced. Reruns
+        resume and duplicate nothing."""
+        from flows.pipeline import run
+
+        try:
+            out = run(cfg, backend, data_root)
+        except (ValueError, KeyError) as e:
+            err.print(f"[red]pipeline failed:[/red] {e}")
+            raise typer.Exit(2)
+        console = Console()
+        t = Table(title=f"pipeline {cfg.dataset}")
+        for c in ("stage", "rows in", "rows out", "seconds", "notes"):
+            t.add_column(c)
+        for s in out["stages"]:
+            t.add_row(s["stage"], str(s.get("rows_in", "")), str(s.get("rows_out", "")),
+                      f"{s.get('seconds', 0):.1f}", str(s.get("notes", "")))
+        console.print(t)
+        s = out["synthesize"]
+        console.print(f"case mix: {s['case']}  route mix: {s['route']}")
+        console.print(f"rows per kind in {cfg.dataset}: {out['rows']}")
+        console.print(f"look inside: forgeplay inspect {cfg.dataset}   |   "
+                      f"forgeplay sql \"SELECT route, \\\"case\\\", count(*) FROM {cfg.dataset}_trajectories GROUP BY ALL\"")

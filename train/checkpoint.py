@@ -1,0 +1,114 @@
+"""Atomic training checkpoints: write a folder, rename it into place, then point `latest` at it.
+
+Layout of a run folder:
+
+    RUN_DIR/checkpoints/step-00000010/  model.pt optimizer.pt scheduler.pt rng.pt state.json
+    RUN_DIR/checkpoints/latest          text file holding "step-00000010"
+
+A checkpoint is first written to a hidden temp folder next to its final place, then
+`os.replace`d into place; `latest` is written last (temp file + `os.replace`). A kill at any
+moment leaves either the previous complete checkpoint or the new one as `latest`, never a
+half-written one. `state.json` holds the step, the data position and any extra JSON state.
+
+    from train.checkpoint import save, latest, restore
+    save(run_dir, step, model, optimizer, scheduler, {"epoch": 0, "index": 64})
+    path = latest(run_dir)            # None when the run has no complete checkpoint
+    state = restore(path, model, optimizer, scheduler)   # also restores RNG states
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LATEST = "latest"
+
+
+def ckpt_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None,
+         state: dict | None = None, keep: int = 2) -> Path:
+    """Write checkpoint `step` atomically and make it `latest`; keep the newest `keep` ones."""
+    base = ckpt_dir(run_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:08d}"
+    final = base / name
+    tmp = Path(tempfile.mkdtemp(dir=base, prefix=f".{name}.tmp-"))
+    try:
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / "model.pt")
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}, indent=2))
+        if final.exists():  # a rerun of the same step: replace the old copy
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _write_text_atomic(base / LATEST, name)
+    _prune(base, keep, name)
+    return final
+
+
+def _prune(base: Path, keep: int, current: str) -> None:
+    done = sorted(p for p in base.glob("step-*") if p.is_dir())
+    for p in done[:-keep] if keep > 0 else []:
+        if p.name != current:
+            shutil.rmtree(p, ignore_errors=True)
+    for p in base.glob(".step-*.tmp-*"):  # leftovers of killed writes
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def latest(run_dir: str | Path) -> Path | None:
+    """The folder `latest` points at, or None when there is no complete checkpoint."""
+    ptr = ckpt_dir(run_dir) / LATEST
+    if not ptr.exists():
+        return None
+    path = ckpt_dir(run_dir) / ptr.read_text().strip()
+    return path if (path / "state.json").exists() else None
+
+
+def restore(path: str | Path, model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None,
+            rng: bool = True) -> dict:
+    """Load a checkpoint into the given objects; returns its state.json."""
+    path = Path(path)
+    model.load_state_dict(torch.load(path / "model.pt", map_location="cpu"))
+    if optimizer is not None and (path / "optimizer.pt").exists():
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu"))
+    if scheduler is not None and (path / "scheduler.pt").exists():
+        scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu"))
+    if rng:
+        set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    return json.loads((path / "state.json").read_text())

@@ -1,0 +1,303 @@
+"""Export committed shards to Parquet files that verl's RL trainer and TRL's GRPO/SFT trainers
+read as they are. This is the way to train past one machine.
+
+    forgeplay export verl --data demo --out exports/verl      # train.parquet, test.parquet, README.md
+    forgeplay export trl  --data demo --out exports/trl       # grpo_{train,test}.parquet, sft_{train,test}.parquet
+
+Sources: `triples` and `tasks` (a question with a gold answer -> an RL prompt) and
+`trajectories` (a tool-use conversation -> an RL prompt with its tools, and an SFT example).
+Trajectories or other records with a failed verdict in the dataset's `verdicts` are left out.
+
+verl row: data_source "forgeplay/<dataset>/<qtype>", prompt [{role, content}] (system + user),
+ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: the gold answer
+as a plain string}, extra_info {split, index, id, kind, question, answer, aliases, hop_count,
+qtype, need_tools_kwargs, tools_kwargs, tools}, agent_name "single_turn_agent" | "tool_agent".
+Aliases travel in extra_info (verl hands extra_info to compute_score, see train/reward.py).
+tools_kwargs has one fixed key, "forgeplay_simulator" -> {create_kwargs: {dataset, source_id,
+golden_doc_ids, meta}}, so its Arrow type is the same in every row; `tools` is the offered
+tools as an OpenAI tool-list JSON string.
+
+TRL GRPO row: prompt [{role, content}] plus answer, aliases, hop_count, qtype, data_source,
+ability, id (every extra column reaches TRL reward functions as a keyword argument).
+TRL SFT row: messages [{role, content}] of the whole trajectory; tool calls stay inside the
+assistant text (Hermes `<tool_call>` blocks) and tool results are role "tool" messages (chat
+templates without a tool role render them as their own turn).
+
+The split is deterministic: a row is in test when sha256(id) falls under `test_fraction`.
+Tests: tests/train/test_export.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage import manifest, reader
+
+KINDS = ("triples", "tasks", "trajectories")
+QA_SYSTEM = ("Answer the user's question. Reason step by step inside <think></think>, then give only the "
+             "final short answer inside <answer></answer>.")
+
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+CHAT = pa.list_(MESSAGE)
+CREATE_KWARGS = pa.struct([("dataset", pa.string()), ("source_id", pa.string()),
+                           ("golden_doc_ids", pa.list_(pa.string())), ("meta", pa.string())])
+TOOLS_KWARGS = pa.struct([("forgeplay_simulator", pa.struct([("create_kwargs", CREATE_KWARGS)]))])
+EXTRA_INFO = pa.struct([
+    ("split", pa.string()), ("index", pa.int64()), ("id", pa.string()), ("kind", pa.string()),
+    ("question", pa.string()), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
+    ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_()),
+    ("tools_kwargs", TOOLS_KWARGS), ("tools", pa.string())])
+VERL_SCHEMA = pa.schema([
+    ("data_source", pa.string()), ("prompt", CHAT), ("ability", pa.string()),
+    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+    ("extra_info", EXTRA_INFO), ("agent_name", pa.string())])
+GRPO_SCHEMA = pa.schema([
+    ("prompt", CHAT), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
+    ("hop_count", pa.int64()), ("qtype", pa.string()), ("data_source", pa.string()),
+    ("ability", pa.string()), ("id", pa.string())])
+SFT_SCHEMA = pa.schema([("messages", CHAT), ("id", pa.string()), ("route", pa.string()),
+                        ("case", pa.string())])
+
+
+@dataclass
+class ExportConfig:
+    """What to export and how to split it."""
+
+    dataset: str = field(metadata={"help": "Dataset to export."})
+    out: Path = field(metadata={"help": "Output folder (created)."})
+    kinds: tuple[str, ...] = field(default=KINDS, metadata={"help": "Source kinds: triples, tasks, trajectories."})
+    test_fraction: float = field(default=0.05, metadata={"help": "Share of rows (by id hash) in the test split."})
+    skip_rejected: bool = field(default=True, metadata={"help": "Leave out records with a failed verdict."})
+
+
+@dataclass
+class Item:
+    """One source record, reduced to what every exporter needs."""
+
+    id: str
+    kind: str
+    question: str
+    answer: str
+    aliases: list[str]
+    hop_count: int
+    qtype: str
+    prompt: list[dict]
+    tools: list[dict] = field(default_factory=list)
+    golden_doc_ids: list[str] = field(default_factory=list)
+    meta: str = ""
+    messages: list[dict] | None = None
+    route: str = ""
+    case: str = ""
+
+
+def _rejected(root, dataset: str) -> set[str]:
+    if "verdicts" not in reader.kinds(root, dataset):
+        return set()
+    t = reader.load_table(dataset, "verdicts", root, columns=["record_id", "passed"]).to_pylist()
+    return {r["record_id"] for r in t if r["passed"] is False}
+
+
+def _openai_tools(tools: list[dict]) -> list[dict]:
+    out = []
+    for t in tools:
+        params = t.get("parameters") or "{}"
+        params = json.loads(params) if isinstance(params, str) else params
+        out.append({"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
+                                                     "parameters": params}})
+    return out
+
+
+def _items(root, dataset: str, kind: str) -> list[Item]:
+    rows = reader.load_table(dataset, kind, root).to_pylist()
+    out = []
+    for r in rows:
+        qa_prompt = [{"role": "system", "content": QA_SYSTEM}, {"role": "user", "content": r.get("question") or ""}]
+        if kind == "triples":
+            out.append(Item(r["triple_id"], kind, r["question"], r["answer"], list(r.get("aliases") or []),
+                            int(r["hop_count"]), r.get("qtype") or "", qa_prompt,
+                            golden_doc_ids=list(r.get("golden_doc_ids") or []), meta=r.get("meta") or ""))
+        elif kind == "tasks":
+            if not r.get("answer"):
+                continue
+            docs = [d for h in ((r.get("qcp") or {}).get("hops") or []) for d in h.get("doc_ids") or []]
+            out.append(Item(r["task_id"], kind, r["question"], r["answer"], list(r.get("aliases") or []),
+                            int(r["hop_count"]), "selfplay", qa_prompt, golden_doc_ids=docs, meta=r.get("meta") or ""))
+        elif kind == "trajectories":
+            meta = json.loads(r.get("meta") or "{}")
+            msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"]]
+            user = next((m["content"] for m in msgs if m["role"] == "user"), r.get("question") or "")
+            prompt = [m for m in msgs[:2] if m["role"] in ("system", "user")]
+            out.append(Item(r["traj_id"], kind, r.get("question") or user, r["answer"], list(meta.get("aliases") or []),
+                            int(meta.get("hop_count") or 1), meta.get("qtype") or "", prompt,
+                            tools=list(r.get("tools") or []), golden_doc_ids=list(meta.get("golden_doc_ids") or []),
+                            meta=r.get("meta") or "", messages=msgs, route=r.get("route") or "",
+                            case=r.get("case") or ""))
+        else:
+            raise ValueError(f"cannot export kind {kind!r}; choose from {', '.join(KINDS)}")
+    return out
+
+
+def load_items(dataset: str, root=None, kinds=KINDS, skip_rejected: bool = True) -> list[Item]:
+    """All exportable records of `dataset`, in kind order, without rejected ones."""
+    root = manifest.resolve_root(root)
+    if dataset not in manifest.datasets(root):
+        raise ValueError(f"no dataset {dataset!r} under {root}")
+    present = set(reader.kinds(root, dataset))
+    bad = _rejected(root, dataset) if skip_rejected else set()
+    items = []
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(f"cannot export kind {kind!r}; choose from {', '.join(KINDS)}")
+        if kind in present:
+            items.extend(i for i in _items(root, dataset, kind) if i.id not in bad)
+    return items
+
+
+def split_of(key: str, test_fraction: float) -> str:
+    """'test' when the first 8 bytes of sha256(key), as a fraction of 2**64, are below test_fraction."""
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2 ** 64
+    return "test" if h < test_fraction else "train"
+
+
+def _split(items: list[Item], test_fraction: float, key=lambda i: i.id) -> dict[str, list[Item]]:
+    parts: dict[str, list[Item]] = {"train": [], "test": []}
+    for i in items:
+        parts[split_of(key(i), test_fraction)].append(i)
+    if test_fraction > 0 and not parts["test"] and len(parts["train"]) > 1:
+        # keep a non-empty test file: move the row with the smallest hash
+        first = min(parts["train"], key=lambda i: hashlib.sha256(key(i).encode()).digest())
+        parts["train"].remove(first)
+        parts["test"].append(first)
+    return parts
+
+
+def _dedupe_prompts(items: list[Item]) -> list[Item]:
+    seen, out = set(), []
+    for i in items:
+        k = json.dumps(i.prompt, sort_keys=True)
+        if k not in seen:
+            seen.add(k)
+            out.append(i)
+    return out
+
+
+def verl_row(i: Item, dataset: str, split: str, index: int) -> dict:
+    tool_use = i.kind == "trajectories"
+    return {
+        "data_source": f"forgeplay/{dataset}/{i.qtype or i.kind}",
+        "prompt": i.prompt,
+        "ability": "tool_use" if tool_use else "multihop_qa",
+        "reward_model": {"style": "rule", "ground_truth": i.answer},
+        "extra_info": {
+            "split": split, "index": index, "id": i.id, "kind": i.kind, "question": i.question,
+            "answer": i.answer, "aliases": i.aliases, "hop_count": i.hop_count, "qtype": i.qtype,
+            "need_tools_kwargs": tool_use,
+            "tools_kwargs": {"forgeplay_simulator": {"create_kwargs": {
+                "dataset": dataset, "source_id": i.id, "golden_doc_ids": i.golden_doc_ids, "meta": i.meta}}},
+            "tools": json.dumps(_openai_tools(i.tools), ensure_ascii=False)},
+        "agent_name": "tool_agent" if tool_use else "single_turn_agent",
+    }
+
+
+def _write(rows: list[dict], schema: pa.Schema, path: Path) -> int:
+    tmp = path.with_suffix(".parquet.tmp")
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    tmp.replace(path)
+    return len(rows)
+
+
+def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
+                skip_rejected: bool = True) -> dict[str, int]:
+    """Write out_dir/train.parquet and out_dir/test.parquet for verl; returns rows per file."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    items = _dedupe_prompts(load_items(dataset, root, kinds, skip_rejected))
+    counts = {}
+    for split, part in _split(items, test_fraction).items():
+        rows = [verl_row(i, dataset, split, n) for n, i in enumerate(part)]
+        counts[f"{split}.parquet"] = _write(rows, VERL_SCHEMA, out / f"{split}.parquet")
+    write_readme(out, "verl", dataset, counts)
+    return counts
+
+
+def export_trl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
+               skip_rejected: bool = True) -> dict[str, int]:
+    """Write grpo_{train,test}.parquet (all kinds) and sft_{train,test}.parquet (trajectories)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    items = load_items(dataset, root, kinds, skip_rejected)
+    counts = {}
+    for split, part in _split(_dedupe_prompts(items), test_fraction).items():
+        rows = [{"prompt": i.prompt, "answer": i.answer, "aliases": i.aliases, "hop_count": i.hop_count,
+                 "qtype": i.qtype, "data_source": f"forgeplay/{dataset}/{i.qtype or i.kind}",
+                 "ability": "tool_use" if i.kind == "trajectories" else "multihop_qa", "id": i.id} for i in part]
+        counts[f"grpo_{split}.parquet"] = _write(rows, GRPO_SCHEMA, out / f"grpo_{split}.parquet")
+    convs = [i for i in items if i.messages]
+    for split, part in _split(convs, test_fraction).items():
+        rows = [{"messages": i.messages, "id": i.id, "route": i.route, "case": i.case} for i in part]
+        counts[f"sft_{split}.parquet"] = _write(rows, SFT_SCHEMA, out / f"sft_{split}.parquet")
+    write_readme(out, "trl", dataset, counts)
+    return counts
+
+
+_VERL_README = """# forgeplay export of `{dataset}` for verl
+
+Files: {files}
+
+Columns: data_source, prompt (chat list), ability, reward_model {{style, ground_truth}},
+extra_info {{split, index, id, kind, question, answer, aliases, hop_count, qtype,
+need_tools_kwargs, tools_kwargs, tools}}, agent_name. ground_truth is the plain gold answer;
+aliases are in extra_info. The reward module needs `forgeplay` installed in verl's environment
+(`pip install forgeplay`), or `generators/` on PYTHONPATH.
+
+```bash
+python -m verl.trainer.main_ppo \\
+  algorithm.adv_estimator=grpo \\
+  data.train_files={out}/train.parquet data.val_files={out}/test.parquet \\
+  data.prompt_key=prompt data.max_prompt_length=2048 data.max_response_length=1024 \\
+  actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\
+  actor_rollout_ref.rollout.n=8 \\
+  custom_reward_function.path={reward} custom_reward_function.name=compute_score
+```
+(newer verl spells the last two `reward.custom_reward_function.path/name`.) Tool-use rows set
+agent_name=tool_agent; serving the virtual tools to verl's tool agent needs a verl tool class
+registered as `forgeplay_simulator` whose create() receives tools_kwargs.forgeplay_simulator.create_kwargs.
+"""
+
+_TRL_README = """# forgeplay export of `{dataset}` for TRL
+
+Files: {files}
+
+GRPO (`prompt` is a chat list; answer, aliases, hop_count, ... reach reward functions as kwargs):
+```python
+from datasets import load_dataset
+from trl import GRPOConfig, GRPOTrainer
+from train.reward import answer_reward
+ds = load_dataset("parquet", data_files={{"train": "{out}/grpo_train.parquet", "test": "{out}/grpo_test.parquet"}})
+trainer = GRPOTrainer(model="HuggingFaceTB/SmolLM2-135M-Instruct", reward_funcs=answer_reward,
+                      args=GRPOConfig(output_dir="grpo-out", num_generations=4, use_cpu=True),
+                      train_dataset=ds["train"])
+trainer.train()
+```
+SFT (`messages` is the whole tool-use conversation; tool results are role "tool"):
+```python
+from trl import SFTConfig, SFTTrainer
+ds = load_dataset("parquet", data_files={{"train": "{out}/sft_train.parquet"}})
+SFTTrainer(model="HuggingFaceTB/SmolLM2-135M-Instruct", train_dataset=ds["train"],
+           args=SFTConfig(output_dir="sft-out", use_cpu=True)).train()
+```
+"""
+
+
+def write_readme(out: Path, target: str, dataset: str, counts: dict[str, int]) -> None:
+    files = ", ".join(f"{k} ({v} rows)" for k, v in counts.items())
+    reward = Path(__file__).with_name("reward.py").resolve()
+    text = (_VERL_README if target == "verl" else _TRL_README).format(
+        dataset=dataset, files=files, out=out.resolve(), reward=reward)
+    (out / "README.md").write_text(text)

@@ -1,0 +1,177 @@
+"""Supervised fine-tuning on trajectories: render with the model's chat template, train on the
+assistant tokens only.
+
+Tool messages: chat templates without a tool role (SmolLM2's renders any role name
+verbatim, which the model never saw) get each tool message as a *user* turn holding
+`<tool_response>\\n{json}\\n</tool_response>` (the Qwen/Hermes convention); tool calls stay
+in the assistant content as `<tool_call>` blocks. `template_messages` does this conversion
+and the rollouts (train/rollout.py) use the same one, so training and sampling agree.
+
+Labels: the characters of each assistant message's content plus its end-of-turn marker
+(`<|im_end|>` for SmolLM2) are found by rendering the conversation prefix by prefix; every
+token whose characters lie inside such a span is trained, all others get label -100.
+
+    from train.sft import SFTConfig, load_examples, sft_step
+    examples, stats = load_examples(root, "demo", tokenizer, SFTConfig(dataset="demo"))
+    Trainer(model, TrainConfig(), run_dir, sft_step).fit(examples)
+
+The `forgeplay train sft` Prefect flow is flows/train.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+IGNORE = -100
+
+
+@dataclass
+class SFTConfig:
+    """What to fine-tune on (every field is a CLI option)."""
+
+    data: str = field(default="", metadata={"help": "dataset whose trajectories to train on"})
+    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
+    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    max_len: int = field(default=2048, metadata={"help": "drop conversations longer than this many tokens"})
+    validated_only: bool = field(default=True, metadata={"help": "when the dataset has verdicts, skip trajectories that failed any"})
+    cases: str = field(default="", metadata={"help": "comma-separated cases to keep (empty = all)"})
+    limit: int = field(default=0, metadata={"help": "use at most this many trajectories (0 = all)"})
+
+
+def template_messages(messages: list[dict]) -> list[dict]:
+    """Messages as the chat template gets them: {role, content}, tool -> user <tool_response>."""
+    out = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m["role"] == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"})
+        else:
+            out.append({"role": m["role"], "content": content})
+    return out
+
+
+def _render(tokenizer, messages: list[dict], gen: bool = False) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+
+def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+    """(rendered text, [(start, end) character span of each assistant reply incl. end marker])."""
+    msgs = template_messages(messages)
+    text = _render(tokenizer, msgs)
+    spans = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        start = len(_render(tokenizer, msgs[:i], gen=True))
+        upto = _render(tokenizer, msgs[:i + 1])
+        if not text.startswith(upto) or not upto[start:].startswith(m["content"]):
+            raise ValueError("the chat template does not render prefixes consistently")
+        end = len(upto.rstrip("\n"))
+        spans.append((start, end))
+    return text, spans
+
+
+def tokenize(tokenizer, messages: list[dict]) -> dict:
+    """{"input_ids", "labels"}: labels equal input_ids on assistant spans, else IGNORE."""
+    text, spans = assistant_spans(tokenizer, messages)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, labels = enc["input_ids"], []
+    for tok, (a, b) in zip(ids, enc["offset_mapping"]):
+        inside = b > a and any(s <= a and b <= e for s, e in spans)
+        labels.append(tok if inside else IGNORE)
+    return {"input_ids": ids, "labels": labels}
+
+
+def _failed_ids(root, dataset: str) -> set[str]:
+    from storage import load_table
+
+    try:
+        v = load_table(dataset, "verdicts", root, columns=["record_id", "record_kind", "passed"]).to_pylist()
+    except Exception:  # no verdicts written for this dataset
+        return set()
+    return {r["record_id"] for r in v if r["record_kind"] == "trajectories" and not r["passed"]}
+
+
+def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[dict], dict]:
+    """Tokenized training examples from the dataset's trajectories, and counts of what was kept."""
+    from storage import load_table
+
+    rows = load_table(dataset, "trajectories", root).to_pylist()
+    failed = _failed_ids(root, dataset) if cfg.validated_only else set()
+    cases = {c.strip() for c in cfg.cases.split(",") if c.strip()}
+    counts: Counter = Counter(rows=len(rows))
+    out = []
+    for r in rows:
+        if r["id"] in failed:
+            counts["failed_validation"] += 1
+            continue
+        if cases and r["case"] not in cases:
+            counts["other_case"] += 1
+            continue
+        ex = tokenize(tokenizer, r["messages"])
+        if len(ex["input_ids"]) > cfg.max_len:
+            counts["too_long"] += 1
+            continue
+        out.append(ex)
+        if cfg.limit and len(out) >= cfg.limit:
+            break
+    counts["kept"] = len(out)
+    counts["trained_tokens"] = sum(sum(1 for x in e["labels"] if x != IGNORE) for e in out)
+    return out, dict(counts)
+
+
+def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(e["input_ids"]) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for r, e in enumerate(batch):
+        n = len(e["input_ids"])
+        ids[r, :n] = torch.tensor(e["input_ids"])
+        labels[r, :n] = torch.tensor(e["labels"])
+        mask[r, :n] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross entropy over the labelled (assistant) tokens."""
+    dev = next(model.parameters()).device
+    logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev)).logits
+    target = batch["labels"][:, 1:].to(dev)
+    return torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                                             target.reshape(-1), ignore_index=IGNORE)
+
+
+def make_step(pad_id: int):
+    """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"})."""
+
+    def step(model, examples: list[dict]):
+        batch = collate(examples, pad_id)
+        loss = sft_loss(model, batch)
+        return loss, {"tokens": int(batch["attention_mask"].sum()),
+                      "trained_tokens": int((batch["labels"] != IGNORE).sum())}
+
+    return step
+
+
+def save_final(model, tokenizer, run_dir: str | Path) -> Path:
+    """Save the trained model + tokenizer as a Hugging Face folder `run_dir/final` (atomic)."""
+    import os
+    import shutil
+    import tempfile
+
+    run_dir = Path(run_dir)
+    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".final.tmp-"))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "forgeplay-model.json").write_text(json.dumps({"trained_from": str(getattr(model, "name_or_path", ""))}))
+    final = run_dir / "final"
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final

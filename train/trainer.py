@@ -1,0 +1,235 @@
+"""A small plain-PyTorch training loop shared by SFT and GRPO: AdamW, warmup + decay schedule,
+gradient accumulation, gradient clipping, bf16 autocast on GPU, data-parallel gradient
+averaging when torch.distributed is initialised (gloo on CPU, nccl on GPU), metrics JSONL,
+and atomic checkpoints (train/checkpoint.py) with exact resume.
+
+    trainer = Trainer(model, TrainConfig(max_steps=100), run_dir, step_fn)
+    trainer.fit(examples)          # examples: any sequence; step_fn(model, list_of_examples)
+
+`step_fn(model, examples) -> (loss, stats)` computes the loss of one micro-batch. Each
+optimizer step consumes `batch_size * grad_accum` examples (per process; with N processes
+each takes every N-th example of the global batch). The data order is a permutation per
+epoch drawn from (seed, epoch), so the data position is just the count of examples
+consumed: a resumed run takes exactly the batches the uninterrupted run would have taken.
+Every step's record in `metrics.jsonl` lists the dataset indices it used (`batch`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from train import checkpoint
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and checkpointing settings (every field is a CLI option)."""
+
+    max_steps: int = field(default=100, metadata={"help": "optimizer steps to run in total"})
+    lr: float = field(default=1e-5, metadata={"help": "peak learning rate (AdamW)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps"})
+    schedule: str = field(default="cosine", metadata={"help": "after warmup: constant, linear or cosine decay"})
+    batch_size: int = field(default=4, metadata={"help": "examples per micro-batch (per process)"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order and of torch"})
+    checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
+    resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})
+    bf16: bool = field(default=True, metadata={"help": "bf16 autocast on GPU (ignored on CPU)"})
+
+
+def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        span = max(1, cfg.max_steps - cfg.warmup_steps)
+        frac = min(1.0, (step - cfg.warmup_steps) / span)
+        return 1.0 - frac if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
+
+    if cfg.schedule not in ("constant", "linear", "cosine"):
+        raise ValueError(f"schedule must be constant, linear or cosine, not {cfg.schedule!r}")
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without torch.distributed."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class Trainer:
+    """Runs `step_fn` over `examples` for `cfg.max_steps` optimizer steps (module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: TrainConfig, run_dir: str | Path,
+                 step_fn: Callable[[torch.nn.Module, list], tuple[torch.Tensor, dict]],
+                 on_step: Callable[[dict], None] | None = None) -> None:
+        if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.max_steps < 1:
+            raise ValueError("batch_size, grad_accum and max_steps must be >= 1")
+        self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
+        self.run_dir = Path(run_dir)
+        self.rank, self.world = dist_info()
+        torch.manual_seed(cfg.seed)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, cfg)
+        self.step = 0
+        self.consumed = 0  # examples of the global order consumed so far
+        self.device = next(model.parameters()).device
+
+    # ---- data order ------------------------------------------------------------------
+
+    def _order(self, n: int, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.cfg.seed, epoch]).permutation(n)
+
+    def next_indices(self, n: int) -> list[int]:
+        """Dataset indices of the next global batch; advances the data position."""
+        need, out = self.cfg.batch_size * self.cfg.grad_accum * self.world, []
+        while len(out) < need:
+            epoch, pos = divmod(self.consumed, n)
+            take = min(need - len(out), n - pos)
+            out += self._order(n, epoch)[pos:pos + take].tolist()
+            self.consumed += take
+        return out
+
+    # ---- checkpoints -------------------------------------------------------------------
+
+    def save(self) -> None:
+        if self.rank == 0:
+            checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, self.scheduler,
+                            {"consumed": self.consumed, "config": asdict(self.cfg)}, keep=self.cfg.keep_checkpoints)
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def try_resume(self) -> bool:
+        path = checkpoint.latest(self.run_dir)
+        if path is None:
+            return False
+        state = checkpoint.restore(path, self.model, self.optimizer, self.scheduler)
+        self.step, self.consumed = state["step"], state["consumed"]
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists() and self.rank == 0:  # drop records written after the checkpoint
+            keep = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
+            metrics.write_text("".join(ln + "\n" for ln in keep))
+        return True
+
+    # ---- loop --------------------------------------------------------------------------
+
+    def _sync_grads(self) -> None:
+        if self.world == 1:
+            return
+        for p in self.model.parameters():
+            if p.grad is not None:
+                torch.distributed.all_reduce(p.grad)
+                p.grad /= self.world
+
+    def train_step(self, examples: Sequence) -> dict:
+        """One optimizer step over the next global batch; returns its metrics record."""
+        started = time.perf_counter()
+        idx = self.next_indices(len(examples))
+        mine = idx[self.rank::self.world]
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        loss_sum = 0.0
+        bs = self.cfg.batch_size
+        use_bf16 = self.cfg.bf16 and self.device.type == "cuda"
+        for m in range(self.cfg.grad_accum):
+            micro = [examples[i] for i in mine[m * bs:(m + 1) * bs]]
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                loss, stats = self.step_fn(self.model, micro)
+            (loss / self.cfg.grad_accum).backward()
+            loss_sum += float(loss.detach()) / self.cfg.grad_accum
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+        self._sync_grads()
+        norm = 0.0
+        if self.cfg.max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        secs = time.perf_counter() - started
+        rec = {"step": self.step, "loss": loss_sum, "lr": lr, "grad_norm": norm, "seconds": secs, "batch": idx}
+        for k, v in totals.items():  # "tokens" and other counts are summed, the rest averaged
+            rec[k] = v if k.endswith("tokens") else v / self.cfg.grad_accum
+        if "tokens" in rec:
+            rec["tokens_per_s"] = rec["tokens"] / secs if secs else 0.0
+        return rec
+
+    def fit(self, examples: Sequence, progress: bool = True, stop_after: int | None = None) -> list[dict]:
+        """Train until `cfg.max_steps` (or `stop_after` steps in this call); resumes first when
+        `cfg.resume`. Returns this call's metrics records."""
+        if not len(examples):
+            raise ValueError("no training examples")
+        if self.cfg.resume:
+            self.try_resume()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=self.cfg.max_steps, initial=self.step, desc="train", unit="step",
+                   disable=not progress or self.rank != 0)
+        records, done = [], 0
+        while self.step < self.cfg.max_steps and (stop_after is None or done < stop_after):
+            rec = self.train_step(examples)
+            records.append(rec)
+            done += 1
+            if self.rank == 0:
+                with open(self.run_dir / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+            post = {"loss": f"{rec['loss']:.4f}"}
+            for k in ("reward", "tokens_per_s"):
+                if k in rec:
+                    post[k] = f"{rec[k]:.3g}"
+            bar.set_postfix(post)
+            bar.update(1)
+            if self.on_step:
+                self.on_step(rec)
+            every = self.cfg.checkpoint_every
+            if (every and self.step % every == 0) or self.step == self.cfg.max_steps:
+                self.save()
+        bar.close()
+        return records
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln] if path.exists() else []
+
+
+def plot_metrics(run_dir: str | Path, keys: Sequence[str] = ("loss",), out: str = "curves.png") -> Path | None:
+    """A PNG of the metric curves over steps (one panel per key present); None if no metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = read_metrics(run_dir)
+    keys = [k for k in keys if any(k in r for r in recs)]
+    if not recs or not keys:
+        return None
+    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.5 * len(keys)), squeeze=False)
+    for ax, k in zip(axes[:, 0], keys):
+        pts = [(r["step"], r[k]) for r in recs if k in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts])
+        ax.set_ylabel(k)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    path = Path(run_dir) / out
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path

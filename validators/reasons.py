@@ -1,0 +1,71 @@
+"""Every reason code a validator can give, with what it means (one table, so rejects are
+always explained). `describe(code)` looks one up; codes not listed here are a bug (a test
+checks that every code the validators emit is in this table).
+
+    python -m validators.reasons      # print the table
+"""
+
+from __future__ import annotations
+
+REASONS: dict[str, str] = {
+    # schema layer
+    "not_an_object": "the record is not a JSON object (bad JSON line, list, string, number ...)",
+    "schema_violation": "the record breaks its kind's JSON Schema (detail names the field)",
+    "unknown_kind": "the record kind has no schema",
+    # rules layer: structure
+    "no_messages": "the trajectory has no usable message list",
+    "role_order": "roles are out of order: system?, user, then assistant/tool turns, final assistant",
+    "empty_message": "a message has empty content",
+    "think_missing": "an assistant turn does not start with <think>...</think>",
+    "think_malformed": "an assistant turn has an unclosed or repeated <think> block",
+    "text_outside_calls": "a non-final assistant turn holds text besides tool calls after </think>",
+    "no_tool_calls": "a non-final assistant turn has no tool call",
+    "tool_call_bad_json": "a <tool_call> block is not valid JSON",
+    "tool_call_malformed": "a <tool_call> block is unclosed, unopened, not an object or lacks a name/arguments",
+    "tool_calls_mismatch": "the tool calls in the text differ from the structured tool_calls list",
+    "tool_message_mismatch": "tool messages do not answer the calls of the turn before (ids, names, count)",
+    "final_not_answer": "the final assistant turn has tool calls or is not the last message",
+    "answer_missing": "the final turn has no <answer>...</answer>",
+    "answer_multiple": "the final turn has more than one <answer>",
+    "answer_empty": "the final <answer> is empty or unclosed",
+    # rules layer: tools
+    "unknown_tool": "a call names a tool that is not offered",
+    "bad_tool_schema": "an offered tool's parameters are not a valid JSON Schema",
+    "arguments_invalid": "call arguments break the tool's JSON Schema and are not a flagged injected error",
+    "injected_error_not_an_error": "a call flagged as an injected argument error has valid arguments",
+    "injected_error_not_repaired": "an injected error is not corrected in the next assistant turn",
+    "repair_changed_tool": "an argument-error repair calls a different tool",
+    "repair_changed_other_arguments": "an argument-error repair changes the query instead of fixing the faulty argument",
+    "tool_not_needed": "an unflagged call uses a tool outside the trajectory's correct tools",
+    "route_mismatch": "the shape of the calls (rounds x calls per round) does not fit the route",
+    "unknown_route": "the route is not single, parallel, sequential or mixed",
+    "replay_mismatch": "replaying a call with the simulator does not reproduce the tool message",
+    "replay_failed": "a call cannot be replayed (missing replay keys or documents)",
+    "replay_skipped_no_corpus": "passed: no documents/tool bank available, replay not checked",
+    "wrong_answer": "the final answer does not match the gold answer or an alias after normalization",
+    "no_rules_for_kind": "passed: the rules layer has no checks for this record kind",
+    # judge layer
+    "judge_low_score": "the LLM judge scored a turn below the threshold",
+    "judge_unparseable": "the judge's output had no readable score (counted as a reject when strict)",
+    "judge_skipped_sample": "passed: record not in the judge sample",
+    # answerability layer
+    "not_answerable_with_context": "the model cannot answer from golden context mixed with distractors",
+    "answerable_without_context": "the model answers without any context (leakage or trivial question)",
+    "no_context": "passed: no golden documents to build a context from, only the no-context check ran",
+    # dataset layer
+    "exact_duplicate": "same normalized text as an earlier record",
+    "near_duplicate": "MinHash/Jaccard similarity to an earlier record above the threshold",
+    "heldout_overlap": "near or exact duplicate of a held-out evaluation item (contamination)",
+    # generic
+    "ok": "passed",
+    "check_crashed": "a check raised an unexpected error (detail has it); the record is rejected",
+}
+
+
+def describe(code: str | None) -> str:
+    return REASONS.get(code or "ok", "unknown reason code")
+
+
+if __name__ == "__main__":
+    for k, v in REASONS.items():
+        print(f"{k:32} {v}")

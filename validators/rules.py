@@ -1,0 +1,339 @@
+"""Layer 2: program rules over a trajectory, each a small check returning a Verdict.
+
+Checks, in order (the layer stops at the first failing check, since later checks read what
+earlier ones parsed): `structure` (role order, no empty message), `format` (every assistant
+turn starts with <think>; non-final turns hold only tool calls after </think>, mirrored in
+`tool_calls` and answered by the tool messages; the final turn has exactly one <answer>),
+`tools` (names offered; arguments fit the tool's JSON Schema unless flagged as an injected
+error that the next turn repairs, keeping the tool for argument errors; unflagged calls use
+correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
+`replay` (the simulator reproduces every tool message; skipped with a passing verdict when
+no corpus is known) and `answer` (normalized EM / token F1 against gold and aliases).
+
+    from validators.rules import check_trajectory, RuleContext
+    verdicts = check_trajectory(row, RuleContext())
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable
+
+import fastjsonschema
+
+from generators.answers import match
+from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
+from validators.verdict import Verdict, fail, ok
+
+LAYER = "rules"
+ROUTES = ("single", "parallel", "sequential", "mixed")
+_ROLE_CODE = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
+_ROLE_ORDER = re.compile(r"s?u(at+)*a")
+
+
+class Reject(Exception):
+    def __init__(self, reason: str, **detail):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+@dataclass
+class RuleContext:
+    """What the rules may need besides the record: a simulator factory for replay."""
+
+    simulator_for: Callable[[int], Any] | None = None  # seed -> Simulator, None = no corpus
+    answer_min_f1: float = 1.0
+    replay: bool = True
+    _replays: dict = field(default_factory=dict, repr=False)
+
+    def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:
+        ck = json.dumps([seed, name, args, key], sort_keys=True, default=str)
+        out = self._replays.get(ck)
+        if out is None:
+            sim = self.simulator_for(seed)
+            out = sim.call(name, args, golden_doc_ids=key.get("golden_doc_ids", ()), mode=key.get("mode", "good"),
+                           supporting=key.get("supporting", ()), answers=key.get("answers", ()))
+            if len(self._replays) > 200_000:
+                self._replays.clear()
+            self._replays[ck] = out
+        return out
+
+
+@dataclass
+class ToolSchema:
+    """A tool's parameters compiled once (fastjsonschema), with a readable error."""
+
+    check: Callable[[Any], Any]
+
+    def error(self, args: Any) -> str | None:
+        try:
+            self.check(args)
+            return None
+        except fastjsonschema.JsonSchemaValueException as e:
+            return str(e.message)[:200]
+
+
+@lru_cache(maxsize=4096)
+def tool_validator(parameters: str) -> ToolSchema | None:
+    """Compiled validator for a tool's parameters (JSON text), cached per schema string."""
+    try:
+        schema = json.loads(parameters) if parameters else {"type": "object"}
+        if not isinstance(schema, dict):
+            return None
+        schema.pop("$schema", None)
+        return ToolSchema(fastjsonschema.compile(schema))
+    except (ValueError, TypeError, fastjsonschema.JsonSchemaDefinitionException):
+        return None
+
+
+@dataclass
+class Call:
+    id: str | None
+    name: str
+    args: Any
+    flag: str | None
+    turn: int
+
+    @property
+    def query(self) -> str | None:
+        q = self.args.get("query") if isinstance(self.args, dict) else None
+        return q if isinstance(q, str) else None
+
+
+@dataclass
+class Parsed:
+    turns: list[list[Call]]  # one list per non-final assistant turn
+    tool_msgs: list[list[dict]]
+    answer: str
+
+
+# -- structure and format --------------------------------------------------------------------
+def _structure(row: dict) -> list[dict]:
+    msgs = row.get("messages")
+    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+        raise Reject("no_messages")
+    roles = "".join(_ROLE_CODE.get(m.get("role"), "?") for m in msgs)
+    if not _ROLE_ORDER.fullmatch(roles):
+        raise Reject("role_order", roles=roles)
+    for i, m in enumerate(msgs):
+        if not isinstance(m.get("content"), str) or not m["content"].strip():
+            raise Reject("empty_message", index=i, role=m.get("role"))
+    return msgs
+
+
+def _think(text: str, index: int) -> str:
+    if not text.lstrip().startswith("<think>"):
+        raise Reject("think_missing", index=index)
+    sp = split_think(text)
+    if sp.think is None or sp.error:
+        raise Reject("think_malformed", index=index, error=sp.error)
+    if not sp.think.strip():
+        raise Reject("think_missing", index=index, why="empty think")
+    return sp.rest
+
+
+def _format(msgs: list[dict]) -> Parsed:
+    turns, tool_msgs, i, n = [], [], 0, len(msgs)
+    while i < n and msgs[i]["role"] != "assistant":
+        i += 1
+    while i < n:
+        m = msgs[i]
+        rest = _think(m["content"], i)
+        j = i + 1
+        tools = []
+        while j < n and msgs[j]["role"] == "tool":
+            tools.append(msgs[j])
+            j += 1
+        if j >= n and not tools:  # final turn
+            if "<tool_call>" in rest or "</tool_call>" in rest or m.get("tool_calls"):
+                raise Reject("final_not_answer", index=i)
+            answer, err = extract_answer(rest)
+            if err:
+                raise Reject({"answer_unclosed": "answer_empty"}.get(err, err), index=i)
+            return Parsed(turns, tool_msgs, answer)
+        parsed = parse_tool_calls(rest)
+        if parsed.errors:
+            code = parsed.errors[0][0]
+            raise Reject("tool_call_bad_json" if code == "tool_call_bad_json" else "tool_call_malformed",
+                         index=i, error=code, raw=parsed.errors[0][1][:200])
+        if not parsed.calls:
+            raise Reject("no_tool_calls", index=i)
+        if parsed.content:
+            raise Reject("text_outside_calls", index=i, text=parsed.content[:200])
+        structured = m.get("tool_calls") or []
+        calls = []
+        if structured:
+            if len(structured) != len(parsed.calls):
+                raise Reject("tool_calls_mismatch", index=i, why="count")
+            for s, p in zip(structured, parsed.calls):
+                try:
+                    sargs = json.loads(s.get("arguments") or "{}")
+                except (TypeError, ValueError):
+                    raise Reject("tool_call_bad_json", index=i, why="structured arguments") from None
+                if s.get("name") != p["name"] or sargs != p["arguments"]:
+                    raise Reject("tool_calls_mismatch", index=i, name=p["name"])
+                calls.append(Call(s.get("id"), p["name"], p["arguments"], s.get("injected_error"), len(turns)))
+        else:
+            calls = [Call(None, p["name"], p["arguments"], None, len(turns)) for p in parsed.calls]
+        if len(tools) != len(calls):
+            raise Reject("tool_message_mismatch", index=i, calls=len(calls), tool_messages=len(tools))
+        for c, t in zip(calls, tools):
+            if (c.id is not None and t.get("tool_call_id") not in (None, c.id)) or \
+                    (t.get("name") not in (None, c.name)):
+                raise Reject("tool_message_mismatch", index=i, call=c.name)
+        turns.append(calls)
+        tool_msgs.append(tools)
+        i = j
+    raise Reject("final_not_answer", why="no final assistant turn")
+
+
+# -- tools and route ---------------------------------------------------------------------------
+def _repair_of(call: Call, nxt: list[Call]) -> Call | None:
+    if (call.flag or "").startswith("wrong_args"):
+        return next((c for c in nxt if c.name == call.name), None)
+    return next((c for c in nxt if c.name != call.name and
+                 ((c.query is not None and c.query == call.query) or (c.flag or "").startswith("wrong_args"))), None)
+
+
+def _tools(row: dict, p: Parsed) -> set[int]:
+    offered = {}
+    for t in row.get("tools") or []:
+        v = tool_validator(t.get("parameters") or "")
+        if v is None:
+            raise Reject("bad_tool_schema", tool=t.get("name"))
+        offered[t.get("name")] = v
+    correct = set(row.get("correct_tools") or [])
+    repairs: set[int] = set()
+    for ti, turn in enumerate(p.turns):
+        for c in turn:
+            if c.name not in offered:
+                raise Reject("unknown_tool", tool=c.name, turn=ti)
+            err = offered[c.name].error(c.args) if isinstance(c.args, dict) else "arguments are not an object"
+            valid = err is None
+            if c.flag:
+                if c.flag.startswith("wrong_args") and valid:
+                    raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
+                nxt = p.turns[ti + 1] if ti + 1 < len(p.turns) else []
+                rep = _repair_of(c, nxt)
+                if rep is None:
+                    if c.flag.startswith("wrong_args") and any(x.query and x.query == c.query for x in nxt):
+                        raise Reject("repair_changed_tool", tool=c.name)
+                    raise Reject("injected_error_not_repaired", tool=c.name, flag=c.flag, turn=ti)
+                if c.flag.startswith("wrong_args") and c.query is not None and rep.query != c.query:
+                    raise Reject("repair_changed_other_arguments", tool=c.name, before=c.query, after=rep.query)
+                repairs.add(id(rep))
+            elif not valid:
+                raise Reject("arguments_invalid", tool=c.name, turn=ti, error=err)
+            elif correct and c.name not in correct:
+                raise Reject("tool_not_needed", tool=c.name, turn=ti)
+    return repairs
+
+
+def route_shape(p: Parsed, repairs: set[int]) -> list[int]:
+    """Distinct queries per effective round: repairs and retries of a seen query fold into
+    the round before; flagged calls are not counted."""
+    rounds: list[set] = []
+    seen: set = set()
+    for turn in p.turns:
+        folds = all(id(c) in repairs or (c.query is not None and c.query in seen) for c in turn)
+        good = {c.query if c.query is not None else f"{c.name}:{json.dumps(c.args, sort_keys=True)}"
+                for c in turn if not c.flag}
+        if rounds and folds:
+            rounds[-1] |= good
+        else:
+            rounds.append(good)
+        seen |= {c.query for c in turn if c.query is not None}
+    return [len(r) for r in rounds if r]
+
+
+def _route(row: dict, p: Parsed, repairs: set[int]) -> list[int]:
+    route = row.get("route")
+    sizes = route_shape(p, repairs)
+    fits = {"single": sizes == [1], "parallel": len(sizes) == 1 and sizes[0] >= 2,
+            "sequential": len(sizes) >= 2 and max(sizes) == 1,
+            "mixed": len(sizes) >= 2 and max(sizes) >= 2}
+    if route not in fits:
+        raise Reject("unknown_route", route=route)
+    if row.get("case") == "early_stop" and sizes:  # a skipped hop may shorten the route
+        fits = {"single": sizes == [1], "parallel": len(sizes) == 1, "sequential": max(sizes) == 1, "mixed": True}
+    if not fits[route]:
+        raise Reject("route_mismatch", route=route, shape=sizes)
+    return sizes
+
+
+def _meta(row: dict) -> dict:
+    try:
+        m = json.loads(row.get("meta") or "{}")
+        return m if isinstance(m, dict) else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _replay(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
+    if not ctx.replay or ctx.simulator_for is None:
+        return ok(LAYER, "replay", reason="replay_skipped_no_corpus")
+    calls_meta = meta.get("calls") or {}
+    seed = meta.get("seed")
+    n = 0
+    for calls, tools in zip(p.turns, p.tool_msgs):
+        for c, t in zip(calls, tools):
+            key = calls_meta.get(c.id) if c.id else None
+            if key is None or seed is None:
+                return fail(LAYER, "replay", "replay_failed", detail={"call": c.id, "why": "no replay key"})
+            try:
+                out = ctx.replay_call(int(seed), c.name, c.args, key)
+            except (ValueError, KeyError, TypeError) as e:
+                return fail(LAYER, "replay", "replay_failed", detail={"call": c.id, "why": str(e)[:200]})
+            if out != t["content"]:
+                return fail(LAYER, "replay", "replay_mismatch", detail={"call": c.id, "tool": c.name})
+            n += 1
+    return ok(LAYER, "replay", detail={"calls": n})
+
+
+def _answer(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
+    aliases = [a for a in (meta.get("aliases") or row.get("aliases") or []) if isinstance(a, str)]
+    m = match(p.answer, str(row.get("answer") or ""), aliases)
+    detail = {"em": m.em, "f1": round(m.f1, 4), "matched": m.matched, "prediction": p.answer[:200]}
+    if m.em or m.f1 >= ctx.answer_min_f1:
+        return ok(LAYER, "answer", score=m.f1, detail=detail)
+    return fail(LAYER, "answer", "wrong_answer", score=m.f1, detail=detail)
+
+
+def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]:
+    """Verdicts of the rule checks, ending at the first failing one."""
+    ctx = ctx or RuleContext()
+    out: list[Verdict] = []
+    stage = "structure"
+    try:
+        msgs = _structure(row)
+        out.append(ok(LAYER, "structure"))
+        stage = "format"
+        p = _format(msgs)
+        out.append(ok(LAYER, "format", detail={"turns": len(p.turns)}))
+        stage = "tools"
+        repairs = _tools(row, p)
+        out.append(ok(LAYER, "tools"))
+        stage = "route"
+        sizes = _route(row, p, repairs)
+        out.append(ok(LAYER, "route", detail={"shape": sizes}))
+        meta = _meta(row)
+        stage = "replay"
+        out.append(_replay(row, p, ctx, meta))
+        if not out[-1].passed:
+            return out
+        stage = "answer"
+        out.append(_answer(row, p, ctx, meta))
+    except Reject as r:
+        out.append(fail(LAYER, stage, r.reason, detail=r.detail or None))
+    except Exception as e:  # data is data: never crash on a record
+        out.append(fail(LAYER, stage, "check_crashed", detail={"error": f"{type(e).__name__}: {e}"[:300]}))
+    return out
+
+
+def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[Verdict]:
+    if kind == "trajectories":
+        return check_trajectory(row, ctx)
+    return [ok(LAYER, "rules", reason="no_rules_for_kind")]

@@ -1,0 +1,38 @@
+"""The verdict one check gives about one record, and its `verdicts` row form.
+
+    Verdict("rules", "answer", False, "wrong_answer", score=0.4, detail={"em": False})
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYERS = ("schema", "rules", "judge", "answerability", "dataset")
+
+
+@dataclass
+class Verdict:
+    layer: str
+    check: str
+    passed: bool
+    reason: str | None = None
+    score: float | None = None
+    detail: Any = field(default=None)
+
+    def row(self, record_id: str, record_kind: str) -> dict:
+        detail = self.detail
+        if detail is not None and not isinstance(detail, str):
+            detail = json.dumps(detail, ensure_ascii=False, sort_keys=True, default=str)
+        return {"record_id": record_id, "record_kind": record_kind, "layer": self.layer, "check": self.check,
+                "passed": bool(self.passed), "reason": self.reason if self.reason else ("ok" if self.passed else None),
+                "score": None if self.score is None else float(self.score), "detail": detail}
+
+
+def ok(layer: str, check: str, **kw) -> Verdict:
+    return Verdict(layer, check, True, kw.pop("reason", "ok"), **kw)
+
+
+def fail(layer: str, check: str, reason: str, **kw) -> Verdict:
+    return Verdict(layer, check, False, reason, **kw)
