@@ -12,7 +12,7 @@ DATA ?= data
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup run test test-fast bench vllm-env clean
+.PHONY: setup run test test-fast bench bench-vllm vllm-env clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/bench_storage.py
+	$(PY) benchmarks/bench_world.py --sizes 2000,10000
+	$(PY) benchmarks/bench_simulator.py
+	$(PY) benchmarks/bench_generate.py
+	$(PY) benchmarks/bench_synthesis.py
+
+bench-vllm: vllm-env
+	.venv-vllm/bin/python benchmarks/bench_vllm.py
 
 vllm-env:
 	bash .ci/vllm_env.sh .venv-vllm

@@ -91,7 +91,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
             return fn(*built, data_root=data_root)
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        command.__doc__ = help or fn.__doc__
+        command.__doc__ = " ".join((help or fn.__doc__ or "").split())  # one paragraph in --help
         command.__name__ = fn.__name__
         app.command(name)(command)
         return fn

@@ -32,10 +32,10 @@ def load_task(root: str, dataset: str):
 
 
 @task(name="build-tool-bank", cache_policy=NONE, retries=1)
-def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict):
+def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, backend=None):
     from generators.tools.bank import generate_bank
 
-    build = generate_bank(seed=seed, variants_per_tool=variants)
+    build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend)
     write_rows(root, dataset, "tools", run_id, build.tools, lineage=lineage)
     return build.tools, build.reasons()
 
@@ -67,7 +67,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     be = make_backend(bcfg)
     lineage = {"model": str(getattr(be, "model", bcfg.model)), "backend": bcfg.backend,
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
-    tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage)
+    tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
+                                    be if cfg.llm_variants else None)
     stages.append({"stage": "tool bank", "rows_out": len(tools), "seconds": time.perf_counter() - t,
                    "notes": ", ".join(f"{k}={v}" for k, v in gate_reasons.items())})
 

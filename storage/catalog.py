@@ -5,6 +5,7 @@ named `<dataset>_<kind>` (non-identifier characters become `_`), over the shards
 manifest lists (`read_parquet(..., union_by_name=true)`, so schema versions mix). Shards
 that are missing, have the wrong size, or were found corrupt by the last `verify` are left
 out of the views and listed in `Catalog.problems`, so one bad file never breaks a query.
+A dataset with verdicts also gets `<dataset>_funnel` (storage/funnel.py).
 
 `verify(root)` recomputes every shard's sha256 against the manifest and reports missing,
 truncated or corrupted shards by path; it records them in `<dataset>/_quarantine.json`
@@ -24,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from storage import manifest
+from storage.funnel import funnel_sql
 from storage.shards import _sha256
 
 QUARANTINE = "_quarantine.json"
@@ -91,6 +93,10 @@ class Catalog:
             self.con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT * FROM '
                              f"read_parquet({file_list}, union_by_name=true, hive_partitioning=false)")
             self.views[name] = files
+            if kind == "verdicts":  # rows in, rejected per layer and reason, rows out
+                funnel = view_name(ds, "funnel")
+                self.con.execute(f'CREATE OR REPLACE VIEW "{funnel}" AS ' + funnel_sql(ds, view=name))
+                self.views[funnel] = files
 
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
         """Run a query; raises a duckdb error with DuckDB's message on bad SQL."""

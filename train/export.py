@@ -66,17 +66,6 @@ SFT_SCHEMA = pa.schema([("messages", CHAT), ("id", pa.string()), ("route", pa.st
 
 
 @dataclass
-class ExportConfig:
-    """What to export and how to split it."""
-
-    dataset: str = field(metadata={"help": "Dataset to export."})
-    out: Path = field(metadata={"help": "Output folder (created)."})
-    kinds: tuple[str, ...] = field(default=KINDS, metadata={"help": "Source kinds: triples, tasks, trajectories."})
-    test_fraction: float = field(default=0.05, metadata={"help": "Share of rows (by id hash) in the test split."})
-    skip_rejected: bool = field(default=True, metadata={"help": "Leave out records with a failed verdict."})
-
-
-@dataclass
 class Item:
     """One source record, reduced to what every exporter needs."""
 

@@ -37,7 +37,7 @@ class SFTConfig:
     data: str = field(default="", metadata={"help": "dataset whose trajectories to train on"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
     out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
-    max_len: int = field(default=2048, metadata={"help": "drop conversations longer than this many tokens"})
+    max_len: int = field(default=8192, metadata={"help": "drop conversations longer than this many tokens"})
     validated_only: bool = field(default=True, metadata={"help": "when the dataset has verdicts, skip trajectories that failed any"})
     cases: str = field(default="", metadata={"help": "comma-separated cases to keep (empty = all)"})
     limit: int = field(default=0, metadata={"help": "use at most this many trajectories (0 = all)"})

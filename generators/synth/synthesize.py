@@ -36,6 +36,7 @@ class SynthConfig:
     route_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_ROUTE_MIX.items()),
                            metadata={"help": "target weights of routes when picking triples"})
     variants_per_tool: int = field(default=3, metadata={"help": "paraphrased variants per base tool (dual-gated)"})
+    llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
     distractors_min: int = field(default=3, metadata={"help": "fewest distractor tools offered per sample"})
     distractors_max: int = field(default=8, metadata={"help": "most distractor tools offered per sample"})
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})

@@ -21,7 +21,11 @@ def traj_root(tmp_path_factory):
     write(WorldConfig(seed=3, entities=200), root, "w")
     s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=12, seed=2), build_bank(seed=3, variants_per_tool=1))
     rows, _ = s.trajectories(s.plans(), ScriptedBackend(), "run")
-    write_rows(root, "w", "trajectories", "run", rows)
+    # the real system prompt lists every tool (~4k tokens a conversation); a short one keeps
+    # the tiny-model training test cheap
+    short = [{**r, "messages": [{**r["messages"][0], "content": "Answer with the tools."}] + r["messages"][1:]}
+             for r in rows]
+    write_rows(root, "w", "trajectories", "run", short)
     return root, rows
 
 
@@ -61,13 +65,30 @@ def test_template_messages_tool_as_user_turn():
 def test_few_sft_steps_lower_loss_on_assistant_tokens(traj_root, tiny_llama_dir, tmp_path):
     root, _ = traj_root
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
-    examples, counts = load_examples(root, "w", tok, SFTConfig(data="w", max_len=1400, limit=4))
+    examples, counts = load_examples(root, "w", tok, SFTConfig(data="w", max_len=2048, limit=2))
     assert counts["kept"] == len(examples) > 0 and counts["trained_tokens"] > 50
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     step = make_step(tok.pad_token_id)
-    t = Trainer(model, TrainConfig(max_steps=6, lr=3e-3, batch_size=2, schedule="constant", checkpoint_every=0),
+    t = Trainer(model, TrainConfig(max_steps=4, lr=3e-3, batch_size=1, schedule="constant", checkpoint_every=0),
                 tmp_path, step)
     recs = t.fit(examples, progress=False)
     assert recs[-1]["loss"] < recs[0]["loss"]
     assert all(r["trained_tokens"] < r["tokens"] for r in recs)
+
+
+def test_sft_flow_writes_metrics_curves_model_and_resumes(traj_root, tiny_llama_dir, tmp_path):
+    """The Prefect flow end to end on the tiny model; a second call with resume=True and a
+    higher max_steps continues from the checkpoint instead of starting over."""
+    from flows.train import run_sft
+    from train.sft import SFTConfig
+    from train.trainer import read_metrics
+
+    root, _ = traj_root
+    out = tmp_path / "run"
+    sft = SFTConfig(data="w", model=str(tiny_llama_dir), out=str(out), max_len=2048, limit=2)
+    s1 = run_sft(sft, TrainConfig(max_steps=1, batch_size=1, lr=1e-3), root, progress=False)
+    assert s1["steps"] == 1 and (out / "curves.png").exists() and (out / "final" / "config.json").exists()
+    s2 = run_sft(sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True), root, progress=False)
+    assert [r["step"] for r in read_metrics(out)] == [1, 2] and s2["steps"] == 2
+    assert (out / "checkpoints" / "latest").read_text() == "step-00000002"

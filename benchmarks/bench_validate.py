@@ -1,0 +1,63 @@
+"""Benchmark the schema + rule layers (records/s, one process and a process pool) on N
+trajectories made by replicating synthesized ones with new ids; replay is off (no corpus).
+
+    .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import json
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+
+def _work(rows: list[dict]) -> int:
+    from validators.rules import RuleContext, check_trajectory
+    from validators.schema_layer import check_schema
+
+    ctx, n = RuleContext(replay=False), 0
+    for r in rows:
+        if check_schema(r, "trajectories").passed and check_trajectory(r, ctx)[-1].passed:
+            n += 1
+    return n
+
+
+def make_rows(n: int) -> list[dict]:
+    from generators.corpus.build import WorldConfig, write
+    from generators.synth.synthesize import Session, SynthConfig, load_inputs
+    from generators.tools.bank import build_bank
+    from tests.generators.test_synthesis import ScriptedBackend
+
+    root = tempfile.mkdtemp()
+    write(WorldConfig(seed=3, entities=300), root, "w")
+    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=200), build_bank(seed=3, variants_per_tool=1))
+    base, _ = s.trajectories(s.plans(), ScriptedBackend(), "run")
+    return [dict(base[i % len(base)], id=f"r{i}", traj_id=f"t{i}") for i in range(n)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=int, default=100_000, help="trajectories to validate")
+    ap.add_argument("--workers", type=int, default=2, help="processes in the pool run")
+    a = ap.parse_args()
+    rows = make_rows(a.n)
+    t = time.perf_counter()
+    passed = _work(rows)
+    one = a.n / (time.perf_counter() - t)
+    parts = [rows[i::a.workers] for i in range(a.workers)]
+    t = time.perf_counter()
+    with ProcessPoolExecutor(a.workers) as ex:
+        passed_pool = sum(ex.map(_work, parts))
+    pool = a.n / (time.perf_counter() - t)
+    print(json.dumps({"n": a.n, "passed": passed, "passed_pool": passed_pool, "records_per_s_one_process": round(one),
+                      "records_per_s_pool": round(pool), "workers": a.workers}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""`forgeplay train sft|grpo`: the training flows from the command line (flows/train.py).
+Options come from the config dataclasses (SFTConfig or GRPOConfig, and TrainConfig)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from flows.configcli import config_command
+from train.trainer import TrainConfig
+
+err = Console(stderr=True)
+
+
+def _report(summary: dict) -> None:
+    c = Console()
+    first, last = summary.get("first") or {}, summary.get("last") or {}
+    c.print(f"[bold]{summary['steps']} steps[/bold] in {summary['run_dir']}; "
+            f"loss {first.get('loss', float('nan')):.4f} -> {last.get('loss', float('nan')):.4f}"
+            + (f", reward {first['reward']:.3f} -> {last['reward']:.3f}" if "reward" in last else ""))
+    c.print(f"model: {summary['final_model']}  curves: {summary['curves']}  data: {summary['counts']}")
+
+
+def register(app: typer.Typer) -> None:
+    from train.grpo import GRPOConfig
+    from train.sft import SFTConfig
+
+    train_app = typer.Typer(help="Train models: supervised fine-tuning and GRPO (Prefect flows).",
+                            no_args_is_help=True)
+    app.add_typer(train_app, name="train")
+
+    @config_command(train_app, "sft", SFTConfig, TrainConfig)
+    def sft(sft: SFTConfig, train: TrainConfig, data_root=None) -> None:
+        """Fine-tune a model on a dataset's validated trajectories (loss on assistant tokens
+        only, rendered with the model's chat template). Writes checkpoints, metrics.jsonl,
+        curves.png and the trained model (OUT/final); --resume continues after a kill."""
+        from flows.train import run_sft
+
+        try:
+            summary = run_sft(sft, train, data_root)
+        except (ValueError, KeyError, FileNotFoundError) as e:
+            err.print(f"[red]train sft failed:[/red] {e}")
+            raise typer.Exit(2)
+        _report(summary)
+
+    @config_command(train_app, "grpo", GRPOConfig, TrainConfig)
+    def grpo(grpo: GRPOConfig, train: TrainConfig, data_root=None) -> None:
+        """GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
+        virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final
+        <answer> plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and
+        OUT/final; --resume continues after a kill."""
+        from flows.train import run_grpo
+
+        try:
+            summary = run_grpo(grpo, train, data_root)
+        except (ValueError, KeyError, FileNotFoundError) as e:
+            err.print(f"[red]train grpo failed:[/red] {e}")
+            raise typer.Exit(2)
+        _report(summary)

@@ -1,0 +1,45 @@
+"""`forgeplay validate`: multi-layer validation (schema, rules, judge, answerability, dedup)
+as a Prefect flow. Options come from ValidateConfig and BackendConfig (the judge model)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.configcli import config_command
+from generators.llm.registry import BackendConfig
+from validators.runner import ValidateConfig
+
+err = Console(stderr=True)
+
+
+def funnel_table(summary: dict) -> Table:
+    t = Table(title=f"validate {summary['run_id']}: {summary['rows_in']} in, {summary['rows_out']} accepted "
+                    f"-> {summary['accepted_dataset']}/{summary['kind']}")
+    for c in ("layer", "check", "reason", "rejected", "rows in", "rows out"):
+        t.add_column(c, justify="right" if c in ("rejected", "rows in", "rows out") else "left")
+    for f in summary["funnel"]:
+        t.add_row(f["layer"], f["check"] or "", f["reason"] or "-", str(f["rejected"]), str(f["rows_in"]), str(f["rows_out"]))
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @config_command(app, "validate", ValidateConfig, BackendConfig)
+    def validate(cfg: ValidateConfig, backend: BackendConfig, data_root=None) -> None:
+        """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,
+        answerability and dedup layers; writes `verdicts` (every check, with a reason code)
+        and the accepted records to <dataset>_valid (or --out), and prints the funnel.
+        `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""
+        from flows.validate import run
+
+        try:
+            cfg.layer_list()
+            summary = run(cfg, backend, data_root)
+        except (ValueError, KeyError) as e:
+            err.print(f"[red]validate failed:[/red] {e}")
+            raise typer.Exit(2)
+        console = Console()
+        console.print(funnel_table(summary))
+        console.print(f"{summary['seconds']:.1f}s, {summary['records_per_s']:.0f} records/s; "
+                      f"{summary['skipped_committed']} already validated in this run")

@@ -1,0 +1,113 @@
+"""Multi-turn rollouts over the real simulator and real tokenizer/scoring of a tiny model;
+the policy's text is scripted (a random model writes no tool calls), so the turn loop, the
+policy/tool mask, the logprobs and the reward are what is tested. GRPO steps run with real
+sampling from the tiny model."""
+
+import json
+
+import pytest
+import torch
+
+from generators.corpus.build import WorldConfig, write
+from generators.llm.base import Completion
+from generators.llm.transformers_backend import TransformersBackend
+from generators.tools.bank import build_bank
+from generators.tools.simulator import Simulator
+from storage import load_table
+from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
+from train.grpo import GRPOConfig, build_session, make_prompts
+from train.rollout import RolloutConfig, rollout
+from train.trainer import Trainer, TrainConfig
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write(WorldConfig(seed=3, entities=120), root, "w")
+    return root, load_table("w", "triples", root).to_pylist(), load_table("w", "documents", root).to_pylist()
+
+
+class Scripted(TransformersBackend):
+    """The tiny model's tokenizer and scoring; the text of each turn comes from a script."""
+
+    def __init__(self, path, script):
+        super().__init__(path)
+        self.script, self.turn = script, 0
+
+    def generate(self, requests, progress=False):
+        text = self.script[min(self.turn, len(self.script) - 1)]
+        self.turn += 1
+        out = []
+        for k, r in enumerate(requests):
+            full = text[k % len(text)] if isinstance(text, list) else text
+            # like the real backend: the text is cut before the stop string
+            cut = min((full.find(s) for s in r.stop if s in full), default=len(full))
+            out.append([Completion(text=full[:cut], token_ids=self.tokenizer(full)["input_ids"])])
+        return out
+
+
+def test_multi_turn_rollout_mask_logprobs_reward(world, tiny_llama_dir):
+    root, triples, docs = world
+    tools = build_bank(seed=0, variants_per_tool=1)
+    tri = triples[0]
+    name = tools[0]["name"]
+    call = f'<think>search</think>\n<tool_call>\n{json.dumps({"name": name, "arguments": {"query": tri["question"]}})}\n</tool_call>'
+    final = f"<think>found it</think>\n<answer>{tri['answer']}</answer>"
+    be = Scripted(tiny_llama_dir, [call, final])
+    sim = Simulator(docs, seed=0, tools=tools)
+    [r] = rollout(be, sim, make_prompts([tri], tools), RolloutConfig(max_turns=4))
+    roles = [m["role"] for m in r.messages]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    assert r.messages[2]["content"] == call and r.messages[4]["content"] == final
+    # the tool message is exactly what the simulator returns for that call (replayable)
+    assert r.messages[3]["content"] == sim.call(name, {"query": tri["question"]}, golden_doc_ids=tri["golden_doc_ids"])
+    assert r.stats["calls"] == 1 and r.stats["finish"] == "answer" and r.stats["em"] == 1.0
+    assert r.reward == pytest.approx(1.1)
+    # the mask covers exactly the two policy replies (+ end markers), not tool output
+    tok = be.tokenizer
+    runs, cur = [], []
+    for t, m in zip(r.token_ids, r.mask):
+        if m:
+            cur.append(t)
+        elif cur:
+            runs.append(tok.decode(cur))
+            cur = []
+    runs += [tok.decode(cur)] if cur else []
+    assert runs == [call + "<|im_end|>", final + "<|im_end|>"]
+    # logprobs: the policy's teacher-forced values on policy tokens, 0 elsewhere
+    assert len(r.logprobs) == len(r.token_ids)
+    assert all(lp == 0.0 for lp, m in zip(r.logprobs, r.mask) if not m)
+    assert all(lp < 0.0 for lp, m in zip(r.logprobs, r.mask) if m)
+    first = r.mask.index(1)
+    direct = be.score(r.token_ids[:first], r.token_ids[first:first + 5])
+    assert r.logprobs[first:first + 5] == pytest.approx(direct, abs=1e-4)
+
+
+def test_wrong_answer_and_no_call_get_low_reward(world, tiny_llama_dir):
+    _, triples, docs = world
+    tools = build_bank(seed=0, variants_per_tool=1)
+    be = Scripted(tiny_llama_dir, ["I do not know."])
+    [r] = rollout(be, Simulator(docs, seed=0, tools=tools), make_prompts(triples[:1], tools), RolloutConfig())
+    assert r.stats["finish"] == "no_call" and r.reward == 0.0 and len(r.messages) == 3
+
+
+def test_grpo_steps_on_tiny_model(world, tiny_llama_dir, tmp_path):
+    """Real GRPO update: group advantages from varied rewards, clipped surrogate on policy
+    tokens, KL to the frozen start model. A group whose rewards are all equal (what a random
+    model earns) has zero advantage, so the script gives one right and one wrong answer."""
+    from transformers import AutoModelForCausalLM
+
+    root, triples, _ = world
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    cfg = GRPOConfig(data="w", group_size=2, limit=1, max_turns=2, max_new_tokens=8, kl_coef=0.05)
+    session = build_session(root, cfg, tiny_llama_dir, model)
+    gold = triples[0]["answer"]
+    session.backend = Scripted(tiny_llama_dir, [[f"<think>x</think><answer>{gold}</answer>",
+                                                 "<think>x</think><answer>nobody</answer>"]])
+    before = [p.detach().clone() for p in model.parameters()]
+    recs = Trainer(model, TrainConfig(max_steps=1, batch_size=1, lr=1e-3, checkpoint_every=0), tmp_path,
+                   session.step).fit(session.prompts, progress=False)
+    assert torch.isfinite(torch.tensor(recs[0]["loss"])) and recs[0]["tokens"] > 0
+    assert recs[0]["reward"] == pytest.approx((1.1 + 0.1) / 2)  # wrong answer: format bonus only
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert session.backend.lm is model

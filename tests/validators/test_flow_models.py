@@ -1,0 +1,124 @@
+"""The validate flow end to end (verdicts, accepted shards, funnel, kill + rerun without
+duplicates, user file input, CLI), and the judge/answerability layers with real models
+through the backend protocol (tiny random Llama; the embedded model in the slow test)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flows.validate as fv
+from generators.llm.registry import BackendConfig, make_backend
+from storage import Catalog, load_table
+from storage.funnel import funnel_sql
+from validators.runner import ValidateConfig, Validator
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_flow_kill_rerun_input_file_and_funnel(world, tmp_path, monkeypatch):
+    root, rows, _, _ = world
+    cfg = ValidateConfig(dataset="w", chunk=15, run_id="v1")
+    real = fv.ShardWriter
+    state = {"n": 0}
+
+    class Dying(real):  # the process "dies" after the 2nd chunk's accepted commit, before its verdicts
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            if self.kind == "verdicts":
+                state["n"] += 1
+                if state["n"] == 2:
+                    raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(fv, "ShardWriter", Dying)
+    with pytest.raises(BaseException):
+        fv.run(cfg, data_root=root, progress=False)
+    monkeypatch.setattr(fv, "ShardWriter", real)
+    s = fv.run(cfg, data_root=root, progress=False)
+    assert s["skipped_committed"] == 15 and s["rows_in"] == 40
+    ver = load_table("w", "verdicts", root, run_id="v1").to_pylist()
+    acc = load_table("w_valid", "trajectories", root, run_id="v1").column("id").to_pylist()
+    assert len(acc) == len(set(acc)) == s["rows_out"]
+    assert len({r["record_id"] for r in ver}) == 40
+    keys = [(r["record_id"], r["layer"], r["check"]) for r in ver]
+    assert len(keys) == len(set(keys))
+    assert set(acc) == {r["id"] for r in rows} - {r["record_id"] for r in ver if not r["passed"]}
+    assert 30 <= len(acc) <= 40  # clean synthesized data mostly survives (dedup may drop repeats)
+    with Catalog(root) as cat:
+        funnel = cat.rows(funnel_sql("w"))
+        assert {f[0] for f in funnel} == {"schema", "rules", "dataset"}
+        assert sorted(cat.rows("SELECT * FROM w_funnel")) == sorted(funnel)  # the catalog's view
+        assert cat.scalar("SELECT count(*) FROM w_verdicts WHERE layer='rules' AND \"check\"='answer' AND passed") == 40
+
+    # a user file: one good record, one corrupted, one non-JSON line
+    bad = dict(rows[0], answer="definitely wrong")
+    f = tmp_path / "in.jsonl"
+    f.write_text(json.dumps(rows[1]) + "\n" + json.dumps(bad) + "\nnot json at all\n")
+    out = fv.run(ValidateConfig(input=str(f), out="theirs"), data_root=root, progress=False)
+    reasons = {r["reason"] for r in load_table("theirs", "verdicts", root).to_pylist() if not r["passed"]}
+    assert reasons == {"wrong_answer", "not_an_object"} and out["rows_out"] == 1
+    ok_rules = [r for r in load_table("theirs", "verdicts", root).to_pylist() if r["check"] == "replay"]
+    assert ok_rules and ok_rules[0]["reason"] == "replay_skipped_no_corpus"
+
+
+class Scripted:
+    """Stands in for the judge model: scores by a rule on the prompt."""
+
+    name, model = "scripted", "scripted-judge"
+
+    def generate(self, requests, progress=False):
+        from generators.llm.base import Completion
+
+        return [[Completion(text="SCORE: 2 bad" if "Quentin" in r.messages[0]["content"] else "SCORE: 9 fine")]
+                for r in requests]
+
+    def close(self):
+        pass
+
+
+def test_judge_and_answerability_layers(world, tiny_llama_dir):
+    _, rows, docs, _ = world
+    import copy
+
+    bad = copy.deepcopy(rows[0])
+    bad["messages"][-1]["content"] = "<think>x</think><answer>Quentin</answer>"
+    v = Validator(ValidateConfig(layers="judge"), "trajectories", backend=Scripted())
+    out, acc = v.process([("a", rows[0]), ("b", bad)])
+    by = {r["record_id"]: r for r in out}
+    assert by["a"]["passed"] and by["b"]["reason"] == "judge_low_score"
+    assert json.loads(by["b"]["detail"])["model"] == "scripted-judge" and [a["id"] for a in acc] == ["a"]
+
+    be = make_backend(BackendConfig(model=str(tiny_llama_dir)))
+    documents = {d["doc_id"]: (d["title"], d["text"]) for d in docs}
+    v = Validator(ValidateConfig(layers="judge,answerability", all_layers=True, judge_max_tokens=6),
+                  "trajectories", backend=be, documents=documents)
+    out, _ = v.process([(r["id"], r) for r in rows[:2]])
+    assert {(r["layer"], r["record_id"]) for r in out} == {(l, r["id"]) for l in ("judge", "answerability") for r in rows[:2]}
+    assert be.usage.requests > 0 and be.usage.completion_tokens > 0
+    assert all(r["reason"] in ("judge_unparseable", "judge_low_score", "ok", "not_answerable_with_context",
+                               "answerable_without_context") for r in out)
+
+
+def test_cli_validate_prints_funnel_and_rejects_bad_layer(world, tmp_path):
+    root, _, _, _ = world
+    env = {**os.environ, "FORGEPLAY_DATA": str(root)}
+    bad = subprocess.run([sys.executable, "-c", "from flows.cli import app; from flows import cli_validate; "
+                          "cli_validate.register(app); app()", "validate", "--dataset", "w", "--layers", "nope"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "unknown layer" in bad.stderr
+
+
+@pytest.mark.slow
+def test_answerability_with_the_embedded_model(world, embedded_dir):
+    _, rows, docs, _ = world
+    be = make_backend(BackendConfig(model=str(embedded_dir)))
+    documents = {d["doc_id"]: (d["title"], d["text"]) for d in docs}
+    v = Validator(ValidateConfig(layers="judge,answerability", all_layers=True), "trajectories",
+                  backend=be, documents=documents)
+    out, _ = v.process([(r["id"], r) for r in rows[:3]])
+    assert len([r for r in out if r["layer"] == "answerability"]) == 3
+    assert all(json.loads(r["detail"])["model"] for r in out)
+    assert be.usage.completion_tokens > 0

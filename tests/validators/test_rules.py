@@ -1,0 +1,189 @@
+"""Schema + rule layers: every clean synthesized trajectory passes; 45 corrupted copies are
+each rejected with the expected reason code (real parser, real simulator replay)."""
+
+import copy
+import json
+
+import pytest
+
+from validators.reasons import REASONS
+from validators.rules import check_trajectory
+from validators.schema_layer import check_schema
+
+
+def first_fail(row, ctx):
+    v = check_schema(row, "trajectories")
+    if not v.passed:
+        return v
+    vs = check_trajectory(row, ctx)
+    return next((x for x in vs if not x.passed), None)
+
+
+def test_every_clean_trajectory_passes_schema_and_rules(world, rule_ctx):
+    _, rows, _, _ = world
+    assert len(rows) == 40 and {r["case"] for r in rows} >= {"clean", "wrong_args", "wrong_tool"}
+    for r in rows:
+        assert first_fail(r, rule_ctx) is None, (r["route"], r["case"], first_fail(r, rule_ctx))
+        vs = check_trajectory(r, rule_ctx)
+        assert [v.check for v in vs] == ["structure", "format", "tools", "route", "replay", "answer"]
+        assert vs[4].reason == "ok" and vs[4].detail["calls"] >= 1  # really replayed
+        assert vs[5].detail["em"] is True
+
+
+# -- helpers that corrupt a copy --------------------------------------------------------------
+def assistant_idx(row, k=0):
+    return [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"][k]
+
+
+def tool_idx(row, k=0):
+    return [i for i, m in enumerate(row["messages"]) if m["role"] == "tool"][k]
+
+
+def rewrite(msg, calls):
+    think = msg["content"].split("</think>")[0] + "</think>"
+    blocks = "\n".join("<tool_call>\n" + json.dumps({"name": c["name"], "arguments": json.loads(c["arguments"])})
+                       + "\n</tool_call>" for c in calls)
+    msg["content"], msg["tool_calls"] = think + "\n" + blocks, calls
+
+
+def set_args(row, fn, k=0):
+    m = row["messages"][assistant_idx(row, k)]
+    calls = copy.deepcopy(m["tool_calls"])
+    a = json.loads(calls[0]["arguments"])
+    fn(a)
+    calls[0]["arguments"] = json.dumps(a)
+    rewrite(m, calls)
+
+
+def set_name(row, name, k=0):
+    m = row["messages"][assistant_idx(row, k)]
+    calls = copy.deepcopy(m["tool_calls"])
+    calls[0]["name"] = name
+    rewrite(m, calls)
+    row["messages"][tool_idx(row, k)]["name"] = name
+
+
+def body(row, text, k=0):
+    m = row["messages"][assistant_idx(row, k)]
+    m["content"] = m["content"].split("</think>")[0] + "</think>\n" + text
+
+
+def final(row, text):
+    row["messages"][-1]["content"] = text
+
+
+def swap(row, i, j):
+    row["messages"][i], row["messages"][j] = row["messages"][j], row["messages"][i]
+
+
+def pick(rows, pred):
+    return next(r for r in rows if pred(r))
+
+
+def flagged(r, prefix):
+    return [c for m in r["messages"] if m["tool_calls"] for c in m["tool_calls"] if (c["injected_error"] or "").startswith(prefix)]
+
+
+def not_needed_tool(r):
+    return next(t["name"] for t in r["tools"] if t["name"] not in r["correct_tools"])
+
+
+def set_field(obj, key, value):
+    obj[key] = value
+
+
+CASES = [
+    # (id, base, mutation, expected reason)
+    ("bad_json", "seq", lambda r: body(r, '<tool_call>\n{"name": "x", \n</tool_call>'), "tool_call_bad_json"),
+    ("unclosed_call", "seq", lambda r: body(r, '<tool_call>\n{"name": "x", "arguments": {}}'), "tool_call_malformed"),
+    ("call_not_object", "seq", lambda r: body(r, "<tool_call>\n[1, 2]\n</tool_call>"), "tool_call_malformed"),
+    ("call_without_name", "seq", lambda r: body(r, '<tool_call>\n{"arguments": {}}\n</tool_call>'), "tool_call_malformed"),
+    ("unopened_call", "seq", lambda r: body(r, r["messages"][assistant_idx(r)]["content"].split("</think>\n")[1] + "\n</tool_call>"), "tool_call_malformed"),
+    ("unknown_tool", "seq", lambda r: set_name(r, "no_such_tool"), "unknown_tool"),
+    ("missing_argument", "seq", lambda r: set_args(r, lambda a: a.pop("query")), "arguments_invalid"),
+    ("extra_argument", "seq", lambda r: set_args(r, lambda a: a.update(colour="red")), "arguments_invalid"),
+    ("mistyped_query", "seq", lambda r: set_args(r, lambda a: a.update(query=5)), "arguments_invalid"),
+    ("mistyped_top_k", "seq", lambda r: set_args(r, lambda a: a.update(top_k="five")), "arguments_invalid"),
+    ("out_of_range", "seq", lambda r: set_args(r, lambda a: a.update(top_k=99)), "arguments_invalid"),
+    ("empty_query", "seq", lambda r: set_args(r, lambda a: a.update(query="")), "arguments_invalid"),
+    ("tool_not_needed", "seq", lambda r: set_name(r, not_needed_tool(r)), "tool_not_needed"),
+    ("assistant_tool_swapped", "seq", lambda r: swap(r, assistant_idx(r), tool_idx(r)), "role_order"),
+    ("system_after_user", "seq", lambda r: swap(r, 0, 1), "role_order"),
+    ("no_user", "seq", lambda r: r["messages"].pop(1), "role_order"),
+    ("ends_with_tool", "seq", lambda r: r["messages"].pop(), "role_order"),
+    ("two_users", "seq", lambda r: r["messages"].insert(2, {"role": "user", "content": "hi", "tool_calls": None,
+                                                          "tool_call_id": None, "name": None}), "role_order"),
+    ("empty_user", "seq", lambda r: set_field(r["messages"][1], "content", "  "), "empty_message"),
+    ("empty_tool_message", "seq", lambda r: set_field(r["messages"][tool_idx(r)], "content", ""), "empty_message"),
+    ("no_think", "seq", lambda r: set_field(r["messages"][assistant_idx(r)], "content",
+                                            r["messages"][assistant_idx(r)]["content"].split("</think>\n")[1]), "think_missing"),
+    ("no_think_final", "seq", lambda r: final(r, "<answer>" + r["answer"] + "</answer>"), "think_missing"),
+    ("text_before_think", "seq", lambda r: final(r, "Sure. <think>x</think><answer>" + r["answer"] + "</answer>"), "think_missing"),
+    ("empty_think", "seq", lambda r: final(r, "<think> </think><answer>" + r["answer"] + "</answer>"), "think_missing"),
+    ("unclosed_think", "seq", lambda r: final(r, "<think>hmm <answer>" + r["answer"] + "</answer>"), "think_malformed"),
+    ("two_thinks", "seq", lambda r: final(r, "<think>a</think><think>b</think><answer>" + r["answer"] + "</answer>"), "think_malformed"),
+    ("text_outside_calls", "seq", lambda r: set_field(r["messages"][assistant_idx(r)], "content",
+                                                      r["messages"][assistant_idx(r)]["content"] + "\nLet me check."), "text_outside_calls"),
+    ("turn_without_calls", "seq", lambda r: body(r, ""), "no_tool_calls"),
+    ("two_answers", "seq", lambda r: final(r, "<think>x</think><answer>a</answer><answer>b</answer>"), "answer_multiple"),
+    ("no_answer", "seq", lambda r: final(r, "<think>x</think> it is " + r["answer"]), "answer_missing"),
+    ("empty_answer", "seq", lambda r: final(r, "<think>x</think><answer> </answer>"), "answer_empty"),
+    ("unclosed_answer", "seq", lambda r: final(r, "<think>x</think><answer>" + r["answer"]), "answer_empty"),
+    ("wrong_answer", "seq", lambda r: final(r, "<think>x</think><answer>Quentin Zarvox</answer>"), "wrong_answer"),
+    ("final_has_call", "seq", lambda r: final(r, "<think>x</think><tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>"), "final_not_answer"),
+    ("tool_message_altered", "seq", lambda r: set_field(r["messages"][tool_idx(r)], "content",
+                                                        r["messages"][tool_idx(r)]["content"].replace("a", "e", 1)), "replay_mismatch"),
+    ("no_replay_key", "seq", lambda r: set_field(r, "meta", json.dumps({**json.loads(r["meta"]), "calls": {}})), "replay_failed"),
+    ("tool_call_id_mismatch", "seq", lambda r: set_field(r["messages"][tool_idx(r)], "tool_call_id", "call-x"), "tool_message_mismatch"),
+    ("tool_name_mismatch", "seq", lambda r: set_field(r["messages"][tool_idx(r)], "name", "other"), "tool_message_mismatch"),
+    ("tool_message_missing", "par", lambda r: r["messages"].pop(tool_idx(r)), "tool_message_mismatch"),
+    ("structured_args_differ", "seq", lambda r: set_field(r["messages"][assistant_idx(r)]["tool_calls"][0], "arguments", '{"query": "zzz"}'), "tool_calls_mismatch"),
+    ("structured_call_extra", "seq", lambda r: r["messages"][assistant_idx(r)]["tool_calls"].append(
+        dict(r["messages"][assistant_idx(r)]["tool_calls"][0])), "tool_calls_mismatch"),
+    ("route_should_be_sequential", "seq", lambda r: set_field(r, "route", "parallel"), "route_mismatch"),
+    ("route_should_be_parallel", "par", lambda r: set_field(r, "route", "sequential"), "route_mismatch"),
+    ("unknown_route", "seq", lambda r: set_field(r, "route", "zigzag"), "unknown_route"),
+    ("flag_on_valid_call", "seq", lambda r: set_field(r["messages"][assistant_idx(r)]["tool_calls"][0], "injected_error", "wrong_args:wrong_type"), "injected_error_not_an_error"),
+    ("injected_error_unflagged", "wa", lambda r: [set_field(c, "injected_error", None) for c in flagged(r, "wrong_args")], "arguments_invalid"),
+    ("wrong_tool_not_repaired", "wt", lambda r: set_args(r, lambda a: a.update(query="something else"),
+                                                           k=1 + next(k for k in range(9) if (r["messages"][assistant_idx(r, k)]["tool_calls"][0]["injected_error"] or "") == "wrong_tool")), "injected_error_not_repaired"),
+    ("bad_tool_schema", "seq", lambda r: set_field(r["tools"][0], "parameters", '{"type": 5}'), "bad_tool_schema"),
+    ("not_an_object", "seq", lambda r: r.clear(), "schema_violation"),
+    ("schema_missing_route", "seq", lambda r: r.pop("route"), "schema_violation"),
+    ("schema_bad_role", "seq", lambda r: set_field(r["messages"][1], "role", "bot"), "schema_violation"),
+    ("schema_bad_json_arguments", "seq", lambda r: set_field(r["messages"][assistant_idx(r)]["tool_calls"][0], "arguments", "{bad"), "schema_violation"),
+]
+
+
+@pytest.fixture(scope="module")
+def bases(world):
+    _, rows, _, _ = world
+    first = lambda r: [m for m in r["messages"] if m["role"] == "assistant"][0]["tool_calls"]  # noqa: E731
+    return {"seq": pick(rows, lambda r: r["case"] == "clean" and r["route"] == "sequential"),
+            "par": pick(rows, lambda r: r["case"] == "clean" and r["route"] == "parallel" and len(first(r)) >= 2),
+            "wa": pick(rows, lambda r: r["case"] == "wrong_args" and r["route"] == "sequential"),
+            "wt": pick(rows, lambda r: r["case"] == "wrong_tool" and r["route"] == "sequential"
+                       and first(r)[0]["injected_error"] is None)}
+
+
+def test_at_least_forty_cases_with_documented_codes():
+    assert len(CASES) >= 40 and len({c[0] for c in CASES}) == len(CASES)
+    assert all(c[3] in REASONS for c in CASES)
+
+
+@pytest.mark.parametrize("name,base,mutate,expected", CASES, ids=[c[0] for c in CASES])
+def test_corrupted_trajectory_is_rejected_with_reason(name, base, mutate, expected, bases, rule_ctx):
+    row = copy.deepcopy(bases[base])
+    assert first_fail(row, rule_ctx) is None
+    mutate(row)
+    v = first_fail(row, rule_ctx)
+    assert v is not None, name
+    assert v.reason == expected, (name, v)
+    assert v.reason in REASONS
+
+
+def test_not_an_object_and_paraphrased_answer(bases, rule_ctx):
+    assert check_schema(["a", "list"], "trajectories").reason == "not_an_object"
+    row = copy.deepcopy(bases["seq"])
+    final(row, "<think>x</think><answer>The " + row["answer"].upper() + ".</answer>")  # case, article, punctuation
+    assert first_fail(row, rule_ctx) is None

@@ -1,0 +1,129 @@
+"""GRPO on triples with multi-turn tool rollouts (train/rollout.py) and verifiable rewards.
+
+Per optimizer micro-batch: each prompt is rolled out `group_size` times with the current
+policy, rewards are normalized within the group (train.losses.group_advantages), and the
+clipped surrogate (train.losses.clipped_surrogate) is applied to the policy's own tokens
+only (tool output and prompt masked out), with an optional k3 KL term to a frozen copy of
+the starting model (`kl_coef` > 0). One update per batch of rollouts, so the rollout
+log-probabilities are the "old" ones.
+
+    session = build_session(root, GRPOConfig(data="demo"), model_path, model)
+    Trainer(model, TrainConfig(), run_dir, session.step).fit(session.prompts)
+
+The `forgeplay train grpo` Prefect flow is flows/train.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from train.losses import clipped_surrogate, group_advantages
+from train.rollout import Prompt, RolloutConfig, rollout
+
+
+@dataclass
+class GRPOConfig(RolloutConfig):
+    """GRPO settings (every field is a CLI option)."""
+
+    data: str = field(default="", metadata={"help": "dataset whose triples give the questions"})
+    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
+    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})
+    clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    kl_coef: float = field(default=0.0, metadata={"help": "weight of the KL term to the frozen start model (0 = none)"})
+    limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
+    tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
+
+
+def make_prompts(triples: list[dict], tools: list[dict]) -> list[Prompt]:
+    from generators.synth.assemble import system_prompt
+
+    system = system_prompt(tools)
+    return [Prompt([{"role": "system", "content": system}, {"role": "user", "content": t["question"]}],
+                   t["answer"], list(t.get("aliases") or []), list(t["golden_doc_ids"]), t["triple_id"])
+            for t in triples]
+
+
+def token_logprobs(model, seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+    """[B, T] log-probability of token t given tokens < t (column 0 is 0), right-padded."""
+    dev = next(model.parameters()).device
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, :len(s)] = torch.tensor(s)
+        att[r, :len(s)] = 1
+    ids, att = ids.to(dev), att.to(dev)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+    return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+
+
+def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.float32)
+
+
+class GRPOSession:
+    """Holds the rollout backend (sharing the policy's weights), the simulator, the prompts
+    and the optional frozen reference; `step` is the Trainer step function."""
+
+    def __init__(self, cfg: GRPOConfig, backend, simulator, prompts: list[Prompt], model) -> None:
+        self.cfg, self.backend, self.simulator, self.prompts = cfg, backend, simulator, prompts
+        self.ref = None
+        if cfg.kl_coef > 0:
+            self.ref = copy.deepcopy(model).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+        self.calls = 0
+
+    def step(self, model, prompts: list[Prompt]) -> tuple[torch.Tensor, dict]:
+        started = time.perf_counter()
+        self.backend.lm = model  # rollouts with the current weights
+        group = [p for p in prompts for _ in range(self.cfg.group_size)]
+        outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.cfg.tool_seed * 7919 + self.calls)
+        self.calls += 1
+        width = max(len(o.token_ids) for o in outs)
+        mask = _pad([[float(m) for m in o.mask] for o in outs], width)
+        old = _pad([o.logprobs for o in outs], width)
+        rewards = torch.tensor([o.reward for o in outs])
+        adv = group_advantages(rewards.view(len(prompts), self.cfg.group_size)).reshape(-1)
+        pad = self.backend.pad_id
+        logp = token_logprobs(model, [o.token_ids for o in outs], pad)
+        ref = None
+        if self.ref is not None:
+            with torch.no_grad():
+                ref = token_logprobs(self.ref, [o.token_ids for o in outs], pad)
+        dev = logp.device
+        loss, stats = clipped_surrogate(logp, old.to(dev), adv.to(dev), mask.to(dev), clip_eps=self.cfg.clip_eps,
+                                        ref_logprobs=ref, kl_coef=self.cfg.kl_coef)
+        n = len(outs)
+        stats.update({"reward": float(rewards.mean()), "em": sum(o.stats["em"] for o in outs) / n,
+                      "format": sum(o.stats["format"] for o in outs) / n,
+                      "calls": sum(o.stats["calls"] for o in outs) / n,
+                      "tokens": sum(o.stats["policy_tokens"] for o in outs),
+                      "rollout_s": time.perf_counter() - started})
+        return loss, stats
+
+
+def build_session(root, cfg: GRPOConfig, model_path, model) -> GRPOSession:
+    """Load triples + documents of `cfg.data`, the tool bank, the simulator and a rollout
+    backend that shares `model`'s weights."""
+    from generators.llm.transformers_backend import TransformersBackend
+    from generators.tools.bank import build_bank
+    from generators.tools.simulator import Simulator
+    from storage import load_table
+
+    triples = load_table(cfg.data, "triples", root).to_pylist()
+    if cfg.limit:
+        triples = triples[:cfg.limit]
+    if not triples:
+        raise ValueError(f"dataset {cfg.data!r} has no triples")
+    docs = load_table(cfg.data, "documents", root).to_pylist()
+    tools = build_bank(seed=cfg.tool_seed, variants_per_tool=1)
+    backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
+    backend.lm = model
+    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools), model)

@@ -1,0 +1,127 @@
+"""Multi-turn tool-use rollouts: the policy writes until `</tool_call>` or `</answer>`, each
+call runs in the BM25 simulator, the tool message is appended, and the policy continues, up
+to `max_turns` assistant turns.
+
+Each rollout returns the conversation, its token ids (the conversation rendered with the
+chat template exactly as SFT renders it, train/sft.py: tool output as a user
+`<tool_response>` turn), a mask (1 = token the policy wrote, 0 = prompt and tool tokens),
+per-token log-probabilities under the policy at sampling time (teacher-forced, 0 where the
+mask is 0), and the reward: train.reward.score_answer of the final reply (1 for an exact
+match, 0.5 * F1 otherwise, 0 without a well-formed `<answer>`) plus `format_weight` when
+every tool call parsed and the reply ended with one answer.
+
+    from train.rollout import Prompt, RolloutConfig, rollout
+    outs = rollout(backend, simulator, [Prompt(messages, "Paris", [], ["doc1"])], RolloutConfig(), seed=0)
+
+`backend` is a generators.llm TransformersBackend (CPU; in GRPO it wraps the policy module
+itself, so updates are visible at once) or any backend with `generate` plus a `tokenizer`
+and `score` (vLLM on GPU, weights synced by the trainer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from generators.llm.base import ChatRequest
+from generators.llm.toolcalls import parse_tool_calls
+from train.reward import score_answer
+from train.sft import IGNORE, tokenize
+
+STOPS = ["</tool_call>", "</answer>"]
+
+
+@dataclass
+class RolloutConfig:
+    """How rollouts are sampled (every field is a CLI option)."""
+
+    max_turns: int = field(default=4, metadata={"help": "assistant turns per rollout at most"})
+    max_new_tokens: int = field(default=192, metadata={"help": "tokens per assistant turn at most"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of rollouts"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of rollouts"})
+    format_weight: float = field(default=0.1, metadata={"help": "reward bonus for well-formed calls and answer"})
+
+
+@dataclass
+class Prompt:
+    """One question with what the simulator and the reward need."""
+
+    messages: list[dict]  # system (with the tools block) + user question
+    answer: str
+    aliases: list[str] = field(default_factory=list)
+    golden_doc_ids: list[str] = field(default_factory=list)
+    key: str = ""
+
+
+@dataclass
+class Rollout:
+    messages: list[dict]
+    token_ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    reward: float
+    stats: dict
+
+
+def _with_stop(text: str, token_text: str) -> str:
+    """Completion text is cut before the stop string; put the stop string back."""
+    for s in STOPS:
+        at = token_text.find(s)
+        if at >= 0 and token_text[:at].rstrip() == text.rstrip():
+            return text + s
+    return text
+
+
+def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed: int = 0,
+            progress: bool = False) -> list[Rollout]:
+    """One rollout per prompt (repeat a prompt G times for a group), all turns batched."""
+    convs = [list(p.messages) for p in prompts]
+    calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "turns": 0, "finish": "turn_limit"} for _ in prompts]
+    active = list(range(len(prompts)))
+    from train.sft import template_messages
+
+    for turn in range(cfg.max_turns):
+        if not active:
+            break
+        reqs = [ChatRequest(messages=template_messages(convs[i]), n=1, temperature=cfg.temperature, top_p=cfg.top_p,
+                            max_tokens=cfg.max_new_tokens, stop=list(STOPS), seed=seed * 100003 + i * 101 + turn)
+                for i in active]
+        outs = backend.generate(reqs, progress=progress)
+        still = []
+        for i, out in zip(active, outs):
+            c = out[0]
+            text = _with_stop(c.text, backend.tokenizer.decode(c.token_ids, skip_special_tokens=True))
+            st = calls[i]
+            st["turns"] += 1
+            convs[i].append({"role": "assistant", "content": text})
+            if "<answer>" in text:
+                st["finish"] = "answer"
+                continue
+            parsed = parse_tool_calls(text)
+            st["bad_calls"] += len(parsed.errors)
+            if not parsed.calls:
+                st["finish"] = "no_call"
+                continue
+            for call in parsed.calls:
+                st["calls"] += 1
+                result = simulator.call(call["name"], call["arguments"], golden_doc_ids=prompts[i].golden_doc_ids,
+                                        mode="good")
+                st["tool_errors"] += '"error"' in result[:40]
+                convs[i].append({"role": "tool", "content": result, "name": call["name"]})
+            still.append(i)
+        active = still
+
+    results = []
+    for p, conv, st in zip(prompts, convs, calls):
+        enc = tokenize(backend.tokenizer, conv)
+        ids = enc["input_ids"]
+        mask = [int(x != IGNORE) for x in enc["labels"]]
+        parts = score_answer(conv[-1]["content"] if conv[-1]["role"] == "assistant" else "", p.answer, p.aliases)
+        well_formed = st["finish"] == "answer" and st["bad_calls"] == 0 and parts["format"] == 1.0
+        reward = parts["score"] + (cfg.format_weight if well_formed else 0.0)
+        st.update({"em": parts["em"], "f1": parts["f1"], "format": float(well_formed),
+                   "policy_tokens": sum(mask)})
+        results.append(Rollout(conv, ids, mask, [], reward, st))
+    lps = backend.score([r.token_ids[:1] for r in results], [r.token_ids[1:] for r in results])
+    for r, lp in zip(results, lps):
+        r.logprobs = [0.0] + [v if m else 0.0 for v, m in zip(lp, r.mask[1:])]
+    return results

@@ -1,0 +1,109 @@
+"""Layer 5 (dataset): exact and near-duplicate removal across the dataset and against
+held-out evaluation files (contamination check).
+
+Exact duplicates share the hash of the normalized text (generators.answers.normalize).
+Near duplicates: word n-gram shingles -> MinHash signature (numpy, `num_perm` universal
+hashes over 64-bit xxhash shingle hashes) -> LSH bands for candidates -> estimated Jaccard
+>= threshold. The first record seen wins; later copies are rejected.
+
+    d = Deduper(threshold=0.8); d.add_heldout(["q1", ...]); d.check("some question text")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from generators.answers import normalize
+from validators.verdict import Verdict, fail, ok
+
+LAYER = "dataset"
+_PRIME = np.uint64((1 << 61) - 1)
+
+
+def record_text(row: dict, kind: str) -> str:
+    """The text two records must not share: question + answer (documents: title + text)."""
+    if kind == "documents":
+        return f"{row.get('title', '')} {row.get('text', '')}"
+    return f"{row.get('question', '')} || {row.get('answer', '')}"
+
+
+class Deduper:
+    def __init__(self, threshold: float = 0.8, ngram: int = 3, num_perm: int = 64, bands: int = 16, seed: int = 1):
+        self.threshold, self.ngram, self.num_perm, self.bands = threshold, ngram, num_perm, bands
+        rng = np.random.default_rng(seed)
+        self.a = rng.integers(1, (1 << 61) - 1, num_perm, dtype=np.uint64)
+        self.b = rng.integers(0, (1 << 61) - 1, num_perm, dtype=np.uint64)
+        self.exact: dict[str, str] = {}
+        self.buckets: list[dict[bytes, list[int]]] = [{} for _ in range(bands)]
+        self.sigs: list[np.ndarray] = []
+        self.owners: list[str] = []
+
+    def signature(self, text: str) -> np.ndarray:
+        toks = normalize(text).split()
+        n = min(self.ngram, max(1, len(toks)))
+        shingles = {" ".join(toks[i:i + n]) for i in range(max(1, len(toks) - n + 1))}
+        h = np.array([xxhash.xxh64_intdigest(s.encode('utf-8', 'surrogatepass')) for s in shingles], dtype=np.uint64) % _PRIME
+        with np.errstate(over="ignore"):
+            mixed = (h[:, None] * self.a[None, :] + self.b[None, :]) % _PRIME
+        return mixed.min(axis=0)
+
+    def _bands(self, sig: np.ndarray) -> list[bytes]:
+        r = self.num_perm // self.bands
+        return [sig[i * r:(i + 1) * r].tobytes() for i in range(self.bands)]
+
+    def _add(self, owner: str, text: str, sig: np.ndarray) -> None:
+        self.exact.setdefault(hashlib.sha256(normalize(text).encode('utf-8', 'surrogatepass')).hexdigest(), owner)
+        idx = len(self.sigs)
+        self.sigs.append(sig)
+        self.owners.append(owner)
+        for band, key in zip(self.buckets, self._bands(sig)):
+            band.setdefault(key, []).append(idx)
+
+    def add_heldout(self, texts, name: str = "heldout") -> None:
+        for i, t in enumerate(texts):
+            self._add(f"{name}:{i}", t, self.signature(t))
+
+    def check(self, record_id: str, text: str) -> Verdict:
+        """Verdict for `text`; a passing text joins the index."""
+        key = hashlib.sha256(normalize(text).encode('utf-8', 'surrogatepass')).hexdigest()
+        first = self.exact.get(key)
+        if first is not None and first != record_id:
+            reason = "heldout_overlap" if first.startswith("heldout") else "exact_duplicate"
+            return fail(LAYER, "dedup", reason, score=1.0, detail={"duplicate_of": first})
+        sig = self.signature(text)
+        cands = {i for band, k in zip(self.buckets, self._bands(sig)) for i in band.get(k, ())}
+        best, best_i = 0.0, None
+        for i in cands:
+            if self.owners[i] == record_id:
+                continue
+            j = float(np.mean(self.sigs[i] == sig))
+            if j > best:
+                best, best_i = j, i
+        if best_i is not None and best >= self.threshold:
+            owner = self.owners[best_i]
+            reason = "heldout_overlap" if owner.startswith("heldout") else "near_duplicate"
+            return fail(LAYER, "dedup", reason, score=best, detail={"duplicate_of": owner, "jaccard": round(best, 3)})
+        if first is None:
+            self._add(record_id, text, sig)
+        return ok(LAYER, "dedup", score=best)
+
+
+def read_heldout(path: str) -> list[str]:
+    """Texts of a held-out file: .jsonl/.json (question, answer fields or plain strings),
+    .parquet, or .txt (one item per line)."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(p).to_pylist()
+    elif p.suffix in (".jsonl", ".json"):
+        text = p.read_text()
+        rows = json.loads(text) if p.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+    else:
+        return [x for x in p.read_text().splitlines() if x.strip()]
+    return [record_text(r, "tasks") if isinstance(r, dict) else str(r) for r in rows]
