@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from functools import lru_cache
-
 import json
+from functools import lru_cache
 
 import fastjsonschema
 
@@ -24,12 +23,18 @@ from validators.verdict import Verdict, fail, ok
 LAYER = "schema"
 
 
-def _is_json(value) -> bool:
+@lru_cache(maxsize=65536)
+def _parses(value: str) -> bool:
     try:
         json.loads(value)
         return True
-    except (TypeError, ValueError):
+    except ValueError:
         return False
+
+
+def _is_json(value) -> bool:
+    """The "json" string format; tool schemas repeat across records, so results are cached."""
+    return isinstance(value, str) and _parses(value)
 
 
 @lru_cache(maxsize=None)

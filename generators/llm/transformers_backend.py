@@ -192,11 +192,12 @@ class TransformersBackend:
 
         rows = [_Row(s, torch.Generator().manual_seed(s.seed), [], []) for s in batch]
         active = list(range(len(rows)))  # row indices still in the batch, in batch order
-        temps = torch.tensor([s.request.temperature for s in batch], dtype=torch.float32)
-        top_ps = torch.tensor([s.request.top_p for s in batch], dtype=torch.float32)
+        temps = torch.tensor([s.request.temperature for s in batch], dtype=torch.float32, device=self.device)
+        top_ps = torch.tensor([s.request.top_p for s in batch], dtype=torch.float32, device=self.device)
         max_steps = max(s.request.max_tokens for s in batch)
         for _ in range(max_steps):
-            tokens, logps = self._sample(logits.float(), [rows[i] for i in active], temps[active], top_ps[active])
+            idx = torch.tensor(active, device=self.device)
+            tokens, logps = self._sample(logits.float(), [rows[i] for i in active], temps[idx], top_ps[idx])
             still: list[int] = []
             for k, i in enumerate(active):
                 row = rows[i]
@@ -239,7 +240,7 @@ class TransformersBackend:
                 sorted_p = sorted_p.masked_fill(drop, 0.0)
                 probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
             cdf = probs.cumsum(-1)
-            u = torch.cat([torch.rand(1, generator=rows[int(h)].gen) for h in hot])[:, None]
+            u = torch.cat([torch.rand(1, generator=rows[int(h)].gen) for h in hot])[:, None].to(cdf.device)
             picked = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.shape[-1] - 1)
             chosen[hot] = picked[:, 0]
         if not any(r.sample.request.logprobs for r in rows):
