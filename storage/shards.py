@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -100,6 +101,10 @@ class ShardWriter:
         """Validate and buffer rows (dicts or an Arrow table); commit full shards.
         Returns the number of new rows accepted (already-committed ids are skipped)."""
         table = self._table(rows)
+        if table.num_rows >= max(10_000, self.rows_per_shard) and not self._buffer:
+            done = self._write_large(table)
+            if done is not None:
+                return done
         table = self._drop_seen(table)
         if table.num_rows:
             self._buffer.append(table)
@@ -215,7 +220,47 @@ class ShardWriter:
         self._buffered = rest.num_rows
         self._commit(shard)
 
-    def _commit(self, table: pa.Table) -> None:
+    def _write_large(self, table: pa.Table) -> int | None:
+        """Bulk path: check ids in a thread while the full shards are written to temp files;
+        publish them if every id is new, else discard them and return None (the caller
+        then filters row by row)."""
+        ids = table.column("id").combine_chunks()
+        full = table.num_rows - table.num_rows % self.rows_per_shard
+        tmps: list[tuple] = []
+        with ThreadPoolExecutor(1) as pool:
+            fresh = pool.submit(self._all_fresh, ids)
+            try:
+                for start in range(0, full, self.rows_per_shard):  # written, not yet visible
+                    tmps.append(self._write_tmp(table.slice(start, self.rows_per_shard)))
+                ok = fresh.result()
+            except BaseException:
+                for t in tmps:
+                    t[0].unlink(missing_ok=True)
+                raise
+        if not ok:
+            for t in tmps:
+                t[0].unlink(missing_ok=True)
+            return None
+        for t in tmps:
+            self._publish(*t)
+        self._seen_arrays.append(ids)
+        if self._seen_set is not None:
+            self._seen_set.update(ids.to_pylist())
+        rest = table.slice(full)
+        if rest.num_rows:
+            self._buffer.append(rest)
+            self._buffered += rest.num_rows
+        return table.num_rows
+
+    def _all_fresh(self, ids: pa.Array) -> bool:
+        """No repeat inside `ids` and none already committed or buffered."""
+        if pc.count_distinct(ids).as_py() != len(ids):
+            return False
+        known = self._known_array()
+        return not len(known) or not pc.any(pc.is_in(ids, value_set=known)).as_py()
+
+    def _write_tmp(self, table: pa.Table) -> tuple[Path, int, str, int]:
+        """Write a hidden temp file and fsync it; returns (path, bytes, sha256, rows)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp"
         try:
@@ -223,7 +268,14 @@ class ShardWriter:
                 pq.write_table(table, f, row_group_size=self.row_group_size, compression="zstd")
                 f.flush()
                 os.fsync(f.fileno())
-            size, digest = tmp.stat().st_size, _sha256(tmp)
+            return tmp, tmp.stat().st_size, _sha256(tmp), table.num_rows
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def _publish(self, tmp: Path, size: int, digest: str, rows: int) -> None:
+        """Rename a written temp file into place and append its manifest entry, under the lock."""
+        try:
             with manifest.locked(self.ddir):
                 entries = manifest.read(self.ddir)
                 n = manifest.next_part(self.run_dir, entries, self.rel_run)
@@ -231,14 +283,15 @@ class ShardWriter:
                 os.replace(tmp, final)
                 manifest.fsync_dir(self.run_dir)
                 entry = manifest.Entry(kind=self.kind, run_id=self.run_id, path=f"{self.rel_run}/{final.name}",
-                                       rows=table.num_rows, bytes=size, sha256=digest,
-                                       schema_version=self.schema.version,
+                                       rows=rows, bytes=size, sha256=digest, schema_version=self.schema.version,
                                        committed_at=dt.datetime.now(dt.timezone.utc).isoformat())
                 manifest.append(self.ddir, entry)
         finally:
             tmp.unlink(missing_ok=True)
         self.committed.append(entry)
 
+    def _commit(self, table: pa.Table) -> None:
+        self._publish(*self._write_tmp(table))
 
 def write_rows(root, dataset: str, kind: str, run_id: str, rows, **kw) -> list[manifest.Entry]:
     """Write rows (dicts or an Arrow table) of one kind in one call; returns committed entries."""

@@ -131,3 +131,21 @@ def test_names_are_checked(data_root):
         write_rows(None, "../evil", "documents", "r1", docs(1))
     with pytest.raises(KeyError, match="unknown record kind"):
         write_rows(None, "demo", "nonsense", "r1", docs(1))
+
+
+def test_bulk_table_path_dedups_like_the_row_path(data_root):
+    from storage.shards import stamp
+
+    s = load("documents")
+    rows = stamp(docs(12_000), s, "r1")
+    table = pa.Table.from_pylist(rows, schema=s.arrow)
+    entries = write_rows(None, "demo", "documents", "r1", table, rows_per_shard=5_000)
+    assert [e.rows for e in entries] == [5_000, 5_000, 2_000]
+    assert write_rows(None, "demo", "documents", "r1", table, rows_per_shard=5_000) == []  # rerun: all known
+    doubled = pa.concat_tables([table.slice(0, 6_000), table.slice(3_000, 9_000),
+                                pa.Table.from_pylist(stamp(docs(500, start=20_000), s, "r1"), schema=s.arrow)])
+    more = write_rows(None, "demo", "documents", "r1", doubled, rows_per_shard=5_000)
+    assert sum(e.rows for e in more) == 500  # repeats inside the batch and known ids are dropped
+    ids = load_table("demo", "documents").column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 12_500
+    assert not list((data_root / "demo").rglob("*.tmp"))
