@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
     @config_command(app, "pipeline", PipelineConfig, BackendConfig)
     def pipeline(cfg: PipelineConfig, backend: BackendConfig, data_root=None) -> None:
         """Run the main job as one Prefect flow: build the fictional world corpus, synthesize
-        tool-use trajectories with the model, and print what each stage produced. Reruns
-        resume and duplicate nothing."""
+        tool-use trajectories with the model, validate them, and print what each stage
+        produced. Reruns resume and duplicate nothing."""
         from flows.pipeline import run
 
         try:
@@ -37,6 +37,11 @@ def register(app: typer.Typer) -> None:
         console.print(t)
         s = out["synthesize"]
         console.print(f"case mix: {s['case']}  route mix: {s['route']}")
+        v = out["validate"]
+        console.print(f"validation funnel ({v['rows_in']} in, {v['rows_out']} accepted into {v['accepted_dataset']}):")
+        for f in v["funnel"]:
+            if f["reason"]:
+                console.print(f"  {f['layer']:<8} {f['reason']:<32} {f['rejected']}")
         console.print(f"rows per kind in {cfg.dataset}: {out['rows']}")
         console.print(f"look inside: forgeplay inspect {cfg.dataset}   |   "
                       f"forgeplay sql \"SELECT route, \\\"case\\\", count(*) FROM {cfg.dataset}_trajectories GROUP BY ALL\"")

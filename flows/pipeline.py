@@ -1,6 +1,6 @@
 """The `pipeline` Prefect flow, the main job of `make run`: on the embedded default model,
-build the fictional world corpus, synthesize tool-use trajectories, and show what was
-made. Each stage is idempotent (content-hash ids, committed shards are skipped), so a
+build the fictional world corpus, synthesize tool-use trajectories, validate them (schema,
+rules with tool-call replay, dedup), and show what was made. Each stage is idempotent (content-hash ids, committed shards are skipped), so a
 rerun resumes where a killed run stopped.
 
     forgeplay pipeline --dataset demo --entities 1000 --n 16
@@ -58,12 +58,21 @@ def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> 
     stages.append({"stage": "synthesize", "rows_in": summary["planned"], "rows_out": summary["written"],
                    "seconds": time.perf_counter() - t,
                    "notes": f"{summary['skipped_committed']} already committed"})
+    t = time.perf_counter()
+    from flows.validate import validate_flow
+    from validators.runner import ValidateConfig
+
+    checked = validate_flow(asdict(ValidateConfig(dataset=cfg.dataset, layers="schema,rules,dedup")),
+                            bcfg.to_dict(), root, False)
+    stages.append({"stage": "validate", "rows_in": checked["rows_in"], "rows_out": checked["rows_out"],
+                   "seconds": time.perf_counter() - t,
+                   "notes": f"schema, rules (with replay), dedup; accepted -> {checked['accepted_dataset']}"})
     ddir = manifest.dataset_dir(resolve_root(root), cfg.dataset)
     totals = {e["kind"]: 0 for e in reader.summary(root) if e["dataset"] == cfg.dataset}
     for e in manifest.read(ddir):
         totals[e.kind] = totals.get(e.kind, 0) + e.rows
     report = publish_artifact("pipeline-report", f"pipeline {cfg.dataset}", stages, {"rows per kind": totals})
-    return {"stages": stages, "rows": totals, "synthesize": summary, "report": report}
+    return {"stages": stages, "rows": totals, "synthesize": summary, "validate": checked, "report": report}
 
 
 def run(cfg: PipelineConfig, bcfg: BackendConfig, data_root=None) -> dict:

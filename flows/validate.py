@@ -39,7 +39,13 @@ def _corpus(root: str, dataset: str | None):
     from generators.tools.simulator import Simulator
 
     sims: dict[int, Simulator] = {}
-    return documents, (lambda seed: sims.setdefault(seed, Simulator(docs, seed=seed, tools=tools)))
+
+    def simulator(seed: int) -> Simulator:  # one BM25 index per seed, built on first use
+        if seed not in sims:
+            sims[seed] = Simulator(docs, seed=seed, tools=tools)
+        return sims[seed]
+
+    return documents, simulator
 
 
 @task(name="validate-chunk", cache_policy=NONE, retries=1)

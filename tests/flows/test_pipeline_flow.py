@@ -20,6 +20,13 @@ def test_pipeline_builds_corpus_and_trajectories_and_resumes(data_root, tiny_lla
                                "SELECT 'triples', count(*) FROM p_triples UNION ALL "
                                "SELECT 'traj', count(*) FROM p_trajectories"))
     assert counts["docs"] == 150 and counts["triples"] > 0 and counts["traj"] == 4
+    with Catalog(data_root) as cat:  # validation ran: every trajectory has verdicts; rule layer replays calls
+        assert cat.scalar("SELECT count(DISTINCT record_id) FROM p_verdicts") == 4
+        assert cat.scalar("SELECT count(*) FROM p_verdicts WHERE layer = 'rules' AND \"check\" = 'replay' "
+                          "AND NOT passed") == 0
+        assert cat.scalar("SELECT count(*) FROM p_verdicts WHERE \"check\" = 'replay' AND passed "
+                          "AND reason = 'ok'") == 4  # replayed against the corpus, not skipped
+        assert cat.scalar("SELECT count(*) FROM p_funnel") >= 1
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     with Catalog(data_root) as cat:
