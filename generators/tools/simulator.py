@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import re
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ import numpy as np
 
 from generators.tools.bank import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALIASES, GENERAL, base_rows,
                                    canonical, parameters_of)
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG lines are noise here
 
 MODES = ("good", "bad", "insufficient")
 NOT_QUERY = {"query", "top_k", "language"}  # optional arguments that do not add search terms
