@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from flows.configcli import config_command
-from train.trainer import TrainConfig
+from train.configs import GRPOConfig, SFTConfig, TrainConfig
 
 err = Console(stderr=True)
 
@@ -22,9 +22,6 @@ def _report(summary: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from train.grpo import GRPOConfig
-    from train.sft import SFTConfig
-
     train_app = typer.Typer(help="Train models: supervised fine-tuning and GRPO (Prefect flows).",
                             no_args_is_help=True)
     app.add_typer(train_app, name="train")

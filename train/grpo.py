@@ -17,26 +17,14 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
 
 import torch
 
+from train.configs import GRPOConfig  # noqa: F401  (re-exported)
 from train.losses import clipped_surrogate, group_advantages
-from train.rollout import Prompt, RolloutConfig, rollout
+from train.rollout import Prompt, rollout
 
 
-@dataclass
-class GRPOConfig(RolloutConfig):
-    """GRPO settings (every field is a CLI option)."""
-
-    data: str = field(default="", metadata={"help": "dataset whose triples give the questions"})
-    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
-    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
-    group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})
-    clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
-    kl_coef: float = field(default=0.0, metadata={"help": "weight of the KL term to the frozen start model (0 = none)"})
-    limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
-    tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
 
 
 def make_prompts(triples: list[dict], tools: list[dict]) -> list[Prompt]:

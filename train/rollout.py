@@ -25,20 +25,10 @@ from dataclasses import dataclass, field
 from generators.llm.base import ChatRequest
 from generators.llm.toolcalls import parse_tool_calls
 from train.reward import score_answer
+from train.configs import RolloutConfig  # noqa: F401  (re-exported)
 from train.sft import IGNORE, tokenize
 
 STOPS = ["</tool_call>", "</answer>"]
-
-
-@dataclass
-class RolloutConfig:
-    """How rollouts are sampled (every field is a CLI option)."""
-
-    max_turns: int = field(default=4, metadata={"help": "assistant turns per rollout at most"})
-    max_new_tokens: int = field(default=192, metadata={"help": "tokens per assistant turn at most"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of rollouts"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of rollouts"})
-    format_weight: float = field(default=0.1, metadata={"help": "reward bonus for well-formed calls and answer"})
 
 
 @dataclass

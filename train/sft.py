@@ -22,25 +22,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from train.configs import SFTConfig  # noqa: F401  (re-exported)
+
 IGNORE = -100
 
 
-@dataclass
-class SFTConfig:
-    """What to fine-tune on (every field is a CLI option)."""
-
-    data: str = field(default="", metadata={"help": "dataset whose trajectories to train on"})
-    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
-    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
-    max_len: int = field(default=8192, metadata={"help": "drop conversations longer than this many tokens"})
-    validated_only: bool = field(default=True, metadata={"help": "when the dataset has verdicts, skip trajectories that failed any"})
-    cases: str = field(default="", metadata={"help": "comma-separated cases to keep (empty = all)"})
-    limit: int = field(default=0, metadata={"help": "use at most this many trajectories (0 = all)"})
 
 
 def template_messages(messages: list[dict]) -> list[dict]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -27,25 +27,9 @@ import numpy as np
 import torch
 
 from train import checkpoint
+from train.configs import TrainConfig  # noqa: F401  (re-exported)
 
 
-@dataclass
-class TrainConfig:
-    """Optimisation and checkpointing settings (every field is a CLI option)."""
-
-    max_steps: int = field(default=100, metadata={"help": "optimizer steps to run in total"})
-    lr: float = field(default=1e-5, metadata={"help": "peak learning rate (AdamW)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps"})
-    schedule: str = field(default="cosine", metadata={"help": "after warmup: constant, linear or cosine decay"})
-    batch_size: int = field(default=4, metadata={"help": "examples per micro-batch (per process)"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
-    seed: int = field(default=0, metadata={"help": "seed of the data order and of torch"})
-    checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
-    resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})
-    bf16: bool = field(default=True, metadata={"help": "bf16 autocast on GPU (ignored on CPU)"})
 
 
 def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:

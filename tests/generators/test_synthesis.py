@@ -14,7 +14,7 @@ from generators.llm.base import Completion
 from generators.llm.toolcalls import parse_tool_calls
 from generators.synth import plan as planning
 from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
-from generators.tools.bank import build_bank, parameters_of
+from generators.tools.bank import build_bank
 from storage.schema import load
 from storage.shards import stamp
 

@@ -1,7 +1,6 @@
 """verify reports truncated, bit-flipped and missing shards by path; the rest stay queryable."""
 
 from storage import Catalog, verify, write_rows
-from storage import manifest
 
 
 def docs(n):

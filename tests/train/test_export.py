@@ -19,7 +19,7 @@ from generators.tools.bank import build_bank
 from storage import load_table, write_rows
 from tests.generators.test_synthesis import ScriptedBackend
 from train.export import export_trl, export_verl, split_of
-from train.reward import answer_reward, compute_score
+from train.reward import answer_reward
 
 STR, I64 = pa.string(), pa.int64()
 CHAT = pa.list_(pa.struct([("role", STR), ("content", STR)]))

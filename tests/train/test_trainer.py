@@ -2,7 +2,6 @@
 random-weight Llama, real AdamW/schedule/accumulation), and a failed write never becomes
 `latest`."""
 
-import json
 
 import pytest
 import torch

@@ -1,0 +1,63 @@
+"""Config dataclasses of the training stages, kept free of torch so the CLI can build its
+options (and `forgeplay --help`) without importing it. Every field is a CLI option."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and checkpointing settings (every field is a CLI option)."""
+
+    max_steps: int = field(default=100, metadata={"help": "optimizer steps to run in total"})
+    lr: float = field(default=1e-5, metadata={"help": "peak learning rate (AdamW)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps"})
+    schedule: str = field(default="cosine", metadata={"help": "after warmup: constant, linear or cosine decay"})
+    batch_size: int = field(default=4, metadata={"help": "examples per micro-batch (per process)"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order and of torch"})
+    checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
+    resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})
+    bf16: bool = field(default=True, metadata={"help": "bf16 autocast on GPU (ignored on CPU)"})
+
+
+@dataclass
+class SFTConfig:
+    """What to fine-tune on (every field is a CLI option)."""
+
+    data: str = field(default="", metadata={"help": "dataset whose trajectories to train on"})
+    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
+    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    max_len: int = field(default=8192, metadata={"help": "drop conversations longer than this many tokens"})
+    validated_only: bool = field(default=True, metadata={"help": "when the dataset has verdicts, skip trajectories that failed any"})
+    cases: str = field(default="", metadata={"help": "comma-separated cases to keep (empty = all)"})
+    limit: int = field(default=0, metadata={"help": "use at most this many trajectories (0 = all)"})
+
+
+@dataclass
+class RolloutConfig:
+    """How rollouts are sampled (every field is a CLI option)."""
+
+    max_turns: int = field(default=4, metadata={"help": "assistant turns per rollout at most"})
+    max_new_tokens: int = field(default=192, metadata={"help": "tokens per assistant turn at most"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of rollouts"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of rollouts"})
+    format_weight: float = field(default=0.1, metadata={"help": "reward bonus for well-formed calls and answer"})
+
+
+@dataclass
+class GRPOConfig(RolloutConfig):
+    """GRPO settings (every field is a CLI option)."""
+
+    data: str = field(default="", metadata={"help": "dataset whose triples give the questions"})
+    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
+    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})
+    clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    kl_coef: float = field(default=0.0, metadata={"help": "weight of the KL term to the frozen start model (0 = none)"})
+    limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
+    tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
