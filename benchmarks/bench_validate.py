@@ -1,7 +1,9 @@
 """Benchmark the schema + rule layers (records/s, one process and a process pool) on N
 trajectories made by replicating synthesized ones with new ids; replay is off (no corpus).
+With --judge K, also the judge layer on K records with the embedded model: records/s and
+tokens/s against the same backend generating the same judge prompts raw (the peer).
 
-    .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2
+    .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2 --judge 8
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=100_000, help="trajectories to validate")
     ap.add_argument("--workers", type=int, default=2, help="processes in the pool run")
+    ap.add_argument("--judge", type=int, default=0, help="records for the judge-layer run (0 = skip)")
+    ap.add_argument("--judge-max-tokens", type=int, default=48, help="tokens per judge reply")
     a = ap.parse_args()
     rows = make_rows(a.n)
     t = time.perf_counter()
@@ -57,6 +61,30 @@ def main() -> None:
     pool = a.n / (time.perf_counter() - t)
     print(json.dumps({"n": a.n, "passed": passed, "passed_pool": passed_pool, "records_per_s_one_process": round(one),
                       "records_per_s_pool": round(pool), "workers": a.workers}))
+    if a.judge:
+        print(json.dumps(judge_bench(rows[:a.judge], a.judge_max_tokens)))
+
+
+def judge_bench(rows: list[dict], max_tokens: int) -> dict:
+    """The judge layer vs raw generation of the same prompts on the same backend."""
+    from generators.llm.base import ChatRequest
+    from generators.llm.registry import BackendConfig, make_backend
+    from validators.judge import judge_records, turn_prompts
+
+    be = make_backend(BackendConfig(batch_size=32))
+    be.generate([ChatRequest(messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0.0)])
+    reqs = [ChatRequest(messages=[{"role": "user", "content": p}], n=1, temperature=0.0, max_tokens=max_tokens)
+            for r in rows for p in turn_prompts(r)]
+    out = {}
+    for name, fn in (("raw", lambda: be.generate(reqs)), ("judge", lambda: judge_records(rows, be, max_tokens=max_tokens))):
+        before = be.usage.completion_tokens
+        t = time.perf_counter()
+        fn()
+        dt_ = time.perf_counter() - t
+        out[name] = {"records_per_s": len(rows) / dt_, "tokens_per_s": (be.usage.completion_tokens - before) / dt_}
+    out["judge_vs_raw_tokens_per_s"] = out["judge"]["tokens_per_s"] / out["raw"]["tokens_per_s"]
+    out["records"], out["turns"] = len(rows), len(reqs)
+    return out
 
 
 if __name__ == "__main__":

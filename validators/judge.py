@@ -2,8 +2,8 @@
 
 One request per assistant turn (the conversation so far, the turn, and the message after
 it), all turns of all records in one batched `backend.generate` call. The judge answers
-`SCORE: <0-10>` and a reason; the record's score is its lowest turn score / 10. The prompt
-template, the model and every turn's raw reply are kept in the verdict detail.
+`SCORE: <0-10>` and a reason; the record's score is its lowest turn score / 10. The model,
+the prompt template, and every turn's filled prompt and raw reply are kept in the verdict detail.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def judge_records(rows: list[dict], backend, threshold: float = 0.5, strict: boo
         replies = [outs[k + j][0].text for j in range(len(ps))]
         k += len(ps)
         scores = [parse_score(t) for t in replies]
-        detail = {"model": model, "prompt": PROMPT, "turns": [{"score": s, "reply": t[:300]} for s, t in zip(scores, replies)]}
+        detail = {"model": model, "prompt_template": PROMPT,
+                  "turns": [{"score": s, "reply": t[:300], "prompt": p} for s, t, p in zip(scores, replies, ps)]}
         known = [s for s in scores if s is not None]
         if not ps:
             verdicts.append(fail(LAYER, "turns", "judge_unparseable", detail={**detail, "why": "no assistant turn"}))
