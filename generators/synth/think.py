@@ -1,7 +1,8 @@
 """The LLM's share of a trajectory: the `<think>` text of every turn and the final answer
 wording. One prompt per slot, sent in batches through any backend; output that is empty,
-carries tags or code, or runs on is replaced by a template written from the same facts,
-and the trajectory records which text came from where.
+carries tags or code, runs on, or does not mention what the step is about (the entity it
+looks up, the tool it fixes, the answer it gives) is replaced by a template written from
+the same facts, and the trajectory records which text came from where.
 
     prompts = [slot_prompt(question, slot) for slot in slots]
     texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
@@ -81,6 +82,26 @@ def slot_prompt(question: str, slot: Slot) -> list[dict]:
                                         f"Write the reasoning for this step."}]
 
 
+def key_terms(slot: Slot) -> list[str]:
+    """Words the reasoning of this slot must mention at least one of, so that it agrees
+    with the action that follows (what it looks up, which tool it fixes, the answer)."""
+    f = slot.facts
+    if slot.kind in ("plan", "next"):
+        return list(f.get("queries") or f.get("found") or [])
+    if slot.kind in ("fix_args", "switch_tool", "escalate"):
+        return [f["query"], f.get("tool", ""), f.get("general", "")]
+    if slot.kind == "early_stop":
+        return [f["skipped"], *f.get("queries", [])]
+    if slot.kind == "final":
+        return [f["answer"]]
+    return []
+
+
+def _mentions(text: str, terms: list[str]) -> bool:
+    low = text.lower()
+    return any(t and t.lower() in low for t in terms)
+
+
 def clean_think(text: str, slot: Slot) -> tuple[str, str]:
     """(text to use, "llm" | "template:<reason>")."""
     t = (text or "").strip()
@@ -99,4 +120,7 @@ def clean_think(text: str, slot: Slot) -> tuple[str, str]:
         return template(slot), "template:too_long"
     if len(t.split()) < 4:
         return template(slot), "template:too_short"
+    terms = key_terms(slot)
+    if terms and not _mentions(t, terms):
+        return template(slot), "template:off_topic"
     return t, "llm"

@@ -20,19 +20,34 @@ from storage.shards import stamp
 
 
 class ScriptedBackend:
-    """Returns the same plain sentence for every reasoning slot and a wrong answer phrase,
-    or markup, so both the LLM path and the template fallback are exercised."""
+    """Stands in for the LLM: an on-topic sentence naming the first quoted entity of the
+    prompt, and every 7th reply markup or off-topic text, so both the LLM path and the
+    template fallbacks are exercised."""
 
     name, model = "scripted", "scripted"
 
-    def __init__(self, text="I look this up with the matching search tool now."):
-        self.text, self.calls = text, 0
+    def __init__(self):
+        self.calls = 0
 
     def generate(self, requests, progress=False):
+        import re
+
         self.calls += 1
         out = []
         for i, r in enumerate(requests):
-            text = "<tool_call>{}" if i % 7 == 3 else self.text
+            prompt = r.messages[-1]["content"]
+            quoted = re.findall(r'"([^"]+)"', prompt)
+            answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
+            if i % 7 == 3:
+                text = "<tool_call>{}"
+            elif i % 7 == 5:
+                text = "The weather is nice today and I like it."
+            elif quoted:
+                text = f"I need the page about {quoted[0]} next, so I search for it."
+            elif answer:
+                text = f"So the answer is {answer.group(1)} as the pages show."
+            else:
+                text = "I look this up with the matching search tool now."
             out.append([Completion(text=text) for _ in range(r.n)])
         return out
 
@@ -171,6 +186,7 @@ def test_mix_is_configurable_and_reported(inputs, tools):
 def test_text_sources_are_recorded_and_bad_llm_text_falls_back(synthesized):
     _, _, rows, stats = synthesized
     assert stats["sources"]["llm"] > 0 and stats["fallbacks"]["template:markup"] > 0
+    assert stats["fallbacks"]["template:off_topic"] > 0
     for r in rows:
         for m in r["messages"]:
             if m["role"] == "assistant":
@@ -184,3 +200,19 @@ def test_deterministic_per_seed(inputs, tools):
         return s.trajectories(s.plans(), ScriptedBackend(), "r")[0]
 
     assert run() == run()
+
+
+def test_reasoning_must_mention_what_the_step_is_about():
+    from generators.synth.skeleton import Slot
+    from generators.synth.think import clean_think
+
+    nxt = Slot("next", {"found": ["Velmora"], "queries": ["Ada Quell"]})
+    assert clean_think("Now I should look up Ada Quell to continue.", nxt) == (
+        "Now I should look up Ada Quell to continue.", "llm")
+    text, source = clean_think("The capital of France is Paris, a lovely city.", nxt)
+    assert source == "template:off_topic" and "Ada Quell" in text
+    fix = Slot("fix_args", {"tool": "search_person", "error": "query: required", "query": "Ada Quell"})
+    assert clean_think("My call to search_person broke its schema; I will retry.", fix)[1] == "llm"
+    final = Slot("final", {"found": ["Ada Quell"], "answer": "1887", "skipped": None, "question": "q"})
+    assert clean_think("She was born in 1887 according to her page.", final)[1] == "llm"
+    assert clean_think("She was born long ago in some year.", final)[1] == "template:off_topic"
