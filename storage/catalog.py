@@ -26,7 +26,6 @@ import duckdb
 
 from storage import manifest
 from storage.funnel import funnel_sql
-from storage.shards import _sha256
 
 QUARANTINE = "_quarantine.json"
 
@@ -138,7 +137,7 @@ def verify(root=None, dataset: str | None = None, *, record: bool = True) -> tup
                 problem = "missing"
             elif path.stat().st_size != e.bytes:
                 problem = "size_mismatch"
-            elif _sha256(path) != e.sha256:
+            elif manifest.file_sha256(path) != e.sha256:
                 problem = "checksum_mismatch"
             else:
                 continue

@@ -13,6 +13,7 @@ names are uncommitted leftovers of a killed writer and are never read.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -133,6 +134,15 @@ def append(dataset_dir: Path, entry: Entry) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 4 MiB chunks (the checksum a manifest entry keeps)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:

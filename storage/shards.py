@@ -15,7 +15,6 @@ is missing.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -52,14 +51,6 @@ def stamp(rows: Iterable[dict], schema: KindSchema, run_id: str, lineage: dict |
         r.setdefault("lineage", dict(base))
         out.append(r)
     return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def committed_ids(root: Path, dataset: str, kind: str, run_id: str) -> pa.Array:
@@ -268,7 +259,7 @@ class ShardWriter:
                 pq.write_table(table, f, row_group_size=self.row_group_size, compression="zstd")
                 f.flush()
                 os.fsync(f.fileno())
-            return tmp, tmp.stat().st_size, _sha256(tmp), table.num_rows
+            return tmp, tmp.stat().st_size, manifest.file_sha256(tmp), table.num_rows
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -31,6 +31,7 @@ from typing import Callable
 from generators.corpus.ids import doc_id, triple_id
 from generators.corpus.readers import detect_container, iter_records
 from generators.corpus.runs import runs_dir, save_json
+from storage.manifest import file_sha256
 
 STYLES = ("auto", "hotpot", "plain")
 BATCH = 1000  # records per write call
@@ -193,14 +194,6 @@ def normalise(rec: dict, style: str = "auto", source: str = "import") -> tuple[l
     return _plain(rec, source)
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def import_file(path: Path, root, dataset: str, *, style: str = "auto", container: str | None = None,
                 source: str | None = None, run_id: str | None = None,
                 progress: Callable[[int], None] | None = None) -> ImportReport:
@@ -211,7 +204,7 @@ def import_file(path: Path, root, dataset: str, *, style: str = "auto", containe
         raise ValueError(f"unknown record style {style!r}; use one of {', '.join(STYLES)}")
     container = container or detect_container(path)
     source = source or f"import:{path.name}"
-    digest = file_digest(path)
+    digest = file_sha256(path)
     config_hash = hashlib.sha256(f"{digest}|{style}|{container}|{source}".encode()).hexdigest()[:16]
     run_id = run_id or f"import-{config_hash[:12]}"
     report = ImportReport(run_id, source, container)
