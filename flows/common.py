@@ -1,9 +1,9 @@
-"""Helpers every flow uses: config hashing and run ids, saving the resolved config beside a
-run's output, Prefect defaults for running with no server, and the end-of-flow artifact.
+"""Helpers every flow uses: config hashing, saving the resolved config beside a run's
+output, and the end-of-flow artifact.
 
 A flow's config is a dataclass whose fields carry `metadata={"help": ...}`; its hash names
-the run (`run_id_for`), so rerunning the same config resumes the same run and duplicates
-nothing.
+the run, so rerunning the same config resumes the same run and duplicates nothing. (Prefect's
+defaults for running with no server are set in flows/__init__.py, before prefect is imported.)
 """
 
 from __future__ import annotations
@@ -13,18 +13,11 @@ import datetime as dt
 import hashlib
 import json
 import os
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from storage import manifest
 
-
-
-def prefect_defaults() -> None:
-    """Kept for callers; the defaults are set when the `flows` package is imported (see
-    flows/__init__.py), since Prefect reads its settings at import."""
 
 
 def as_dict(config: Any) -> dict:
@@ -38,12 +31,6 @@ def config_hash(config: Any, ignore: tuple[str, ...] = ("run_id", "data_root", "
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def run_id_for(config: Any, prefix: str) -> str:
-    """The config's own run_id if set, else `<prefix>-<config hash>`."""
-    rid = getattr(config, "run_id", None)
-    return rid or f"{prefix}-{config_hash(config)}"
-
-
 def save_run_config(root: Path, dataset: str, run_id: str, config: Any, extra: dict | None = None) -> Path:
     """Write the resolved config to `<root>/<dataset>/_runs/<run_id>.json` (atomically)."""
     ddir = manifest.dataset_dir(Path(root), dataset) / "_runs"
@@ -55,15 +42,6 @@ def save_run_config(root: Path, dataset: str, run_id: str, config: Any, extra: d
     tmp.write_text(json.dumps(body, indent=2, default=str))
     os.replace(tmp, path)
     return path
-
-
-@contextmanager
-def stopwatch(stats: dict, key: str) -> Iterator[None]:
-    t = time.perf_counter()
-    try:
-        yield
-    finally:
-        stats[key] = stats.get(key, 0.0) + time.perf_counter() - t
 
 
 def stage_table(stages: list[dict]) -> str:

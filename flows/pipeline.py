@@ -17,7 +17,7 @@ from prefect.cache_policies import NONE
 from flows.common import publish_artifact
 from flows.configs import PipelineConfig
 from generators.llm.registry import BackendConfig
-from storage import manifest, reader, resolve_root
+from storage import manifest, resolve_root
 
 
 @task(name="world-corpus", cache_policy=NONE, retries=1)
@@ -67,9 +67,8 @@ def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> 
     stages.append({"stage": "validate", "rows_in": checked["rows_in"], "rows_out": checked["rows_out"],
                    "seconds": time.perf_counter() - t,
                    "notes": f"schema, rules (with replay), dedup; accepted -> {checked['accepted_dataset']}"})
-    ddir = manifest.dataset_dir(resolve_root(root), cfg.dataset)
-    totals = {e["kind"]: 0 for e in reader.summary(root) if e["dataset"] == cfg.dataset}
-    for e in manifest.read(ddir):
+    totals: dict[str, int] = {}
+    for e in manifest.read(manifest.dataset_dir(resolve_root(root), cfg.dataset)):
         totals[e.kind] = totals.get(e.kind, 0) + e.rows
     report = publish_artifact("pipeline-report", f"pipeline {cfg.dataset}", stages, {"rows per kind": totals})
     return {"stages": stages, "rows": totals, "synthesize": summary, "validate": checked, "report": report}

@@ -19,7 +19,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
-from flows.common import config_hash, prefect_defaults, publish_artifact, save_run_config
+from flows.common import config_hash, publish_artifact, save_run_config
 from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
@@ -124,5 +124,4 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
 
 def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = True) -> dict:
     """Run the flow (Prefect's temporary local server when no PREFECT_API_URL is set)."""
-    prefect_defaults()
     return synthesize_flow(asdict(cfg), bcfg.to_dict(), str(data_root) if data_root else None, progress)

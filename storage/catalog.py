@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -149,6 +149,3 @@ def verify(root=None, dataset: str | None = None, *, record: bool = True) -> tup
             os.replace(tmp, ddir / QUARANTINE)
     return checked, problems
 
-
-def problems_as_rows(problems: list[Problem]) -> list[dict]:
-    return [asdict(p) for p in problems]
