@@ -11,22 +11,16 @@ from flows.configcli import config_command
 from flows.configs import PipelineConfig
 from generators.llm.registry import BackendConfig
 
-err = Console(stderr=True)
-
 
 def register(app: typer.Typer) -> None:
-    @config_command(app, "pipeline", PipelineConfig, BackendConfig)
+    @config_command(app, "pipeline", PipelineConfig, BackendConfig, errors=(ValueError, KeyError))
     def pipeline(cfg: PipelineConfig, backend: BackendConfig, data_root=None) -> None:
         """Run the main job as one Prefect flow: build the fictional world corpus, synthesize
         tool-use trajectories with the model, validate them, and print what each stage
         produced. Reruns resume and duplicate nothing."""
         from flows.pipeline import run
 
-        try:
-            out = run(cfg, backend, data_root)
-        except (ValueError, KeyError) as e:
-            err.print(f"[red]pipeline failed:[/red] {e}")
-            raise typer.Exit(2)
+        out = run(cfg, backend, data_root)
         console = Console()
         t = Table(title=f"pipeline {cfg.dataset}")
         for c in ("stage", "rows in", "rows out", "seconds", "notes"):

@@ -11,8 +11,6 @@ from flows.configcli import config_command
 from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
 
-err = Console(stderr=True)
-
 
 def _mix_table(summary: dict) -> Table:
     t = Table(title=f"run {summary['run_id']}: {summary['written']} written, "
@@ -27,18 +25,14 @@ def _mix_table(summary: dict) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    @config_command(app, "synthesize", SynthConfig, BackendConfig)
+    @config_command(app, "synthesize", SynthConfig, BackendConfig, errors=(ValueError, KeyError))
     def synthesize(synth: SynthConfig, backend: BackendConfig, data_root=None) -> None:
         """Synthesize multi-hop tool-calling trajectories (a Prefect flow): builds the gated
         tool bank, plans each triple's route and reflection case, lets the model write the
         reasoning, and commits `tools` and `trajectories` shards to the dataset."""
         from flows.synthesize import run
 
-        try:
-            summary = run(synth, backend, data_root)
-        except (ValueError, KeyError) as e:
-            err.print(f"[red]synthesize failed:[/red] {e}")
-            raise typer.Exit(2)
+        summary = run(synth, backend, data_root)
         console = Console()
         console.print(_mix_table(summary))
         u = summary.get("usage") or {}

@@ -9,7 +9,7 @@ from rich.console import Console
 from flows.configcli import config_command
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
 
-err = Console(stderr=True)
+USER_ERRORS = (ValueError, KeyError, FileNotFoundError)  # bad input: a readable message, exit 2
 
 
 def _report(summary: dict) -> None:
@@ -26,21 +26,16 @@ def register(app: typer.Typer) -> None:
                             no_args_is_help=True)
     app.add_typer(train_app, name="train")
 
-    @config_command(train_app, "sft", SFTConfig, TrainConfig)
+    @config_command(train_app, "sft", SFTConfig, TrainConfig, errors=USER_ERRORS, label="train sft")
     def sft(sft: SFTConfig, train: TrainConfig, data_root=None) -> None:
         """Fine-tune a model on a dataset's validated trajectories (loss on assistant tokens
         only, rendered with the model's chat template). Writes checkpoints, metrics.jsonl,
         curves.png and the trained model (OUT/final); --resume continues after a kill."""
         from flows.train import run_sft
 
-        try:
-            summary = run_sft(sft, train, data_root)
-        except (ValueError, KeyError, FileNotFoundError) as e:
-            err.print(f"[red]train sft failed:[/red] {e}")
-            raise typer.Exit(2)
-        _report(summary)
+        _report(run_sft(sft, train, data_root))
 
-    @config_command(train_app, "grpo", GRPOConfig, TrainConfig)
+    @config_command(train_app, "grpo", GRPOConfig, TrainConfig, errors=USER_ERRORS, label="train grpo")
     def grpo(grpo: GRPOConfig, train: TrainConfig, data_root=None) -> None:
         """GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
         virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final
@@ -48,9 +43,4 @@ def register(app: typer.Typer) -> None:
         OUT/final; --resume continues after a kill."""
         from flows.train import run_grpo
 
-        try:
-            summary = run_grpo(grpo, train, data_root)
-        except (ValueError, KeyError, FileNotFoundError) as e:
-            err.print(f"[red]train grpo failed:[/red] {e}")
-            raise typer.Exit(2)
-        _report(summary)
+        _report(run_grpo(grpo, train, data_root))

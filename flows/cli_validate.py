@@ -11,8 +11,6 @@ from flows.configcli import config_command
 from generators.llm.registry import BackendConfig
 from validators.runner import ValidateConfig
 
-err = Console(stderr=True)
-
 
 def funnel_table(summary: dict) -> Table:
     t = Table(title=f"validate {summary['run_id']}: {summary['rows_in']} in, {summary['rows_out']} accepted "
@@ -25,7 +23,7 @@ def funnel_table(summary: dict) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    @config_command(app, "validate", ValidateConfig, BackendConfig)
+    @config_command(app, "validate", ValidateConfig, BackendConfig, errors=(ValueError, KeyError))
     def validate(cfg: ValidateConfig, backend: BackendConfig, data_root=None) -> None:
         """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,
         answerability and dedup layers; writes `verdicts` (every check, with a reason code)
@@ -33,12 +31,8 @@ def register(app: typer.Typer) -> None:
         `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""
         from flows.validate import run
 
-        try:
-            cfg.layer_list()
-            summary = run(cfg, backend, data_root)
-        except (ValueError, KeyError) as e:
-            err.print(f"[red]validate failed:[/red] {e}")
-            raise typer.Exit(2)
+        cfg.layer_list()  # a bad --layers fails before any work
+        summary = run(cfg, backend, data_root)
         console = Console()
         console.print(funnel_table(summary))
         console.print(f"{summary['seconds']:.1f}s, {summary['records_per_s']:.0f} records/s; "

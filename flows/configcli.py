@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+from rich.console import Console
 
 from flows.options import DataRoot
 
 SCALARS = (str, int, float, bool)
+_err = Console(stderr=True)
 
 
 def _option_type(tp) -> tuple[Any, bool]:
@@ -46,9 +48,12 @@ def _fields(cls) -> list[dataclasses.Field]:
     return out
 
 
-def config_command(app: typer.Typer, name: str, *classes, help: str | None = None):
+def config_command(app: typer.Typer, name: str, *classes, help: str | None = None,
+                   errors: tuple[type[BaseException], ...] = (), label: str | None = None):
     """Decorator: register `fn(*instances, data_root=...)` as command `name` whose options
-    are the fields of `classes` (each field name must be unique across them)."""
+    are the fields of `classes` (each field name must be unique across them). Exceptions of
+    the types in `errors` (bad input the user can fix) print "<label> failed: ..." on stderr
+    and exit with code 2 instead of a traceback."""
 
     def wrap(fn: Callable) -> Callable:
         params, owners, decoders = [], {}, {}
@@ -88,7 +93,13 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                             raise typer.BadParameter(f"--{f.name.replace('_', '-')} must be JSON: {e}") from None
                     values[f.name] = v
                 built.append(cls(**values))
-            return fn(*built, data_root=data_root)
+            if not errors:
+                return fn(*built, data_root=data_root)
+            try:
+                return fn(*built, data_root=data_root)
+            except errors as e:
+                _err.print(f"[red]{label or name} failed:[/red] {e}")
+                raise typer.Exit(2) from None
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__doc__ = " ".join((help or fn.__doc__ or "").split())  # one paragraph in --help
