@@ -41,6 +41,16 @@ def _load_model(name: str | None):
     return path, tok, model
 
 
+def _start(cfg, config: dict):
+    """Check --data/--out, create the run folder with the resolved config, load the model."""
+    if not cfg.data or not cfg.out:
+        raise ValueError("--data and --out are required")
+    run_dir = Path(cfg.out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return (run_dir, *_load_model(cfg.model))
+
+
 @task(name="tokenize-trajectories", cache_policy=NONE, retries=1)
 def sft_data_task(root: str, sft: dict, tokenizer) -> tuple[list, dict]:
     from train.sft import SFTConfig, load_examples
@@ -74,13 +84,8 @@ def sft_flow(sft: dict, train: dict, data_root: str | None = None, progress: boo
     from train.sft import SFTConfig, make_step
 
     cfg, root = SFTConfig(**sft), str(resolve_root(data_root))
-    if not cfg.data or not cfg.out:
-        raise ValueError("--data and --out are required")
-    run_dir = Path(cfg.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps({"sft": sft, "train": train}, indent=2))
     t = time.perf_counter()
-    path, tok, model = _load_model(cfg.model)
+    run_dir, path, tok, model = _start(cfg, {"sft": sft, "train": train})
     examples, counts = sft_data_task(root, sft, tok)
     if not examples:
         raise ValueError(f"no trainable trajectories in {cfg.data!r}: {counts}")
@@ -98,13 +103,8 @@ def grpo_flow(grpo: dict, train: dict, data_root: str | None = None, progress: b
     from train.grpo import GRPOConfig, build_session
 
     cfg, root = GRPOConfig(**grpo), str(resolve_root(data_root))
-    if not cfg.data or not cfg.out:
-        raise ValueError("--data and --out are required")
-    run_dir = Path(cfg.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps({"grpo": grpo, "train": train}, indent=2))
     t = time.perf_counter()
-    path, tok, model = _load_model(cfg.model)
+    run_dir, path, tok, model = _start(cfg, {"grpo": grpo, "train": train})
     session = build_session(root, cfg, path, model)
     counts = {"prompts": len(session.prompts)}
     stages = [{"stage": "load", "rows_out": len(session.prompts), "seconds": time.perf_counter() - t}]
