@@ -8,6 +8,7 @@ from rich.console import Console
 
 from flows.configcli import config_command
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
+from train.evaluate import EvalConfig
 
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError)  # bad input: a readable message, exit 2
 
@@ -22,7 +23,7 @@ def _report(summary: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    train_app = typer.Typer(help="Train models: supervised fine-tuning and GRPO (Prefect flows).",
+    train_app = typer.Typer(help="Train models: supervised fine-tuning and GRPO (Prefect flows), and evaluate tool use.",
                             no_args_is_help=True)
     app.add_typer(train_app, name="train")
 
@@ -44,3 +45,20 @@ def register(app: typer.Typer) -> None:
         from flows.train import run_grpo
 
         _report(run_grpo(grpo, train, data_root))
+
+    @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS, label="train eval")
+    def evaluate(cfg: EvalConfig, data_root=None) -> None:
+        """Evaluate a model's tool use: greedy multi-turn rollouts on a dataset's held-out
+        triples through the BM25 simulator; prints the rates of well-formed tool calls,
+        answers and exact match (run it before and after training to compare)."""
+        from rich.table import Table
+
+        from train.evaluate import run_eval
+
+        s = run_eval(cfg, data_root)
+        table = Table(title=f"tool-use eval of {s['model']} on {cfg.data} ({s['rollouts']} triples)")
+        for col in ("metric", "value"):
+            table.add_column(col)
+        for k in ("called", "well_formed", "answered", "em", "tool_em", "f1", "calls_per_rollout"):
+            table.add_row(k, f"{s[k]:.3f}")
+        Console().print(table)

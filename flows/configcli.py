@@ -92,10 +92,9 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                         except ValueError as e:
                             raise typer.BadParameter(f"--{f.name.replace('_', '-')} must be JSON: {e}") from None
                     values[f.name] = v
-                built.append(cls(**values))
-            if not errors:
-                return fn(*built, data_root=data_root)
-            try:
+                built.append(values)
+            try:  # a config's own checks (__post_init__) are user errors too
+                built = [cls(**values) for cls, values in zip(classes, built)]
                 return fn(*built, data_root=data_root)
             except errors as e:
                 _err.print(f"[red]{label or name} failed:[/red] {e}")

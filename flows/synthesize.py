@@ -64,8 +64,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     stages.append({"stage": "load", "rows_in": len(inputs.triples), "rows_out": len(inputs.triples),
                    "seconds": time.perf_counter() - t0, "notes": f"{len(inputs.documents)} documents"})
     t = time.perf_counter()
-    be = make_backend(bcfg)
-    lineage = {"model": str(getattr(be, "model", bcfg.model)), "backend": bcfg.backend,
+    be = make_backend(bcfg) if cfg.texts == "llm" else None
+    lineage = {"model": str(getattr(be, "model", bcfg.model)) if be else None, "backend": bcfg.backend if be else None,
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
     tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
                                     be if cfg.llm_variants else None)
@@ -102,7 +102,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
             bar.set_postfix(tok_s=f"{usage.completion_tokens / usage.seconds:.0f}")
     bar.close()
     usage = be.usage.to_dict() if getattr(be, "usage", None) else {}
-    be.close()
+    if be is not None:
+        be.close()
 
     wall = time.perf_counter() - t0
     stages.append({"stage": "synthesize", "rows_in": len(todo), "rows_out": len(todo), "seconds": totals["llm_s"] + totals["program_s"],

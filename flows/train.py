@@ -81,7 +81,7 @@ def _finish(model, tok, run_dir: Path, keys, title: str, stages: list, counts: d
 @flow(name="train-sft", log_prints=True)
 def sft_flow(sft: dict, train: dict, data_root: str | None = None, progress: bool = True) -> dict:
     """Fine-tune `sft["model"]` on the trajectories of `sft["data"]` (SFTConfig/TrainConfig fields)."""
-    from train.sft import SFTConfig, make_step
+    from train.sft import SFTConfig, make_step, train_last_layers
 
     cfg, root = SFTConfig(**sft), str(resolve_root(data_root))
     t = time.perf_counter()
@@ -89,6 +89,8 @@ def sft_flow(sft: dict, train: dict, data_root: str | None = None, progress: boo
     examples, counts = sft_data_task(root, sft, tok)
     if not examples:
         raise ValueError(f"no trainable trajectories in {cfg.data!r}: {counts}")
+    params = train_last_layers(model, cfg.train_layers)
+    counts["trainable_params"], counts["params"] = params["trainable"], params["total"]
     stages = [{"stage": "load + tokenize", "rows_in": counts["rows"], "rows_out": len(examples),
                "seconds": time.perf_counter() - t, "notes": f"model {path}"}]
     t = time.perf_counter()

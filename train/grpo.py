@@ -27,10 +27,10 @@ from train.rollout import Prompt, rollout
 
 
 
-def make_prompts(triples: list[dict], tools: list[dict]) -> list[Prompt]:
+def make_prompts(triples: list[dict], tools: list[dict], tool_style: str = "full") -> list[Prompt]:
     from generators.synth.assemble import system_prompt
 
-    system = system_prompt(tools)
+    system = system_prompt(tools, tool_style)
     return [Prompt([{"role": "system", "content": system}, {"role": "user", "content": t["question"]}],
                    t["answer"], list(t.get("aliases") or []), list(t["golden_doc_ids"]), t["triple_id"])
             for t in triples]
@@ -114,4 +114,4 @@ def build_session(root, cfg: GRPOConfig, model_path, model) -> GRPOSession:
     tools = build_bank(seed=cfg.tool_seed, variants_per_tool=1)
     backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
     backend.lm = model
-    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools), model)
+    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools, cfg.tool_style), model)

@@ -62,8 +62,9 @@ def _with_stop(text: str, token_text: str) -> str:
 
 
 def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed: int = 0,
-            progress: bool = False) -> list[Rollout]:
-    """One rollout per prompt (repeat a prompt G times for a group), all turns batched."""
+            progress: bool = False, logprobs: bool = True) -> list[Rollout]:
+    """One rollout per prompt (repeat a prompt G times for a group), all turns batched.
+    `logprobs=False` skips the teacher-forced scoring pass (`Rollout.logprobs` stays empty)."""
     convs = [list(p.messages) for p in prompts]
     calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "turns": 0, "finish": "turn_limit"} for _ in prompts]
     active = list(range(len(prompts)))
@@ -111,6 +112,8 @@ def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed:
         st.update({"em": parts["em"], "f1": parts["f1"], "format": float(well_formed),
                    "policy_tokens": sum(mask)})
         results.append(Rollout(conv, ids, mask, [], reward, st))
+    if not logprobs:
+        return results
     lps = backend.score([r.token_ids[:1] for r in results], [r.token_ids[1:] for r in results])
     for r, lp in zip(results, lps):
         r.logprobs = [0.0] + [v if m else 0.0 for v, m in zip(lp, r.mask[1:])]

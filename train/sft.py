@@ -129,12 +129,44 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross entropy over the labelled (assistant) tokens."""
+    """Mean next-token cross entropy over the labelled (assistant) tokens.
+
+    Logits are computed only at positions that predict a labelled token in some row
+    (`logits_to_keep` with an index tensor): the vocabulary projection of the prompt and
+    tool tokens, most of a tool-use conversation, is skipped. Same loss and gradients."""
     dev = next(model.parameters()).device
-    logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev)).logits
     target = batch["labels"][:, 1:].to(dev)
-    return torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                             target.reshape(-1), ignore_index=IGNORE)
+    keep = (target != IGNORE).any(dim=0).nonzero()[:, 0]  # position t predicts token t + 1
+    if keep.numel() == 0:
+        raise ValueError("a micro-batch with no labelled (assistant) tokens")
+    ids, att = batch["input_ids"].to(dev), batch["attention_mask"].to(dev)
+    try:
+        logits = model(input_ids=ids, attention_mask=att, logits_to_keep=keep).logits
+    except TypeError:  # a model without logits_to_keep: project every position
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1][:, keep]
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                             target[:, keep].reshape(-1), ignore_index=IGNORE)
+
+
+def train_last_layers(model, n: int) -> dict:
+    """Freeze every parameter except the last `n` decoder blocks and the final norm
+    (n = 0: train everything). Returns {"trainable": count, "total": count}.
+    Backward then stops at the lowest trainable block, which is where the saving comes from."""
+    total = sum(p.numel() for p in model.parameters())
+    if n > 0:
+        blocks = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)
+                       and len(m) == getattr(model.config, "num_hidden_layers", -1)), None)
+        if blocks is None:
+            raise ValueError("--train-layers: cannot find the model's list of decoder blocks")
+        if n > len(blocks):
+            raise ValueError(f"--train-layers {n}: the model has {len(blocks)} blocks")
+        model.requires_grad_(False)
+        blocks[-n:].requires_grad_(True)
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+        norm = getattr(decoder, "norm", None)
+        if isinstance(norm, torch.nn.Module):
+            norm.requires_grad_(True)
+    return {"trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "total": total}
 
 
 def make_step(pad_id: int):

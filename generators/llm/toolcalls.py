@@ -181,13 +181,40 @@ def _as_function(tool: dict) -> dict:
                                              "parameters": fn["parameters"]}}
 
 
-def render_tools_block(tools: Iterable[dict]) -> str:
-    """`<tools>` + one JSON function object per line + `</tools>` (Qwen/Hermes style).
+def compact_signature(tool: dict) -> str:
+    """One line per tool: `name(query: string, top_k?: integer) - first sentence of the description`.
 
-    Accepts storage tool rows (`json_schema` or `parameters` as a JSON string or dict)
-    and OpenAI-style `{"type": "function", "function": {...}}` dicts.
+    Optional parameters carry a `?`; enums are listed. About a fifth of the tokens of the JSON
+    function object, which makes multi-tool prompts practical for small models.
     """
-    lines = [json.dumps(_as_function(t), ensure_ascii=False) for t in tools]
+    fn = _as_function(tool)["function"]
+    params = fn["parameters"] or {}
+    required = set(params.get("required") or [])
+    args = []
+    for name, spec in (params.get("properties") or {}).items():
+        typ = spec.get("type", "any") if isinstance(spec, dict) else "any"
+        if isinstance(spec, dict) and spec.get("enum"):
+            typ = "|".join(map(str, spec["enum"]))
+        args.append(f"{name}{'' if name in required else '?'}: {typ}")
+    desc = (fn.get("description") or "").strip()
+    first = re.split(r"(?<=[.!?])\s", desc, maxsplit=1)[0] if desc else ""
+    return f"{fn['name']}({', '.join(args)})" + (f" - {first}" if first else "")
+
+
+TOOL_STYLES = ("full", "compact")
+
+
+def render_tools_block(tools: Iterable[dict], style: str = "full") -> str:
+    """`<tools>` + one line per tool + `</tools>`.
+
+    style "full": one JSON function object per line (Qwen/Hermes style); "compact": one
+    `compact_signature` line per tool. Accepts storage tool rows (`json_schema` or
+    `parameters` as a JSON string or dict) and OpenAI-style `{"type": "function", ...}` dicts.
+    """
+    if style not in TOOL_STYLES:
+        raise ValueError(f"tool style must be one of {', '.join(TOOL_STYLES)}, not {style!r}")
+    render = compact_signature if style == "compact" else (lambda t: json.dumps(_as_function(t), ensure_ascii=False))
+    lines = [render(t) for t in tools]
     return "<tools>\n" + "\n".join(lines) + ("\n" if lines else "") + "</tools>"
 
 

@@ -24,8 +24,9 @@ SYSTEM_TAIL = ("\n\nBefore every action, reason inside <think></think>. For each
                "When you know the answer, reply with <think>...</think> followed by <answer>...</answer>.")
 
 
-def system_prompt(tools: list[dict]) -> str:
-    return SYSTEM_HEAD + render_tools_block(tools) + SYSTEM_TAIL
+def system_prompt(tools: list[dict], style: str = "full") -> str:
+    """The system prompt offering `tools`; style "full" (JSON schemas) or "compact" (signatures)."""
+    return SYSTEM_HEAD + render_tools_block(tools, style) + SYSTEM_TAIL
 
 
 def tool_call_block(name: str, arguments: dict) -> str:
@@ -42,9 +43,9 @@ def traj_id(sk: Skeleton, run_key: str) -> str:
 
 
 def to_row(sk: Skeleton, thinks: list[str], final_think: str, answer: str, sources: list[str],
-           run_key: str) -> dict:
+           run_key: str, tool_style: str = "full") -> dict:
     """`thinks[i]` is the reasoning of turn i; `sources` says where each text came from."""
-    msgs = [{"role": "system", "content": system_prompt(sk.offered)},
+    msgs = [{"role": "system", "content": system_prompt(sk.offered, tool_style)},
             {"role": "user", "content": sk.triple["question"]}]
     calls_meta = {}
     for turn, think in zip(sk.turns, thinks):

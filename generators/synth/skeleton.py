@@ -81,8 +81,9 @@ class SkeletonBuilder:
     """Builds skeletons for plans; holds the bank and the simulator."""
 
     def __init__(self, simulator, tools: list[dict], seed: int = 0, distractors: tuple[int, int] = (3, 8),
-                 top_k_rate: float = 0.3):
+                 top_k_rate: float = 0.3, top_k_choices: tuple[int, ...] = (3, 5, 8)):
         self.sim, self.seed, self.distractors, self.top_k_rate = simulator, seed, distractors, top_k_rate
+        self.top_k_choices = tuple(top_k_choices)
         self.by_domain: dict[str, list[dict]] = {d: [] for d in DOMAINS}
         for t in sorted(tools, key=lambda t: t["tool_id"]):
             self.by_domain.setdefault(t["domain"], []).append(t)
@@ -122,7 +123,7 @@ class SkeletonBuilder:
     def _args(self, rng: random.Random, hop: Hop) -> dict:
         args = {"query": hop.query}
         if rng.random() < self.top_k_rate:
-            args["top_k"] = rng.choice([3, 5, 8])
+            args["top_k"] = rng.choice(self.top_k_choices)
         return args
 
     def build(self, plan: Plan, triple: dict) -> Skeleton:

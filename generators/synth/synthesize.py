@@ -21,7 +21,7 @@ from generators.llm.base import ChatRequest
 from generators.synth import plan as planning
 from generators.synth.assemble import to_row
 from generators.synth.skeleton import Skeleton, SkeletonBuilder
-from generators.synth.think import clean_think, slot_prompt
+from generators.synth.think import clean_think, slot_prompt, template
 
 
 @dataclass
@@ -39,10 +39,32 @@ class SynthConfig:
     llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
     distractors_min: int = field(default=3, metadata={"help": "fewest distractor tools offered per sample"})
     distractors_max: int = field(default=8, metadata={"help": "most distractor tools offered per sample"})
+    tool_style: str = field(default="full", metadata={"help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures, ~5x fewer tokens)"})
+    top_k_rate: float = field(default=0.3, metadata={"help": "share of tool calls that pass top_k"})
+    top_k: str = field(default="3,5,8", metadata={"help": "comma-separated top_k values a call picks from"})
+    texts: str = field(default="llm", metadata={"help": "who writes reasoning and answer wording: llm, or template (no model is loaded)"})
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
+
+    def __post_init__(self) -> None:
+        from generators.llm.toolcalls import TOOL_STYLES
+
+        if self.tool_style not in TOOL_STYLES:
+            raise ValueError(f"--tool-style must be one of {', '.join(TOOL_STYLES)}, not {self.tool_style!r}")
+        if self.texts not in ("llm", "template"):
+            raise ValueError(f"--texts must be llm or template, not {self.texts!r}")
+        self.top_k_choices()
+
+    def top_k_choices(self) -> tuple[int, ...]:
+        try:
+            ks = tuple(int(x) for x in self.top_k.split(",") if x.strip())
+        except ValueError:
+            ks = ()
+        if not ks or min(ks) < 1 or max(ks) > 10:
+            raise ValueError(f"--top-k must be comma-separated integers from 1 to 10, not {self.top_k!r}")
+        return ks
 
 
 @dataclass
@@ -74,7 +96,8 @@ class Session:
         self.tools = tools
         self.sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
         self.builder = SkeletonBuilder(self.sim, tools, seed=cfg.seed,
-                                       distractors=(cfg.distractors_min, cfg.distractors_max))
+                                       distractors=(cfg.distractors_min, cfg.distractors_max),
+                                       top_k_rate=cfg.top_k_rate, top_k_choices=cfg.top_k_choices())
         self.case_mix = planning.parse_mix(cfg.case_mix, planning.CASES)
         self.route_mix = planning.parse_mix(cfg.route_mix, planning.ROUTES)
         self.rejected: Counter = Counter()
@@ -126,9 +149,12 @@ class Session:
                                 temperature=self.cfg.temperature, max_tokens=self.cfg.max_think_tokens,
                                 seed=self.cfg.seed + k, stop=["\n\n"]) for k, (i, s) in enumerate(slots)]
         t1 = time.perf_counter()
-        outs = backend.generate(requests) if requests else []
+        outs = backend.generate(requests) if requests and backend is not None else []
         t2 = time.perf_counter()
         texts: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(sks))}
+        if backend is None:  # texts="template": the program writes every text
+            for i, slot in slots:
+                texts[i].append((template(slot), "template:mode"))
         for (i, slot), out in zip(slots, outs):
             texts[i].append(clean_think(out[0].text if out else "", slot))
         rows = []
@@ -136,7 +162,7 @@ class Session:
             parts = texts[i]
             thinks = [t for t, _ in parts[:-2]]
             (final, _), (answer, _) = parts[-2], parts[-1]
-            rows.append(to_row(sk, thinks, final, answer, [s for _, s in parts], run_key))
+            rows.append(to_row(sk, thinks, final, answer, [s for _, s in parts], run_key, self.cfg.tool_style))
         t3 = time.perf_counter()
         stats = {"program_s": (t1 - t0) + (t3 - t2), "llm_s": t2 - t1, "slots": len(slots),
                  "sources": Counter(s.split(":")[0] for i in texts for _, s in texts[i]),

@@ -20,7 +20,9 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
+
+from generators.llm.toolcalls import render_tools_block  # noqa: F401  (re-exported)
 
 DOMAINS = ("person", "place", "organisation", "work", "event", "science", "general")
 GENERAL = "general"
@@ -143,12 +145,6 @@ def to_openai(row: dict) -> dict:
     """OpenAI / Qwen function-tool form: {"type": "function", "function": {name, description, parameters}}."""
     return {"type": "function", "function": {"name": row["name"], "description": row["description"],
                                              "parameters": parameters_of(row)}}
-
-
-def render_tools_block(tools: Iterable[dict]) -> str:
-    """Qwen/Hermes-style tools block: one JSON object per line between <tools> and </tools>."""
-    lines = [json.dumps(to_openai(t), ensure_ascii=False) for t in tools]
-    return "<tools>\n" + "\n".join(lines) + "\n</tools>"
 
 
 @dataclass

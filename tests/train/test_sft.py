@@ -92,3 +92,40 @@ def test_sft_flow_writes_metrics_curves_model_and_resumes(traj_root, tiny_llama_
     s2 = run_sft(sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True), root, progress=False)
     assert [r["step"] for r in read_metrics(out)] == [1, 2] and s2["steps"] == 2
     assert (out / "checkpoints" / "latest").read_text() == "step-00000002"
+
+
+def test_loss_on_assistant_positions_only_equals_full_projection(traj_root, tiny_llama_dir):
+    """sft_loss projects only positions that predict a labelled token: same loss and gradients
+    as projecting every position."""
+    from train.sft import collate, sft_loss
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    examples, _ = load_examples(traj_root[0], "w", tok, SFTConfig(data="w", limit=3))
+    batch = collate(examples, tok.pad_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    fast = sft_loss(model, batch)
+    fast.backward()
+    g_fast = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    full = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                             batch["labels"][:, 1:].reshape(-1), ignore_index=IGNORE)
+    full.backward()
+    assert torch.allclose(fast, full, atol=1e-6)
+    for n, p in model.named_parameters():
+        assert torch.allclose(g_fast[n], p.grad, atol=1e-6, rtol=1e-4), n
+
+
+def test_train_last_layers_freezes_the_rest(tiny_llama_dir):
+    from train.sft import train_last_layers
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    n_blocks = model.config.num_hidden_layers
+    counts = train_last_layers(model, 1)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(f"layers.{n_blocks - 1}." in n or n.endswith("model.norm.weight") for n in trainable)
+    assert counts["trainable"] == sum(p.numel() for n, p in model.named_parameters() if n in trainable) < counts["total"]
+    with pytest.raises(ValueError, match="blocks"):
+        train_last_layers(model, n_blocks + 1)
+    assert train_last_layers(model, 0)["total"] == counts["total"]

@@ -1,0 +1,109 @@
+"""Tool-use evaluation of a model: greedy multi-turn rollouts (train/rollout.py) on a dataset's
+triples, through the BM25 simulator, scored for well-formed tool calls and answer exact match.
+It gives the before/after figures of a training run.
+
+    forgeplay train eval --data demo --model runs/sft1/final --limit 64 --tool-style compact
+
+By default only held-out triples are used: those no trajectory of the dataset was built from.
+The tools offered are the dataset's base tools (one per domain, no paraphrased variants).
+
+Per rollout: `called` (at least one tool call attempted), `well_formed` (at least one call,
+and every call parsed, named an offered tool and had valid arguments), `answered` (ended
+with an `<answer>`), `em` (normalized exact match of the answer). Rates are over all rollouts;
+`tool_em` counts rollouts that both called a tool and answered exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from train.configs import RolloutConfig
+
+
+@dataclass
+class EvalConfig(RolloutConfig):
+    """What to evaluate (every field is a CLI option)."""
+
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0 = greedy)"})
+    data: str = field(default="", metadata={"help": "dataset whose triples are asked"})
+    model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
+    limit: int = field(default=64, metadata={"help": "triples to ask at most (0 = all)"})
+    held_out: bool = field(default=True, metadata={"help": "skip triples that the dataset's trajectories were built from"})
+    tool_seed: int = field(default=0, metadata={"help": "seed of the simulator"})
+    batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
+    seed: int = field(default=0, metadata={"help": "sampling seed (when temperature > 0)"})
+
+
+def held_out_triples(root, dataset: str, held_out: bool = True, limit: int = 0) -> list[dict]:
+    """The dataset's triples, minus those its trajectories use when `held_out`; sorted by id."""
+    from storage import load_table
+
+    triples = sorted(load_table(dataset, "triples", root).to_pylist(), key=lambda t: t["triple_id"])
+    if held_out:
+        used = set(load_table(dataset, "trajectories", root, columns=["triple_id"]).column("triple_id").to_pylist())
+        triples = [t for t in triples if t["triple_id"] not in used]
+    if not triples:
+        raise ValueError(f"dataset {dataset!r} has no {'held-out ' if held_out else ''}triples")
+    return triples[:limit] if limit else triples
+
+
+def base_tools(root, dataset: str) -> list[dict]:
+    """The dataset's tool rows that are not paraphrased variants (or a fresh bank's)."""
+    from generators.tools.bank import build_bank
+    from storage import load_table
+
+    rows = load_table(dataset, "tools", root).to_pylist() or build_bank(seed=0, variants_per_tool=0)
+    base = [t for t in rows if not t.get("variant_of")]
+    return sorted(base or rows, key=lambda t: t["name"])
+
+
+def summarize(outs) -> dict:
+    """Rates over rollouts (module docstring)."""
+    n = len(outs)
+    if not n:
+        return {"rollouts": 0}
+    called = [o.stats["calls"] + o.stats["bad_calls"] > 0 for o in outs]
+    well = [o.stats["calls"] > 0 and o.stats["bad_calls"] == 0 and o.stats["tool_errors"] == 0 for o in outs]
+    answered = [o.stats["finish"] == "answer" for o in outs]
+    em = [o.stats["em"] == 1.0 for o in outs]
+    return {"rollouts": n, "called": sum(called) / n, "well_formed": sum(well) / n, "answered": sum(answered) / n,
+            "em": sum(em) / n, "tool_em": sum(c and e for c, e in zip(called, em)) / n,
+            "f1": sum(o.stats["f1"] for o in outs) / n,
+            "calls_per_rollout": sum(o.stats["calls"] for o in outs) / n}
+
+
+def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[dict, list]:
+    """(summary, rollouts) of greedy tool-use rollouts of `backend` on the triples of `cfg.data`."""
+    from generators.tools.simulator import Simulator
+    from storage import load_table
+    from train.grpo import make_prompts
+    from train.rollout import rollout
+
+    triples = held_out_triples(root, cfg.data, cfg.held_out, cfg.limit)
+    tools = base_tools(root, cfg.data)
+    docs = load_table(cfg.data, "documents", root).to_pylist()
+    sim = Simulator(docs, seed=cfg.tool_seed, tools=tools)
+    prompts = make_prompts(triples, tools, cfg.tool_style)
+    outs = []
+    from tqdm.auto import tqdm
+
+    for i in tqdm(range(0, len(prompts), cfg.batch_size), desc="eval", unit="batch", disable=not progress):
+        outs += rollout(backend, sim, prompts[i:i + cfg.batch_size], cfg, seed=cfg.seed + i, logprobs=False)
+    return summarize(outs), outs
+
+
+def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
+    """Load `cfg.model` with the transformers backend and evaluate it; the summary dict."""
+    from generators.llm.transformers_backend import TransformersBackend
+    from storage import resolve_root
+
+    if not cfg.data:
+        raise ValueError("--data is required")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    backend = TransformersBackend(cfg.model, batch_size=cfg.batch_size)
+    try:
+        summary, _ = evaluate(backend, resolve_root(data_root), cfg, progress)
+    finally:
+        backend.close()
+    return {**summary, "model": str(backend.path), "config": asdict(cfg)}
