@@ -68,8 +68,8 @@ def _rank(rank: int, world: int, port: int, model_dir: str, run_dir: str, cfg: d
         dist.teardown()
 
 
-def test_two_processes_equal_one_process_with_double_batch(tiny_llama_dir, tmp_path):
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+def test_two_processes_equal_one_process_with_double_batch(tiny_llama_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # both ranks are on this machine
     two = tmp_path / "two"
     torch.multiprocessing.spawn(_rank, args=(2, dist.free_port(), str(tiny_llama_dir), str(two),
                                              {**CFG, "batch_size": 2}), nprocs=2)
