@@ -1,5 +1,6 @@
 """`forgeplay train sft|grpo`: the training flows from the command line (flows/train.py).
-Options come from the config dataclasses (SFTConfig or GRPOConfig, and TrainConfig)."""
+Options come from the config dataclasses (SFTConfig or GRPOConfig, and TrainConfig).
+`--nproc N` trains data-parallel in N processes (torchrun on this machine; train/dist.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ def _report(summary: dict) -> None:
     c.print(f"model: {summary['final_model']}  curves: {summary['curves']}  data: {summary['counts']}")
 
 
+def _run(label: str, fn, *args) -> dict:
+    """Call a training flow; a failed training process is reported in one line, exit 1."""
+    from train.dist import LaunchFailed
+
+    try:
+        return fn(*args)
+    except LaunchFailed as e:
+        Console(stderr=True).print(f"[red]{label} failed:[/red] {e}")
+        raise typer.Exit(1) from None
+
+
 def register(app: typer.Typer) -> None:
     train_app = typer.Typer(help="Train models: supervised fine-tuning and GRPO (Prefect flows), and evaluate tool use.",
                             no_args_is_help=True)
@@ -31,20 +43,22 @@ def register(app: typer.Typer) -> None:
     def sft(sft: SFTConfig, train: TrainConfig, data_root=None) -> None:
         """Fine-tune a model on a dataset's validated trajectories (loss on assistant tokens
         only, rendered with the model's chat template). Writes checkpoints, metrics.jsonl,
-        curves.png and the trained model (OUT/final); --resume continues after a kill."""
+        curves.png and the trained model (OUT/final); --resume continues after a kill;
+        --nproc N trains data-parallel in N processes (one per GPU, or gloo on CPU)."""
         from flows.train import run_sft
 
-        _report(run_sft(sft, train, data_root))
+        _report(_run("train sft", run_sft, sft, train, data_root))
 
     @config_command(train_app, "grpo", GRPOConfig, TrainConfig, errors=USER_ERRORS, label="train grpo")
     def grpo(grpo: GRPOConfig, train: TrainConfig, data_root=None) -> None:
         """GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
         virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final
         <answer> plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and
-        OUT/final; --resume continues after a kill."""
+        OUT/final; --resume continues after a kill; --nproc N trains data-parallel, each
+        process rolling out its own prompts."""
         from flows.train import run_grpo
 
-        _report(run_grpo(grpo, train, data_root))
+        _report(_run("train grpo", run_grpo, grpo, train, data_root))
 
     @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS, label="train eval")
     def evaluate(cfg: EvalConfig, data_root=None) -> None:

@@ -1,17 +1,27 @@
 """A small plain-PyTorch training loop shared by SFT and GRPO: AdamW, warmup + decay schedule,
-gradient accumulation, gradient clipping, bf16 autocast on GPU, data-parallel gradient
-averaging when torch.distributed is initialised (gloo on CPU, nccl on GPU), metrics JSONL,
+gradient accumulation, gradient clipping, bf16 autocast on GPU, data-parallel training when
+torch.distributed is initialised (gloo on CPU, nccl on GPU; train/dist.py), metrics JSONL,
 and atomic checkpoints (train/checkpoint.py) with exact resume.
 
-    trainer = Trainer(model, TrainConfig(max_steps=100), run_dir, step_fn)
+    trainer = Trainer(model, TrainConfig(max_steps=100), run_dir, step_fn, loss_weight="trained_tokens")
     trainer.fit(examples)          # examples: any sequence; step_fn(model, list_of_examples)
 
 `step_fn(model, examples) -> (loss, stats)` computes the loss of one micro-batch. Each
-optimizer step consumes `batch_size * grad_accum` examples (per process; with N processes
-each takes every N-th example of the global batch). The data order is a permutation per
+optimizer step consumes `batch_size * grad_accum` examples per process; with N processes
+each takes every N-th example of the global batch. The data order is a permutation per
 epoch drawn from (seed, epoch), so the data position is just the count of examples
 consumed: a resumed run takes exactly the batches the uninterrupted run would have taken.
 Every step's record in `metrics.jsonl` lists the dataset indices it used (`batch`).
+
+Loss normalisation: when the loss of a micro-batch is a mean over some units (SFT: labelled
+tokens; GRPO token-mean: policy tokens) whose count the step reports in `stats[loss_weight]`,
+the trainer backpropagates `loss * count`, sums gradients over micro-batches and ranks and
+divides by the global count. The gradient is then that of the mean over every unit of the
+global batch, whatever the split into processes and micro-batches: N processes with batch B
+give the same step as 1 process with batch N*B (up to float rounding). Without
+`loss_weight` every micro-batch weighs the same. The logged `loss` is the same global mean;
+stats ending in "tokens" are summed over micro-batches and ranks, other stats averaged.
+Rank 0 alone writes metrics.jsonl and checkpoints; every rank restores on resume.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from train import checkpoint
+from train import checkpoint, dist
 from train.configs import TrainConfig  # noqa: F401  (re-exported)
 
 
@@ -59,10 +69,11 @@ class Trainer:
 
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, run_dir: str | Path,
                  step_fn: Callable[[torch.nn.Module, list], tuple[torch.Tensor, dict]],
-                 on_step: Callable[[dict], None] | None = None) -> None:
+                 on_step: Callable[[dict], None] | None = None, loss_weight: str | None = None) -> None:
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.max_steps < 1:
             raise ValueError("batch_size, grad_accum and max_steps must be >= 1")
         self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
+        self.loss_weight = loss_weight  # the stat the step's loss is a mean over (module docstring)
         self.run_dir = Path(run_dir)
         self.rank, self.world = dist_info()
         torch.manual_seed(cfg.seed)
@@ -111,14 +122,6 @@ class Trainer:
 
     # ---- loop --------------------------------------------------------------------------
 
-    def _sync_grads(self) -> None:
-        if self.world == 1:
-            return
-        for p in self.model.parameters():
-            if p.grad is not None:
-                torch.distributed.all_reduce(p.grad)
-                p.grad /= self.world
-
     def train_step(self, examples: Sequence) -> dict:
         """One optimizer step over the next global batch; returns its metrics record."""
         started = time.perf_counter()
@@ -127,18 +130,23 @@ class Trainer:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
-        loss_sum = 0.0
+        loss_sum = weight = 0.0  # sum of loss * weight, sum of weights (this rank)
         bs = self.cfg.batch_size
         use_bf16 = self.cfg.bf16 and self.device.type == "cuda"
         for m in range(self.cfg.grad_accum):
             micro = [examples[i] for i in mine[m * bs:(m + 1) * bs]]
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 loss, stats = self.step_fn(self.model, micro)
-            (loss / self.cfg.grad_accum).backward()
-            loss_sum += float(loss.detach()) / self.cfg.grad_accum
+            w = float(stats[self.loss_weight]) if self.loss_weight else 1.0
+            if w > 0:  # a micro-batch with nothing to train on adds nothing (and its mean is nan)
+                (loss * w).backward()
+                loss_sum += float(loss.detach()) * w
+                weight += w
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
-        self._sync_grads()
+        parts = dist.gather_all((loss_sum, weight, totals))
+        total_weight = sum(p[1] for p in parts)
+        dist.reduce_grads(list(self.model.parameters()), 1.0 / total_weight if total_weight else 0.0)
         norm = 0.0
         if self.cfg.max_grad_norm > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
@@ -147,9 +155,12 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         secs = time.perf_counter() - started
-        rec = {"step": self.step, "loss": loss_sum, "lr": lr, "grad_norm": norm, "seconds": secs, "batch": idx}
-        for k, v in totals.items():  # "tokens" and other counts are summed, the rest averaged
-            rec[k] = v if k.endswith("tokens") else v / self.cfg.grad_accum
+        loss_mean = sum(p[0] for p in parts) / total_weight if total_weight else float("nan")
+        rec = {"step": self.step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "seconds": secs, "batch": idx}
+        keys = dict.fromkeys(k for p in parts for k in p[2])  # every rank's stats, in order
+        for k in keys:  # "tokens" and other counts are summed, the rest averaged
+            v = sum(p[2].get(k, 0.0) for p in parts)
+            rec[k] = v if k.endswith("tokens") else v / (self.cfg.grad_accum * len(parts))
         if "tokens" in rec:
             rec["tokens_per_s"] = rec["tokens"] / secs if secs else 0.0
         return rec
@@ -161,6 +172,7 @@ class Trainer:
             raise ValueError("no training examples")
         if self.cfg.resume:
             self.try_resume()
+        dist.broadcast_params(self.model)  # ranks start equal (loaded alike; this makes sure)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         from tqdm.auto import tqdm
 
