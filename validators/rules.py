@@ -42,12 +42,15 @@ class Reject(Exception):
 
 @dataclass
 class RuleContext:
-    """What the rules may need besides the record: a simulator factory for replay."""
+    """What the rules may need besides the record: a simulator factory for replay and the
+    dataset's documents (doc_id -> (title, text)) for the triple and task rules."""
 
     simulator_for: Callable[[int], Any] | None = None  # seed -> Simulator, None = no corpus
     answer_min_f1: float = 1.0
     replay: bool = True
+    documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
     _replays: dict = field(default_factory=dict, repr=False)
+    derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
 
     def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:
         ck = json.dumps([seed, name, args, key], sort_keys=True, default=str)
