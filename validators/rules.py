@@ -12,6 +12,8 @@ no corpus is known) and `answer` (normalized EM / token F1 against gold and alia
 
     from validators.rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
+
+Triples and tasks have their own rules (validators.qa_rules); `check_record` picks by kind.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
+from validators.qa_rules import check_task_rules, check_triple_rules
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "rules"
@@ -337,6 +340,9 @@ def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]
 
 
 def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[Verdict]:
+    """The rule checks of `kind`: trajectories here, triples and tasks in validators.qa_rules."""
     if kind == "trajectories":
         return check_trajectory(row, ctx)
+    if kind in ("triples", "tasks"):
+        return (check_triple_rules if kind == "triples" else check_task_rules)(row, ctx or RuleContext())
     return [ok(LAYER, "rules", reason="no_rules_for_kind")]
