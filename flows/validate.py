@@ -66,17 +66,37 @@ def checked_table(rows: list[dict], kind: str, run_id: str, lineage: dict) -> pa
     return pa.Table.from_pylist(stamp(rows, schema, run_id, lineage), schema=schema.arrow)
 
 
+class Writers:
+    """One ShardWriter per (dataset, kind) for the whole flow; `commit` publishes what it
+    buffered (ShardWriter.close) and the writer stays usable. A writer per chunk would
+    re-read every committed id of the run each time (quadratic in the run's size)."""
+
+    def __init__(self, root: str, run_id: str, lineage: dict):
+        self.root, self.run_id, self.lineage = root, run_id, lineage
+        self.open: dict[tuple[str, str], ShardWriter] = {}
+
+    def commit(self, dataset: str, kind: str, rows) -> None:
+        key = (dataset, kind)
+        if key not in self.open:
+            self.open[key] = ShardWriter(self.root, dataset, kind, self.run_id, lineage=self.lineage)
+        try:
+            self.open[key].write(rows)
+            self.open[key].close()
+        except BaseException:  # a retry starts a fresh writer, which re-reads what is committed
+            self.open.pop(key, None)
+            raise
+
+
 @task(name="validate-commit", cache_policy=NONE, retries=1)
-def commit_task(rows: Opaque, accepted: Opaque, root: str, verdict_ds: str, accepted_ds: str, kind: str,
-                run_id: str, lineage: dict, schema_checked: bool) -> tuple[int, int]:
+def commit_task(writers: Opaque, rows: Opaque, accepted: Opaque, verdict_ds: str, accepted_ds: str, kind: str,
+                schema_checked: bool) -> tuple[int, int]:
     """Commit one chunk: the accepted shard first, then the verdict shard (a rerun skips
     records whose verdicts are committed; rows already committed are skipped by id)."""
+    w: Writers = writers.value
     if accepted.value:
-        acc = [{**a, "lineage": {**lineage, "parent_ids": [a["id"]]}} for a in accepted.value]
-        with ShardWriter(root, accepted_ds, kind, run_id, lineage=lineage) as w:
-            w.write(checked_table(acc, kind, run_id, lineage) if schema_checked else acc)
-    with ShardWriter(root, verdict_ds, "verdicts", run_id, lineage=lineage) as w:
-        w.write(checked_table(rows.value, "verdicts", run_id, lineage))
+        acc = [{**a, "lineage": {**w.lineage, "parent_ids": [a["id"]]}} for a in accepted.value]
+        w.commit(accepted_ds, kind, checked_table(acc, kind, w.run_id, w.lineage) if schema_checked else acc)
+    w.commit(verdict_ds, "verdicts", checked_table(rows.value, "verdicts", w.run_id, w.lineage))
     return len(rows.value), len(accepted.value)
 
 
@@ -87,14 +107,15 @@ def task_runner(workers: int):
     return ThreadPoolTaskRunner(max_workers=1) if workers == 1 else ProcessPoolTaskRunner(max_workers=workers)
 
 
-@flow(name="validate", log_prints=True)
+@flow(name="validate", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def validate_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True) -> dict:
-    """Validate records with the layers of `config` (ValidateConfig fields)."""
+    """Validate records with the layers of `config` (ValidateConfig fields). `run` picks the
+    task runner for `workers`; called directly (e.g. as a subflow) it uses one thread."""
     cfg, bcfg = ValidateConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     layers = cfg.layer_list()
-    if cfg.chunk < 1:
-        raise ValueError(f"--chunk must be >= 1, got {cfg.chunk}")
+    if cfg.chunk < 1 or cfg.workers < 1:
+        raise ValueError(f"--chunk and --workers must be >= 1, got {cfg.chunk} and {cfg.workers}")
     uses_model = "judge" in layers or "answerability" in layers
     identity = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # results do not depend on workers
     run_id = cfg.run_id or f"validate-{config_hash({'v': identity, 'b': bcfg.config_hash() if uses_model else None})}"
@@ -146,6 +167,7 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
             futures[j] = records_task.submit(Opaque(todos[j]), cfg.kind, per_record, cfg.all_layers, root,
                                              cfg.dataset, fingerprint, cfg.answer_min_f1, cfg.replay)
 
+    writers = Opaque(Writers(root, run_id, lineage))
     written = accepted = skipped = 0
     bar = tqdm(total=len(records), desc="validate", unit="rec", disable=not progress)
     try:
@@ -163,14 +185,16 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
                 with phase("model layers + dedup"):
                     rows, acc = validator.finish(todos[j], checked.value)
                 with phase("commit"):
-                    n_v, n_a = commit_task(Opaque(rows), Opaque(acc), root, verdict_ds, accepted_ds, cfg.kind,
-                                           run_id, lineage, "schema" in layers)
+                    n_v, n_a = commit_task(writers, Opaque(rows), Opaque(acc), verdict_ds, accepted_ds, cfg.kind,
+                                           "schema" in layers)
                 written, accepted = written + n_v, accepted + n_a
             bar.update(len(chunk))
     finally:
         bar.close()
-        for f in futures.values():
-            f.cancel()
+        for f in futures.values():  # chunks still queued after an error need not run
+            wrapped = getattr(f, "wrapped_future", None)
+            if wrapped is not None:
+                wrapped.cancel()
         if be is not None:
             be.close()
 

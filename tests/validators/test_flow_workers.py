@@ -3,12 +3,19 @@ pool of two processes give the same verdicts and accepted records, chunk by chun
 of clean, corrupted and duplicated trajectories (dedup runs in record order across chunks)."""
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from flows.validate import run, task_runner
 from storage import load_table, write_rows
 from storage.schema import SHARED_COLUMNS
 from validators.runner import ValidateConfig
 
+REPO = Path(__file__).resolve().parents[2]
 VERDICT_COLS = ("record_id", "record_kind", "layer", "check", "passed", "reason", "score", "detail")
 
 
@@ -54,10 +61,12 @@ def test_one_worker_and_a_process_pool_give_the_same_results(world, tmp_path):
     assert not any(a.endswith("-copy") or a.endswith("-wrong") for a in accepted) and len(accepted) >= 30
 
 
-def test_task_runner_choice():
+def test_task_runner_choice_and_bad_workers(tmp_path):
     assert type(task_runner(1)).__name__ == "ThreadPoolTaskRunner"
     assert type(task_runner(3)).__name__ == "ProcessPoolTaskRunner"
-    import pytest
-
     with pytest.raises(ValueError, match="workers"):
         task_runner(0)
+    bad = subprocess.run([sys.executable, "-m", "flows.cli", "validate", "--dataset", "w", "--workers", "0"],
+                         cwd=REPO, env={**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--workers must be >= 1" in bad.stderr
