@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,
         answerability and dedup layers; writes `verdicts` (every check, with a reason code)
         and the accepted records to <dataset>_valid (or --out), and prints the funnel.
+        `--workers N` runs the schema and rule layers in N processes.
         `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""
         from flows.validate import run
 
@@ -35,5 +36,6 @@ def register(app: typer.Typer) -> None:
         summary = run(cfg, backend, data_root)
         console = Console()
         console.print(funnel_table(summary))
-        console.print(f"{summary['seconds']:.1f}s, {summary['records_per_s']:.0f} records/s; "
+        console.print(f"{summary['seconds']:.1f}s, {summary['records_per_s']:.0f} records/s with "
+                      f"{summary['workers']} worker(s); "
                       f"{summary['skipped_committed']} already validated in this run")

@@ -44,7 +44,8 @@ def stamp(rows: Iterable[dict], schema: KindSchema, run_id: str, lineage: dict |
             out.append(row)  # validate_rows reports it
             continue
         r = dict(row)
-        r.setdefault("id", record_id(row))
+        if "id" not in r:  # not setdefault: that would hash every row, also when the id is given
+            r["id"] = record_id(row)
         r["run_id"] = run_id
         r.setdefault("created_at", now)
         r["schema_version"] = schema.version

@@ -12,6 +12,8 @@ no corpus is known) and `answer` (normalized EM / token F1 against gold and alia
 
     from validators.rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
+
+Triples and tasks have their own rules (validators.qa_rules); `check_record` picks by kind.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
+from validators.qa_rules import check_task_rules, check_triple_rules
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "rules"
@@ -42,12 +45,15 @@ class Reject(Exception):
 
 @dataclass
 class RuleContext:
-    """What the rules may need besides the record: a simulator factory for replay."""
+    """What the rules may need besides the record: a simulator factory for replay and the
+    dataset's documents (doc_id -> (title, text)) for the triple and task rules."""
 
     simulator_for: Callable[[int], Any] | None = None  # seed -> Simulator, None = no corpus
     answer_min_f1: float = 1.0
     replay: bool = True
+    documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
     _replays: dict = field(default_factory=dict, repr=False)
+    derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
 
     def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:
         ck = json.dumps([seed, name, args, key], sort_keys=True, default=str)
@@ -334,6 +340,9 @@ def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]
 
 
 def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[Verdict]:
+    """The rule checks of `kind`: trajectories here, triples and tasks in validators.qa_rules."""
     if kind == "trajectories":
         return check_trajectory(row, ctx)
+    if kind in ("triples", "tasks"):
+        return (check_triple_rules if kind == "triples" else check_task_rules)(row, ctx or RuleContext())
     return [ok(LAYER, "rules", reason="no_rules_for_kind")]

@@ -2,6 +2,9 @@
 
 A record stops at its first failing layer unless `all_layers` is set; every check's verdict
 is kept as a `verdicts` row. Records that pass every enabled layer are "accepted".
+The per-record layers (`check_records`: schema, rules) need only plain inputs, so the flow
+runs them in parallel tasks; `Validator.finish` then runs the model layers with one backend
+and dedup in record order, so results do not depend on how the records were split.
 
     v = Validator(ValidateConfig(dataset="demo"), kind="trajectories", rule_ctx=RuleContext())
     verdict_rows, accepted = v.process(records)      # records: [(record_id, row_or_raw), ...]
@@ -22,6 +25,7 @@ from validators.schema_layer import check_schema
 from validators.verdict import Verdict
 
 LAYER_ORDER = ("schema", "rules", "judge", "answerability", "dedup")
+PER_RECORD = ("schema", "rules")  # layers that look at one record at a time (run in parallel tasks)
 
 
 @dataclass
@@ -46,6 +50,7 @@ class ValidateConfig:
     dedup_ngram: int = field(default=3, metadata={"help": "dedup: word n-gram size of the shingles."})
     heldout: list[str] = field(default_factory=list, metadata={"help": "dedup: held-out evaluation files (.jsonl/.json/.parquet/.txt) to check contamination against."})
     chunk: int = field(default=2000, metadata={"help": "Records per committed chunk (resume unit)."})
+    workers: int = field(default=1, metadata={"help": "Processes for the schema and rule layers (Prefect task runner: 1 = threads in the flow process, N > 1 = a pool of N processes)."})
     seed: int = field(default=0, metadata={"help": "Seed for sampling and distractors."})
     run_id: str | None = field(default=None, metadata={"help": "Run id (default: validate-<config hash>)."})
 
@@ -90,6 +95,35 @@ def read_input(path: str) -> list:
     return out
 
 
+@dataclass
+class Checked:
+    """Verdict rows so far per record id, and whether each record is still in the running.
+    Plain data, so the per-record layers can run in another process and send it back."""
+
+    rows: dict[str, list[dict]]
+    alive: dict[str, bool]
+
+
+def check_records(records: list[tuple[str, object]], kind: str, layers: list[str], ctx: rules.RuleContext,
+                  all_layers: bool = False) -> Checked:
+    """The per-record layers (schema, rules) of `layers` over `records`."""
+    out = Checked({rid: [] for rid, _ in records}, {rid: True for rid, _ in records})
+    for rid, r in records:
+        for layer in (x for x in PER_RECORD if x in layers):
+            if not (out.alive[rid] or all_layers):
+                break
+            if layer == "schema":
+                vs = [check_schema(r, kind)]
+            elif isinstance(r, dict):
+                vs = rules.check_record(r, kind, ctx)
+            else:
+                continue
+            out.rows[rid].extend(v.row(rid, kind) for v in vs)
+            if vs and not all(v.passed for v in vs):
+                out.alive[rid] = False
+    return out
+
+
 class Validator:
     def __init__(self, cfg: ValidateConfig, kind: str, rule_ctx: rules.RuleContext | None = None,
                  backend=None, documents: dict[str, tuple[str, str]] | None = None):
@@ -118,28 +152,21 @@ class Validator:
 
     def process(self, records: list[tuple[str, object]]) -> tuple[list[dict], list[dict]]:
         """Verdict rows for `records` and the accepted rows (content fields, original id)."""
-        verdicts: dict[str, list[Verdict]] = {rid: [] for rid, _ in records}
-        alive = {rid: True for rid, _ in records}
+        return self.finish(records, check_records(records, self.kind, self.layers, self.ctx, self.cfg.all_layers))
+
+    def finish(self, records: list[tuple[str, object]], checked: Checked) -> tuple[list[dict], list[dict]]:
+        """The model layers (judge, answerability) and the dataset layer (dedup, in record
+        order) after `check_records`; returns verdict rows and accepted rows."""
+        rows, alive = checked.rows, checked.alive
 
         def add(rid: str, vs: list[Verdict]) -> None:
-            verdicts[rid].extend(vs)
+            rows[rid].extend(v.row(rid, self.kind) for v in vs)
             if vs and not all(v.passed for v in vs):
                 alive[rid] = False
 
-        def todo():
-            return [(rid, r) for rid, r in records if alive[rid] or self.cfg.all_layers]
-
-        for layer in self.layers:
-            batch = todo()
-            if layer == "schema":
-                for rid, r in batch:
-                    add(rid, [check_schema(r, self.kind)])
-                continue
-            batch = [(rid, r) for rid, r in batch if isinstance(r, dict)]
-            if layer == "rules":
-                for rid, r in batch:
-                    add(rid, rules.check_record(r, self.kind, self.ctx))
-            elif layer == "judge" and self.kind == "trajectories":
+        for layer in (x for x in self.layers if x not in PER_RECORD):
+            batch = [(rid, r) for rid, r in records if (alive[rid] or self.cfg.all_layers) and isinstance(r, dict)]
+            if layer == "judge" and self.kind == "trajectories":
                 chosen = [(rid, r) for rid, r in batch if self._sampled(rid)]
                 for (rid, _), v in zip(chosen, judge.judge_records([r for _, r in chosen], self.backend,
                                                                    self.cfg.judge_threshold, self.cfg.judge_strict,
@@ -156,10 +183,7 @@ class Validator:
                         add(rid, [self.deduper.check(rid, record_text(r, self.kind))])
                     except Exception as e:  # data is data: reject, never crash
                         add(rid, [Verdict("dataset", "dedup", False, "check_crashed", detail=f"{type(e).__name__}: {e}"[:300])])
-        rows, accepted = [], []
-        for rid, r in records:
-            for v in verdicts[rid]:
-                rows.append(v.row(rid, self.kind))
-            if alive[rid]:
-                accepted.append({**{k: v for k, v in r.items() if k not in SHARED_COLUMNS}, "id": rid})
-        return rows, accepted
+        out_rows = [row for rid, _ in records for row in rows[rid]]
+        accepted = [{**{k: v for k, v in r.items() if k not in SHARED_COLUMNS}, "id": rid}
+                    for rid, r in records if alive[rid]]
+        return out_rows, accepted

@@ -1,10 +1,15 @@
 """The verdict one check gives about one record, and its `verdicts` row form.
 
+A verdict row's id is the hash of its key (record id, kind, layer, check): one verdict per
+check and record in a run, so a rerun that redoes a check skips it instead of adding a
+second (and the id costs ~1 us instead of hashing the row's JSON).
+
     Verdict("rules", "answer", False, "wrong_answer", score=0.4, detail={"em": False})
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +30,8 @@ class Verdict:
         detail = self.detail
         if detail is not None and not isinstance(detail, str):
             detail = json.dumps(detail, ensure_ascii=False, sort_keys=True, default=str)
-        return {"record_id": record_id, "record_kind": record_kind, "layer": self.layer, "check": self.check,
+        key = f"{record_id}\x1f{record_kind}\x1f{self.layer}\x1f{self.check}"
+        return {"id": hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32], "record_id": record_id, "record_kind": record_kind, "layer": self.layer, "check": self.check,
                 "passed": bool(self.passed), "reason": self.reason if self.reason else ("ok" if self.passed else None),
                 "score": None if self.score is None else float(self.score), "detail": detail}
 

@@ -26,15 +26,15 @@ def test_flow_kill_rerun_input_file_and_funnel(world, tmp_path, monkeypatch):
     state = {"n": 0}
 
     class Dying(real):  # the process "dies" after the 2nd chunk's accepted commit, before its verdicts
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
+        def close(self):
             if self.kind == "verdicts":
                 state["n"] += 1
                 if state["n"] == 2:
                     raise KeyboardInterrupt("killed")
+            return super().close()
 
     monkeypatch.setattr(fv, "ShardWriter", Dying)
-    with pytest.raises(BaseException):
+    with pytest.raises(KeyboardInterrupt):
         fv.run(cfg, data_root=root, progress=False)
     monkeypatch.setattr(fv, "ShardWriter", real)
     s = fv.run(cfg, data_root=root, progress=False)
