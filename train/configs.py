@@ -75,3 +75,5 @@ class GRPOConfig(RolloutConfig):
         "help": "vllm: engine dtype (auto: float32 on CPU, the model's dtype on GPU)"})
     vllm_max_model_len: int = field(default=0, metadata={
         "help": "vllm: longest conversation in tokens (0 = the model's context length)"})
+    prefix_grouping: bool = field(default=True, metadata={
+        "help": "encode a group's shared prompt once for its rollouts' log-probabilities (same loss, faster)"})

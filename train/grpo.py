@@ -4,8 +4,9 @@ Per optimizer micro-batch: each prompt is rolled out `group_size` times with the
 policy, rewards are normalized within the group (train.losses.group_advantages), and the
 clipped surrogate (train.losses.clipped_surrogate) is applied to the policy's own tokens
 only (tool output and prompt masked out), with an optional k3 KL term to a frozen copy of
-the starting model (`kl_coef` > 0). One update per batch of rollouts, so the rollout
-log-probabilities are the "old" ones.
+the starting model (`kl_coef` > 0). One update per batch of rollouts, so the "old"
+log-probabilities are the current policy's, detached (no separate scoring pass). With
+`prefix_grouping` each group's shared prompt is encoded once (train/prefix.py).
 
     session = build_session(root, GRPOConfig(data="demo"), model_path, model)
     Trainer(model, TrainConfig(), run_dir, session.step).fit(session.prompts)
@@ -22,6 +23,7 @@ import torch
 
 from train.configs import GRPOConfig  # noqa: F401  (re-exported)
 from train.losses import clipped_surrogate, group_advantages
+from train.prefix import grouped_token_logprobs, plain_token_logprobs
 from train.rollout import Prompt, rollout
 
 
@@ -36,19 +38,10 @@ def make_prompts(triples: list[dict], tools: list[dict], tool_style: str = "full
             for t in triples]
 
 
-def token_logprobs(model, seqs: list[list[int]], pad_id: int) -> torch.Tensor:
-    """[B, T] log-probability of token t given tokens < t (column 0 is 0), right-padded."""
-    dev = next(model.parameters()).device
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    att = torch.zeros((len(seqs), width), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, :len(s)] = torch.tensor(s)
-        att[r, :len(s)] = 1
-    ids, att = ids.to(dev), att.to(dev)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
-    return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+def token_logprobs(model, seqs: list[list[int]], pad_id: int, start: int = 1) -> torch.Tensor:
+    """[B, T] log-probability of token t given tokens < t for t >= `start` (0 before it and on
+    padding), right-padded; one teacher-forced pass (train.prefix.plain_token_logprobs)."""
+    return plain_token_logprobs(model, seqs, pad_id, start=start)
 
 
 def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -68,6 +61,13 @@ class GRPOSession:
                 p.requires_grad_(False)
         self.calls = 0
 
+    def logprobs(self, model, seqs: list[list[int]], pad_id: int, start: int) -> torch.Tensor:
+        """Per-token log-probabilities of the rollouts (groups of `group_size` consecutive rows),
+        sharing each group's prompt pass when `cfg.prefix_grouping` (train/prefix.py)."""
+        if self.cfg.prefix_grouping:
+            return grouped_token_logprobs(model, seqs, pad_id, self.cfg.group_size, start=start)
+        return token_logprobs(model, seqs, pad_id, start=start)
+
     def step(self, model, prompts: list[Prompt]) -> tuple[torch.Tensor, dict]:
         started = time.perf_counter()
         sync = getattr(self.backend, "sync", None)
@@ -76,21 +76,26 @@ class GRPOSession:
         else:
             self.backend.lm = model  # rollouts with the current weights
         group = [p for p in prompts for _ in range(self.cfg.group_size)]
-        outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.cfg.tool_seed * 7919 + self.calls)
+        outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.cfg.tool_seed * 7919 + self.calls,
+                       logprobs=False)
         self.calls += 1
         width = max(len(o.token_ids) for o in outs)
         mask = _pad([[float(m) for m in o.mask] for o in outs], width)
-        old = _pad([o.logprobs for o in outs], width)
         rewards = torch.tensor([o.reward for o in outs])
         adv = group_advantages(rewards.view(len(prompts), self.cfg.group_size)).reshape(-1)
-        pad = self.backend.pad_id
-        logp = token_logprobs(model, [o.token_ids for o in outs], pad)
+        seqs, pad = [o.token_ids for o in outs], self.backend.pad_id
+        start = max(1, min(o.mask.index(1) if 1 in o.mask else len(o.mask) for o in outs))
+        logp = self.logprobs(model, seqs, pad, start)
+        # one update per batch of rollouts: the sampling policy is the current one, so the
+        # "old" log-probabilities are the current ones, detached (ratio 1, as TRL with
+        # num_iterations=1); this saves a teacher-forced scoring pass after sampling
+        old = logp.detach()
         ref = None
         if self.ref is not None:
             with torch.no_grad():
-                ref = token_logprobs(self.ref, [o.token_ids for o in outs], pad)
+                ref = self.logprobs(self.ref, seqs, pad, start)
         dev = logp.device
-        loss, stats = clipped_surrogate(logp, old.to(dev), adv.to(dev), mask.to(dev), clip_eps=self.cfg.clip_eps,
+        loss, stats = clipped_surrogate(logp, old, adv.to(dev), mask.to(dev), clip_eps=self.cfg.clip_eps,
                                         ref_logprobs=ref, kl_coef=self.cfg.kl_coef)
         n = len(outs)
         stats.update({"reward": float(rewards.mean()), "em": sum(o.stats["em"] for o in outs) / n,
