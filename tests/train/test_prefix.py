@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
+from tests.train.test_rollout import world  # noqa: F401 (module fixture: a small world dataset)
 from train.grpo import token_logprobs
 from train.losses import clipped_surrogate
 from train.prefix import grouped_token_logprobs, plain_token_logprobs, shared_prefix_len
@@ -122,3 +123,29 @@ def test_detached_old_logprobs_equal_scored_ones(model, tiny_llama_dir):
     _, loss_b, grads_b = _loss_and_grads(model, fn, seqs, prompt, adv)
     torch.testing.assert_close(loss_b, loss_a, rtol=RTOL, atol=ATOL)
     assert_grads_close(grads_b, grads_a)
+
+
+def test_grpo_step_same_loss_and_gradients_with_and_without_grouping(model, tiny_llama_dir, world):  # noqa: F811
+    """GRPOSession.step end to end (scripted rollouts, KL to the frozen start model)."""
+    from tests.train.test_rollout import Scripted
+    from train.grpo import GRPOConfig, build_session
+
+    root, triples, _ = world
+    gold = triples[0]["answer"]
+    got = []
+    for on in (False, True):
+        cfg = GRPOConfig(data="w", group_size=2, limit=2, max_turns=1, max_new_tokens=8, kl_coef=0.05,
+                         prefix_grouping=on)
+        session = build_session(root, cfg, tiny_llama_dir, model)
+        session.backend = Scripted(tiny_llama_dir, [[f"<think>x</think><answer>{gold}</answer>",
+                                                     "<think>y</think><answer>nobody</answer>"]])
+        prompts = session.prompts[:2]
+        for pr in prompts:  # a short system prompt (the tool bank's is ~3600 tokens): a cheap test
+            pr.messages = [{"role": "system", "content": "Answer in <answer> tags."}] + pr.messages[1:]
+        model.zero_grad(set_to_none=True)
+        loss, stats = session.step(model, prompts)
+        loss.backward()
+        got.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert float(got[0][0]) != 0.0 and stats["ratio_mean"] == 1.0
+    torch.testing.assert_close(got[1][0], got[0][0], rtol=RTOL, atol=ATOL)
+    assert_grads_close(got[1][1], got[0][1])
