@@ -5,7 +5,7 @@ Table 1, in one run on the same model, prompts, group size and completion length
 optimizer steps (after warm-up steps) of
   (a) TRL GRPOTrainer (use_cpu, float32, beta=0, num_iterations=1, loss_type dapo),
   (b) forgeplay GRPOSession + Trainer without prefix grouping, and
-  (c) the same with prefix grouping (the default).
+  (c) the same with prefix grouping (GRPOConfig.prefix_grouping, off by default).
 Both sides: single turn (max_turns=1, no tools: TRL does not run our tool loop), no KL, one
 update per generation batch, the same answer reward (train.reward), temperature 1, AdamW
 with a constant learning rate, gradient clipping 1.0, `--prompts-per-step` prompts x
