@@ -65,6 +65,16 @@ class GRPOConfig(RolloutConfig):
     kl_coef: float = field(default=0.0, metadata={"help": "weight of the KL term to the frozen start model (0 = none)"})
     limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
     tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
+    rollout_backend: str = field(default="transformers", metadata={
+        "help": "what samples rollouts: transformers (the policy module itself) or vllm (an in-process "
+                "vLLM engine, the policy's weights loaded into it after every optimizer step; needs vllm)"})
+    vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
+        "help": "vllm: share of GPU memory for the engine's weights and KV cache (the trainer uses the rest; "
+                "on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB)"})
+    vllm_dtype: str = field(default="auto", metadata={
+        "help": "vllm: engine dtype (auto: float32 on CPU, the model's dtype on GPU)"})
+    vllm_max_model_len: int = field(default=0, metadata={
+        "help": "vllm: longest conversation in tokens (0 = the model's context length)"})
     prefix_grouping: bool = field(default=False, metadata={
         "help": "encode a group's shared prompt once for its rollouts' log-probabilities (same loss and "
                 "gradients; faster on long prompts in isolation, slower in full steps so far: see bench_train)"})
