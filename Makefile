@@ -41,6 +41,8 @@ bench: setup
 	$(PY) benchmarks/bench_simulator.py
 	$(PY) benchmarks/bench_generate.py
 	$(PY) benchmarks/bench_synthesis.py
+	$(PY) benchmarks/bench_validate.py
+	$(PY) benchmarks/bench_train.py
 
 bench-vllm: vllm-env
 	.venv-vllm/bin/python benchmarks/bench_vllm.py

@@ -60,6 +60,10 @@ class GRPOSession:
             for p in self.ref.parameters():
                 p.requires_grad_(False)
         self.calls = 0
+        from train.trainer import dist_info
+
+        # ranks sample different continuations of their (different) prompts
+        self.seed_base = cfg.tool_seed * 7919 + dist_info()[0] * 1_000_003
 
     def logprobs(self, model, seqs: list[list[int]], pad_id: int, start: int) -> torch.Tensor:
         """Per-token log-probabilities of the rollouts (groups of `group_size` consecutive rows),
@@ -76,7 +80,7 @@ class GRPOSession:
         else:
             self.backend.lm = model  # rollouts with the current weights
         group = [p for p in prompts for _ in range(self.cfg.group_size)]
-        outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.cfg.tool_seed * 7919 + self.calls,
+        outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.seed_base + self.calls,
                        logprobs=False)
         self.calls += 1
         width = max(len(o.token_ids) for o in outs)
