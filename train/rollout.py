@@ -20,6 +20,7 @@ and `score` (vLLM on GPU, weights synced by the trainer).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from generators.llm.base import ChatRequest
@@ -73,13 +74,24 @@ def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed:
     for turn in range(cfg.max_turns):
         if not active:
             break
-        reqs = [ChatRequest(messages=template_messages(convs[i]), n=1, temperature=cfg.temperature, top_p=cfg.top_p,
-                            max_tokens=cfg.max_new_tokens, stop=list(STOPS), seed=seed * 100003 + i * 101 + turn)
-                for i in active]
+        # rollouts whose conversations are still identical (a GRPO group's first turn) share one
+        # request with n samples: the backend encodes their prompt once
+        same: dict[str, list[int]] = {}
+        for i in active:
+            same.setdefault(json.dumps(convs[i], sort_keys=True), []).append(i)
+        groups = list(same.values())
+        reqs = [ChatRequest(messages=template_messages(convs[g[0]]), n=len(g), temperature=cfg.temperature,
+                            top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, stop=list(STOPS),
+                            seed=seed * 100003 + g[0] * 101 + turn) for g in groups]
         outs = backend.generate(reqs, progress=progress)
+        completion = {}
+        for g, out in zip(groups, outs):
+            if len(out) != len(g):
+                raise RuntimeError(f"the backend returned {len(out)} samples for a request of n={len(g)}")
+            completion.update(zip(g, out))
         still = []
-        for i, out in zip(active, outs):
-            c = out[0]
+        for i in active:
+            c = completion[i]
             text = _with_stop(c.text, backend.tokenizer.decode(c.token_ids, skip_special_tokens=True))
             st = calls[i]
             st["turns"] += 1

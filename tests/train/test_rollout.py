@@ -37,12 +37,16 @@ class Scripted(TransformersBackend):
     def generate(self, requests, progress=False):
         text = self.script[min(self.turn, len(self.script) - 1)]
         self.turn += 1
-        out = []
-        for k, r in enumerate(requests):
-            full = text[k % len(text)] if isinstance(text, list) else text
-            # like the real backend: the text is cut before the stop string
-            cut = min((full.find(s) for s in r.stop if s in full), default=len(full))
-            out.append([Completion(text=full[:cut], token_ids=self.tokenizer(full)["input_ids"])])
+        out, k = [], 0
+        for r in requests:  # n samples per request; the script goes by sample position
+            samples = []
+            for _ in range(r.n):
+                full = text[k % len(text)] if isinstance(text, list) else text
+                k += 1
+                # like the real backend: the text is cut before the stop string
+                cut = min((full.find(s) for s in r.stop if s in full), default=len(full))
+                samples.append(Completion(text=full[:cut], token_ids=self.tokenizer(full)["input_ids"]))
+            out.append(samples)
         return out
 
 
