@@ -28,7 +28,7 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
-from validators.qa_rules import check_task_rules, check_triple_rules
+from validators.qa_rules import _meta, check_task_rules, check_triple_rules
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "rules"
@@ -268,14 +268,6 @@ def _route(row: dict, p: Parsed, repairs: set[int]) -> list[int]:
     if not fits[route]:
         raise Reject("route_mismatch", route=route, shape=sizes)
     return sizes
-
-
-def _meta(row: dict) -> dict:
-    try:
-        m = json.loads(row.get("meta") or "{}")
-        return m if isinstance(m, dict) else {}
-    except (TypeError, ValueError):
-        return {}
 
 
 def _replay(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
