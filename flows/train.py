@@ -79,7 +79,7 @@ def sft_flow(sft: dict, train: dict, data_root: str | None = None, progress: boo
 
     from generators.llm.embedded import resolve_model
     from train import dist
-    from train.sft import SFTConfig, make_step, train_last_layers
+    from train.sft import SFTConfig, make_step
 
     cfg, root, nproc = SFTConfig(**sft), str(resolve_root(data_root)), train.get("nproc", 1)
     t = time.perf_counter()
@@ -88,13 +88,12 @@ def sft_flow(sft: dict, train: dict, data_root: str | None = None, progress: boo
     if nproc > 1:  # the ranks load the model; here only the tokenizer, for the counts
         model, path = None, resolve_model(cfg.model)
         tok = AutoTokenizer.from_pretrained(path)
-    else:
-        path, tok, model = stage.load_model(cfg.model)
+    else:  # with nproc > 1 each rank loads and freezes its own copy (train/stage.py)
+        path, tok, model, params = stage.load_sft_model(cfg)
     examples, counts = sft_data_task(root, sft, tok)
     if not examples:
         raise ValueError(f"no trainable trajectories in {cfg.data!r}: {counts}")
-    if model is not None:  # with nproc > 1 each rank freezes its own copy (train/stage.py)
-        params = train_last_layers(model, cfg.train_layers)
+    if model is not None:
         counts["trainable_params"], counts["params"] = params["trainable"], params["total"]
     stages = [{"stage": "load + tokenize", "rows_in": counts["rows"], "rows_out": len(examples),
                "seconds": time.perf_counter() - t, "notes": f"model {path}"}]

@@ -38,12 +38,6 @@ def make_prompts(triples: list[dict], tools: list[dict], tool_style: str = "full
             for t in triples]
 
 
-def token_logprobs(model, seqs: list[list[int]], pad_id: int, start: int = 1) -> torch.Tensor:
-    """[B, T] log-probability of token t given tokens < t for t >= `start` (0 before it and on
-    padding), right-padded; one teacher-forced pass (train.prefix.plain_token_logprobs)."""
-    return plain_token_logprobs(model, seqs, pad_id, start=start)
-
-
 def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.float32)
 
@@ -70,7 +64,7 @@ class GRPOSession:
         sharing each group's prompt pass when `cfg.prefix_grouping` (train/prefix.py)."""
         if self.cfg.prefix_grouping:
             return grouped_token_logprobs(model, seqs, pad_id, self.cfg.group_size, start=start)
-        return token_logprobs(model, seqs, pad_id, start=start)
+        return plain_token_logprobs(model, seqs, pad_id, start=start)
 
     def step(self, model, prompts: list[Prompt]) -> tuple[torch.Tensor, dict]:
         started = time.perf_counter()

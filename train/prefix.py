@@ -7,7 +7,7 @@ right-padded batch on top of it, with position ids that continue after the prefi
 autograd graph is kept, so the gradient of every continuation reaches the prefix's keys and
 values and flows through the prefix computation once (summed over the G rows). Up to float
 rounding, log-probabilities, loss and gradients equal the plain path's
-(train.grpo.token_logprobs); tests/train/test_prefix.py checks this.
+(`plain_token_logprobs`); tests/train/test_prefix.py checks this.
 
     from train.prefix import grouped_token_logprobs
     logp = grouped_token_logprobs(model, seqs, pad_id, group_size=8, start=prompt_len)

@@ -60,13 +60,21 @@ def fit(model, tcfg: TrainConfig, run_dir, step_fn, data, loss_weight: str | Non
     return Trainer(model, tcfg, run_dir, step_fn, loss_weight=loss_weight).fit(data, progress=progress)
 
 
+def load_sft_model(cfg: SFTConfig, device=None):
+    """`load_model` with only the last `cfg.train_layers` blocks trainable (0 = all):
+    (path, tokenizer, model, {"trainable", "total"} parameter counts)."""
+    from train.sft import train_last_layers
+
+    path, tok, model = load_model(cfg.model, device)
+    return path, tok, model, train_last_layers(model, cfg.train_layers)
+
+
 def run_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None, progress: bool = True):
     """Load the model and the data and train (one rank's part when torch.distributed is up).
     Returns (records, model, tokenizer)."""
-    from train.sft import make_step, train_last_layers
+    from train.sft import make_step
 
-    _, tok, model = load_model(cfg.model, device)
-    train_last_layers(model, cfg.train_layers)
+    _, tok, model, _ = load_sft_model(cfg, device)
     examples, _ = sft_examples(root, cfg, tok)
     recs = fit(model, tcfg, cfg.out, make_step(tok.pad_token_id), examples, SFT_LOSS_WEIGHT, progress)
     return recs, model, tok

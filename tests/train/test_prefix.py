@@ -8,7 +8,6 @@ import torch
 
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
 from tests.train.test_rollout import world  # noqa: F401 (module fixture: a small world dataset)
-from train.grpo import token_logprobs
 from train.losses import clipped_surrogate
 from train.prefix import grouped_token_logprobs, plain_token_logprobs, shared_prefix_len
 
@@ -69,7 +68,7 @@ def test_shared_prefix_len_leaves_one_token():
 def test_logprobs_equal_plain_path(model):
     seqs, _ = _groups(model)
     with torch.no_grad():
-        full = token_logprobs(model, seqs, pad_id=0)
+        full = plain_token_logprobs(model, seqs, pad_id=0)
         grouped = grouped_token_logprobs(model, seqs, pad_id=0, group_size=4)
     assert grouped.shape == full.shape == (8, 52)
     assert bool((full != 0).sum(1).eq(torch.tensor([len(s) - 1 for s in seqs])).all())  # every real token
@@ -88,7 +87,7 @@ def test_loss_and_every_gradient_equal_plain_path(model, start_at_prompt):
     seqs, prompt = _groups(model)
     start = prompt if start_at_prompt else 5  # 5: log-probabilities of prompt tokens are needed too
     adv = torch.tensor([1.0, -0.5, 0.25, -0.75, 0.3, -1.2, 0.9, 0.0])
-    lp_a, loss_a, grads_a = _loss_and_grads(model, lambda: token_logprobs(model, seqs, 0), seqs, start, adv)
+    lp_a, loss_a, grads_a = _loss_and_grads(model, lambda: plain_token_logprobs(model, seqs, 0), seqs, start, adv)
     lp_b, loss_b, grads_b = _loss_and_grads(
         model, lambda: grouped_token_logprobs(model, seqs, 0, group_size=4, start=start), seqs, start, adv)
     assert float(loss_a) != 0.0

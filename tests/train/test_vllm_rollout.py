@@ -20,7 +20,8 @@ import torch
 
 from generators.llm.base import ChatRequest
 from train.configs import GRPOConfig
-from train.grpo import build_session, token_logprobs
+from train.grpo import build_session
+from train.prefix import plain_token_logprobs
 from train.rollout import rollout
 from train.trainer import Trainer, TrainConfig, read_metrics
 from train.weight_sync import check_rollout_backend, weights_version
@@ -89,7 +90,7 @@ def _vllm_prompt_logprobs(engine, ids: list[int]) -> torch.Tensor:
 
 def _torch_prompt_logprobs(model, ids: list[int], pad: int) -> torch.Tensor:
     with torch.no_grad():
-        return token_logprobs(model, [ids], pad)[0, 1:].cpu()
+        return plain_token_logprobs(model, [ids], pad)[0, 1:].cpu()
 
 
 @pytest.mark.vllm
@@ -102,7 +103,7 @@ def test_grpo_step_with_vllm_rollouts(session, tmp_path):
     assert s.backend.syncs == 1 and s.backend.engine.in_process  # the first rollouts pushed the trainer's weights
     # the "old" logprobs of a rollout are the trainer module's, teacher-forced, on the policy's tokens
     outs = rollout(s.backend, s.simulator, [s.prompts[0]] * 2, s.cfg, seed=11)
-    lp = token_logprobs(model, [o.token_ids for o in outs], s.backend.pad_id)
+    lp = plain_token_logprobs(model, [o.token_ids for o in outs], s.backend.pad_id)
     for o, row in zip(outs, lp):
         assert sum(o.mask) > 0 and len(o.logprobs) == len(o.token_ids)
         want = [float(v) if m else 0.0 for v, m in zip(row[:len(o.token_ids)].detach(), o.mask)]
@@ -127,7 +128,7 @@ def test_synced_engine_follows_an_optimizer_step(session):
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     target = ids + be.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
-    loss = -token_logprobs(model, [target], be.pad_id)[0, len(ids):].mean()
+    loss = -plain_token_logprobs(model, [target], be.pad_id)[0, len(ids):].mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
