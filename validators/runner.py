@@ -103,6 +103,12 @@ class Checked:
     rows: dict[str, list[dict]]
     alive: dict[str, bool]
 
+    def add(self, rid: str, kind: str, vs: list[Verdict]) -> None:
+        """Keep the verdicts of one layer; a failed one takes the record out of the running."""
+        self.rows[rid].extend(v.row(rid, kind) for v in vs)
+        if vs and not all(v.passed for v in vs):
+            self.alive[rid] = False
+
 
 def check_records(records: list[tuple[str, object]], kind: str, layers: list[str], ctx: rules.RuleContext,
                   all_layers: bool = False) -> Checked:
@@ -118,9 +124,7 @@ def check_records(records: list[tuple[str, object]], kind: str, layers: list[str
                 vs = rules.check_record(r, kind, ctx)
             else:
                 continue
-            out.rows[rid].extend(v.row(rid, kind) for v in vs)
-            if vs and not all(v.passed for v in vs):
-                out.alive[rid] = False
+            out.add(rid, kind, vs)
     return out
 
 
@@ -160,9 +164,7 @@ class Validator:
         rows, alive = checked.rows, checked.alive
 
         def add(rid: str, vs: list[Verdict]) -> None:
-            rows[rid].extend(v.row(rid, self.kind) for v in vs)
-            if vs and not all(v.passed for v in vs):
-                alive[rid] = False
+            checked.add(rid, self.kind, vs)
 
         for layer in (x for x in self.layers if x not in PER_RECORD):
             batch = [(rid, r) for rid, r in records if (alive[rid] or self.cfg.all_layers) and isinstance(r, dict)]
