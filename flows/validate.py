@@ -205,9 +205,11 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
         total_acc = cat.scalar(f'SELECT count(*) FROM "{accepted_ds}_{cfg.kind}" WHERE run_id = ?', [run_id]) \
             if f"{accepted_ds}_{cfg.kind}" in cat.views else 0
     wall = time.perf_counter() - t0
-    stages = [{"stage": layer, "rows_in": next((f["rows_in"] for f in funnel if f["layer"] == (
-        "dataset" if layer == "dedup" else layer)), 0), "rows_out": next((f["rows_out"] for f in funnel if f["layer"] == (
-            "dataset" if layer == "dedup" else layer)), 0)} for layer in layers]
+    first: dict[str, dict] = {}  # the first funnel row of each verdict layer ("dedup" is layer "dataset")
+    for f in funnel:
+        first.setdefault(f["layer"], f)
+    stages = [{"stage": layer, **{k: first.get("dataset" if layer == "dedup" else layer, {}).get(k, 0)
+                                  for k in ("rows_in", "rows_out")}} for layer in layers]
     summary = {"run_id": run_id, "verdict_dataset": verdict_ds, "accepted_dataset": accepted_ds, "kind": cfg.kind,
                "rows_in": len(records), "rows_out": total_acc, "accepted_this_run": accepted,
                "skipped_committed": skipped, "verdicts_written": written, "funnel": funnel, "workers": cfg.workers,
