@@ -76,3 +76,10 @@ def register(app: typer.Typer) -> None:
         for k in ("called", "well_formed", "answered", "em", "tool_em", "f1", "calls_per_rollout"):
             table.add_row(k, f"{s[k]:.3f}")
         Console().print(table)
+        kinds = Table(title="by question type / hops")
+        cols = ("rollouts", "well_formed", "answered", "em", "f1")
+        for col in ("type", *cols):
+            kinds.add_column(col)
+        for kind, row in s["by_qtype"].items():
+            kinds.add_row(kind, str(row["rollouts"]), *(f"{row[c]:.3f}" for c in cols[1:]))
+        Console().print(kinds)

@@ -10,7 +10,9 @@ The tools offered are the dataset's base tools (one per domain, no paraphrased v
 Per rollout: `called` (at least one tool call attempted), `well_formed` (at least one call,
 and every call parsed, named an offered tool and had valid arguments), `answered` (ended
 with an `<answer>`), `em` (normalized exact match of the answer). Rates are over all rollouts;
-`tool_em` counts rollouts that both called a tool and answered exactly.
+`tool_em` counts rollouts that both called a tool and answered exactly. `by_qtype` gives the
+same rates per question type and hop count (e.g. `bridge/2`): a small model can learn to follow
+a two-hop bridge long before it learns the arithmetic of a compositional question.
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ def summarize(outs) -> dict:
             "calls_per_rollout": sum(o.stats["calls"] for o in outs) / n}
 
 
+def by_qtype(triples: list[dict], outs) -> dict:
+    """`summarize` per question type and hop count, keyed `qtype/hops`, sorted."""
+    groups: dict[str, list] = {}
+    for t, o in zip(triples, outs):
+        groups.setdefault(f"{t.get('qtype') or 'other'}/{t.get('hop_count') or '?'}", []).append(o)
+    return {k: summarize(v) for k, v in sorted(groups.items())}
+
+
 def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[dict, list]:
     """(summary, rollouts) of greedy tool-use rollouts of `backend` on the triples of `cfg.data`."""
     from generators.tools.simulator import Simulator
@@ -90,7 +100,7 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
 
     for i in tqdm(range(0, len(prompts), cfg.batch_size), desc="eval", unit="batch", disable=not progress):
         outs += rollout(backend, sim, prompts[i:i + cfg.batch_size], cfg, seed=cfg.seed + i, logprobs=False)
-    return summarize(outs), outs
+    return {**summarize(outs), "by_qtype": by_qtype(triples, outs)}, outs
 
 
 def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
