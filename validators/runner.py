@@ -161,11 +161,7 @@ class Validator:
     def finish(self, records: list[tuple[str, object]], checked: Checked) -> tuple[list[dict], list[dict]]:
         """The model layers (judge, answerability) and the dataset layer (dedup, in record
         order) after `check_records`; returns verdict rows and accepted rows."""
-        rows, alive = checked.rows, checked.alive
-
-        def add(rid: str, vs: list[Verdict]) -> None:
-            checked.add(rid, self.kind, vs)
-
+        rows, alive, kind = checked.rows, checked.alive, self.kind
         for layer in (x for x in self.layers if x not in PER_RECORD):
             batch = [(rid, r) for rid, r in records if (alive[rid] or self.cfg.all_layers) and isinstance(r, dict)]
             if layer == "judge" and self.kind == "trajectories":
@@ -173,18 +169,19 @@ class Validator:
                 for (rid, _), v in zip(chosen, judge.judge_records([r for _, r in chosen], self.backend,
                                                                    self.cfg.judge_threshold, self.cfg.judge_strict,
                                                                    self.cfg.judge_max_tokens)):
-                    add(rid, [v])
+                    checked.add(rid, kind, [v])
             elif layer == "answerability":
                 for (rid, _), v in zip(batch, answerability.check_answerability(
                         [r for _, r in batch], self.kind, self.backend, self.documents, self.cfg.answer_distractors,
                         self.cfg.answer_check_f1, self.cfg.seed)):
-                    add(rid, [v])
+                    checked.add(rid, kind, [v])
             elif layer == "dedup":
                 for rid, r in batch:
                     try:
-                        add(rid, [self.deduper.check(rid, record_text(r, self.kind))])
+                        checked.add(rid, kind, [self.deduper.check(rid, record_text(r, kind))])
                     except Exception as e:  # data is data: reject, never crash
-                        add(rid, [Verdict("dataset", "dedup", False, "check_crashed", detail=f"{type(e).__name__}: {e}"[:300])])
+                        checked.add(rid, kind, [Verdict("dataset", "dedup", False, "check_crashed",
+                                                        detail=f"{type(e).__name__}: {e}"[:300])])
         out_rows = [row for rid, _ in records for row in rows[rid]]
         accepted = [{**{k: v for k, v in r.items() if k not in SHARED_COLUMNS}, "id": rid}
                     for rid, r in records if alive[rid]]

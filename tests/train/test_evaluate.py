@@ -2,15 +2,9 @@
 rates and a table per question type; the per-type rows add up to the whole."""
 
 import pytest
-from typer.testing import CliRunner
 
+from tests.train.test_distributed import _cli
 from tests.train.test_sft import traj_root  # noqa: F401 (fixture)
-
-
-def _cli(args: list[str]):
-    from flows.cli import app
-
-    return CliRunner().invoke(app, args)
 
 
 def test_eval_cli_prints_rates_and_per_type_rows(traj_root, tiny_llama_dir):  # noqa: F811

@@ -11,9 +11,9 @@ What the 135M model needs to learn something it can use at evaluation time:
   routes, and the model learned to answer after one tool turn);
 - a turn may take 160 new tokens (at 80, calls with long names were cut off).
 
-Measured (25 steps x 4, 48 held-out triples; the same with one and two threads): well-formed calls 0 -> 1.0, answered
-0 -> 0.92, exact match 0 -> 0.125 (two-hop bridges 1/8, three-hop bridges 2/8, inference 3/8;
-comparisons and arithmetic questions 0)."""
+Measured (25 steps x 4, 48 held-out triples; the same with one and two threads): well-formed
+calls 0 -> 1.0, answered 0 -> 0.92, exact match 0 -> 0.125 (two-hop bridges 1/8, three-hop
+bridges 2/8, inference 3/8; comparisons and arithmetic questions 0)."""
 
 import json
 
