@@ -16,9 +16,12 @@ How it samples:
 - Per row: temperature (0 = greedy), top-p, `max_tokens` ("length"), stop strings (text
   cut before the stop string, "stop"), end-of-sequence tokens ("stop").
 - Seeds: sample j of a request with seed s draws its randomness from its own generator
-  seeded from (s, j), so the same seed gives the same completions; with a fixed batch
-  size this is exact, and it does not depend on which other requests share the batch
-  (up to float rounding differences of padded batches). seed=None draws a fresh seed.
+  seeded from (s, j), so the same call with the same seeds gives exactly the same
+  completions. Which other requests share the batch changes only float rounding (padding,
+  batch shape): greedy tokens stay the same, but a sampled token, drawn by inverting the
+  CDF of the vocabulary, can move to a neighbour when the draw falls within rounding of
+  a boundary (rare with a trained model's peaked distributions, frequent with a random
+  one's flat ones). seed=None draws a fresh seed.
 - `Completion.token_ids` are the sampled tokens, including the end-of-sequence token or
   the token that completed a stop string. `Completion.logprobs` (when asked) are, for each
   of those tokens, log_softmax of the raw logits, i.e. under the model at temperature 1
@@ -39,7 +42,7 @@ import numpy as np
 import torch
 
 from generators.llm.base import ChatRequest, Completion, Usage
-from generators.llm.embedded import resolve_model
+from generators.llm.model_store import resolve_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -334,3 +337,13 @@ class TransformersBackend:
 
     def close(self) -> None:
         self.lm = None  # type: ignore[assignment]
+
+
+def check_model(path, question: str = "What is the capital of France?", max_tokens: int = 24) -> str:
+    """Greedy answer of the model in `path` to `question` (a quick sanity check)."""
+    backend = TransformersBackend(path, batch_size=1)
+    try:
+        req = ChatRequest(messages=[{"role": "user", "content": question}], temperature=0.0, max_tokens=max_tokens)
+        return backend.generate([req])[0][0].text
+    finally:
+        backend.close()
