@@ -30,7 +30,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from generators.llm.base import ChatRequest  # noqa: E402
-from generators.llm.embedded import resolve_model  # noqa: E402
+from generators.llm.model_store import resolve_model  # noqa: E402
 from generators.llm.transformers_backend import TransformersBackend  # noqa: E402
 
 TOPICS = ["the sea", "a mountain", "bread", "a library", "the moon", "rain", "a train", "chess",

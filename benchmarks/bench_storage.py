@@ -27,7 +27,7 @@ from storage.shards import stamp
 
 def make_table(n: int, base_rows: int = 5000) -> pa.Table:
     """n trajectory rows: a few thousand distinct rows built once, tiled, with unique ids."""
-    from tests.storage.samples import SAMPLES
+    from storage.samples import SAMPLES
 
     s = load("trajectories")
     rows = stamp([dict(SAMPLES["trajectories"], traj_id=f"t{i}", question=f"question {i} " + "word " * (i % 50))

@@ -51,7 +51,7 @@ def tiny_model(out: Path, layers: int, hidden: int) -> Path:
     """A random-weight Llama with the embedded model's tokenizer, saved to `out`."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from generators.llm.embedded import resolve_model
+    from generators.llm.model_store import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model(None))
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
@@ -67,7 +67,7 @@ def tiny_model(out: Path, layers: int, hidden: int) -> Path:
 def model_dir(args, tmp: Path) -> Path:
     if args.model == "tiny":
         return tiny_model(tmp / "tiny", args.layers, args.hidden)
-    from generators.llm.embedded import resolve_model
+    from generators.llm.model_store import resolve_model
 
     return Path(resolve_model(None if args.model == "embedded" else args.model))
 

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 
 def _work(rows: list[dict]) -> int:
-    from validators.rules import RuleContext, check_trajectory
+    from validators.trajectory_rules import RuleContext, check_trajectory
     from validators.schema_layer import check_schema
 
     ctx, n = RuleContext(replay=False), 0
@@ -39,7 +39,7 @@ def make_rows(n: int) -> list[dict]:
     from generators.corpus.build import WorldConfig, write
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
     from generators.tools.bank import build_bank
-    from tests.generators.test_synthesis import ScriptedBackend
+    from generators.llm.scripted import ScriptedBackend
 
     root = tempfile.mkdtemp()
     write(WorldConfig(seed=3, entities=300), root, "w")

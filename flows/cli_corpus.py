@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flows.options import DataRoot, root
+from storage.configcli import DataRoot
+from storage.manifest import resolve_root
 from storage import manifest
 
 console = Console()
@@ -86,7 +87,7 @@ def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (docu
         tasks = {"documents": bar.add_task("documents", total=entities),
                  "triples": bar.add_task("triples", total=total_triples),
                  "write": bar.add_task("write", total=None)}
-        corpus, rid, written = write(cfg, root(data_root), out, run_id,
+        corpus, rid, written = write(cfg, resolve_root(data_root), out, run_id,
                                      progress=lambda phase, n: bar.advance(tasks[phase], n))
         bar.update(tasks["write"], total=bar.tasks[tasks["write"]].completed)
     elapsed = time.perf_counter() - start
@@ -104,7 +105,7 @@ def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (docu
     short = {k: v for k, v in corpus.rejected.items() if k.endswith("short of target by")}
     for k, v in short.items():
         err.print(f"[yellow]{k} {v}[/yellow] (the world has too few distinct questions of this type)")
-    console.print(f"run [bold]{rid}[/bold] in {root(data_root) / out}: wrote {written.get('documents', 0)} "
+    console.print(f"run [bold]{rid}[/bold] in {resolve_root(data_root) / out}: wrote {written.get('documents', 0)} "
                   f"documents and {written.get('triples', 0)} triples (new rows) in {elapsed:.1f}s; "
                   f"config in _runs/{rid}.json")
 
@@ -131,7 +132,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
     Bad records are skipped and listed with their line number (JSON Lines), array index (JSON) or row (Parquet), their _id and the reason; all of them are also written to <root>/<DATASET>/_runs/<run_id>.rejects.jsonl. Re-importing the same file into the same run writes nothing twice.
     """
     from generators.corpus.importer import import_file
-    from generators.corpus.readers import detect_container
+    from storage.userfiles import detect_container
 
     _check_names(out, run_id)
     if not file.is_file():
@@ -149,7 +150,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
     try:
         with _progress() as bar:
             task = bar.add_task("records", total=None)
-            report = import_file(file, root(data_root), out, style=style, container=container, source=source,
+            report = import_file(file, resolve_root(data_root), out, style=style, container=container, source=source,
                                  run_id=run_id, progress=lambda n: bar.advance(task, n))
     except (OSError, UnicodeDecodeError) as e:
         _fail(f"cannot read {file}: {e}")
@@ -184,7 +185,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
         console.print(r)
         if len(report.rejects) > show:
             console.print(f"... and {len(report.rejects) - show} more")
-        console.print(f"all rejects: {root(data_root) / out / '_runs' / (report.run_id + '.rejects.jsonl')}")
+        console.print(f"all rejects: {resolve_root(data_root) / out / '_runs' / (report.run_id + '.rejects.jsonl')}")
     console.print(f"done in {elapsed:.1f}s")
     if report.records and not report.imported:
         _fail("no record could be imported")

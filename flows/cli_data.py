@@ -17,8 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.options import DataRoot, root
 from storage import manifest, reader
+from storage.configcli import DataRoot
+from storage.manifest import resolve_root
 from storage.catalog import Catalog, verify as verify_shards, view_name
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -63,9 +64,9 @@ def emit(columns: list[str], rows: list[tuple], fmt: Format) -> None:
 def datasets(data_root: DataRoot = None,
              format: Annotated[Format, typer.Option("--format", "-f", help="Output format on stdout.")] = Format.table) -> None:
     """List datasets, kinds and runs with shard and row counts (from the manifests)."""
-    rows = reader.summary(root(data_root))
+    rows = reader.summary(resolve_root(data_root))
     if not rows:
-        err.print(f"no datasets under {root(data_root)}")
+        err.print(f"no datasets under {resolve_root(data_root)}")
         return
     cols = ["dataset", "kind", "run_id", "shards", "rows", "bytes", "schema_versions", "last_commit"]
     for r in rows:
@@ -73,7 +74,7 @@ def datasets(data_root: DataRoot = None,
     if format != Format.table:
         emit(cols, [tuple(r[c] for c in cols) for r in rows], format)
         return
-    print_table(cols, [tuple(r[c] for c in cols) for r in rows], title=f"datasets in {root(data_root)}")
+    print_table(cols, [tuple(r[c] for c in cols) for r in rows], title=f"datasets in {resolve_root(data_root)}")
 
 
 def sql(query: Annotated[str, typer.Argument(help="SQL for DuckDB; views are named <dataset>_<kind>.")],
@@ -82,7 +83,7 @@ def sql(query: Annotated[str, typer.Argument(help="SQL for DuckDB; views are nam
         out: Annotated[Optional[Path], typer.Option(help="Write the result to FILE.parquet, .csv or .json instead.")] = None,
         limit: Annotated[int, typer.Option(help="Rows printed at most (not applied to --out).")] = 1000) -> None:
     """Run SQL over the committed shards with DuckDB."""
-    with Catalog(root(data_root)) as cat:
+    with Catalog(resolve_root(data_root)) as cat:
         for p in cat.problems:
             err.print(f"[yellow]skipped {p.problem} shard[/yellow] {p.path}")
         try:
@@ -113,7 +114,7 @@ def inspect(dataset: Annotated[str, typer.Argument(help="Dataset name.")],
             data_root: DataRoot = None,
             rows: Annotated[int, typer.Option("--rows", "-n", help="Sample rows shown per kind.")] = 3) -> None:
     """Show a dataset's kinds: schema, counts per run, and a few rows."""
-    r = root(data_root)
+    r = resolve_root(data_root)
     if dataset not in manifest.datasets(r):
         err.print(f"[red]no dataset {dataset!r} under {r}[/red]; known: {', '.join(manifest.datasets(r)) or 'none'}")
         raise typer.Exit(2)
@@ -136,7 +137,7 @@ def verify(data_root: DataRoot = None,
            dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None) -> None:
     """Recompute shard checksums; report missing, truncated or corrupted shards by path.
     Bad shards are quarantined so queries skip them. Exit code 1 when any is found."""
-    checked, problems = verify_shards(root(data_root), dataset)
+    checked, problems = verify_shards(resolve_root(data_root), dataset)
     if problems:
         for p in problems:
             console.print(f"[red]{p.problem:<18}[/red] {p.dataset}/{p.kind}  {p.path}", soft_wrap=True)

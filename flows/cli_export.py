@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.options import DataRoot, root
+from storage.configcli import DataRoot
+from storage.manifest import resolve_root
 
 err = Console(stderr=True)
 export_app = typer.Typer(no_args_is_help=True, help="Export a dataset as Parquet that verl or TRL trainers read as is.")
@@ -39,7 +40,7 @@ def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[s
         raise typer.Exit(2)
     try:
         with err.status(f"exporting {data} for {target}"):
-            counts = fn(data, out, root(data_root), kinds=chosen, test_fraction=test_fraction,
+            counts = fn(data, out, resolve_root(data_root), kinds=chosen, test_fraction=test_fraction,
                         skip_rejected=not keep_rejected)
     except ValueError as e:
         err.print(f"[red]export failed:[/red] {e}")

@@ -14,7 +14,6 @@ A usage summary is printed and written to OUT.usage.json.
 from __future__ import annotations
 
 import json
-import os
 import time
 from enum import Enum
 from pathlib import Path
@@ -25,7 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from generators.llm.base import BackendError, ChatRequest
-from generators.llm.embedded import ModelNotFoundError, list_models, prepare_model
+from generators.llm.model_store import ModelNotFoundError, list_models, prepare_model
+from storage.files import atomic_path, write_json
+from storage.userfiles import iter_records
 from generators.llm.registry import BackendConfig, make_backend
 
 console = Console()
@@ -55,7 +56,7 @@ def prepare(source: Annotated[Optional[str], typer.Argument(
         raise typer.Exit(2)
     console.print(f"ready: {path}")
     if check:
-        from generators.llm.embedded import check_model
+        from generators.llm.transformers_backend import check_model
 
         answer = check_model(path)
         console.print(f"Q: What is the capital of France?\nA: {answer.strip()}")
@@ -81,25 +82,21 @@ def list_cmd() -> None:
 
 
 def read_prompts(path: Path) -> list[dict]:
-    """The prompt objects of a JSONL file; a bad line raises ValueError naming its number."""
+    """The prompt objects of a JSONL file (storage/userfiles.py); a bad line raises
+    ValueError naming its number."""
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     items = []
-    with path.open(encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {no}: not valid JSON ({e.msg})") from None
-            msgs = obj.get("messages") if isinstance(obj, dict) else None
-            if not isinstance(msgs, list) or not msgs:
-                raise ValueError(f"{path} line {no}: expected an object with a non-empty \"messages\" list")
-            for k, m in enumerate(msgs):
-                if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-                    raise ValueError(f"{path} line {no}: message {k} needs string \"role\" and \"content\"")
-            items.append(obj)
+    for r in iter_records(path, container="jsonl"):
+        if r.text is not None:
+            raise ValueError(f"{path} {r.where}: {r.error}")
+        msgs = r.record.get("messages") if r.record is not None else None
+        if not isinstance(msgs, list) or not msgs:
+            raise ValueError(f"{path} {r.where}: expected an object with a non-empty \"messages\" list")
+        for k, m in enumerate(msgs):
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise ValueError(f"{path} {r.where}: message {k} needs string \"role\" and \"content\"")
+        items.append(r.record)
     if not items:
         raise ValueError(f"{path}: no prompts")
     return items
@@ -139,25 +136,22 @@ def generate(prompts: Annotated[Path, typer.Argument(help="JSONL file, one {\"me
             for i, it in enumerate(items)]
     # chunks small enough for a moving progress bar, big enough to fill batches / connections
     chunk = {"transformers": max(1, batch_size * 4 // n), "openai": max(32, max_concurrency * 4)}.get(backend.value, 256)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
     try:
-        with tmp.open("w", encoding="utf-8") as f, tqdm(total=len(reqs), desc="generate", unit="prompt") as bar:
+        with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8") as f, \
+                tqdm(total=len(reqs), desc="generate", unit="prompt") as bar:
             for b in range(0, len(reqs), chunk):
                 results = be.generate(reqs[b:b + chunk])
                 for it, comps in zip(items[b:b + chunk], results):
                     f.write(json.dumps({**it, "completions": [c.to_dict() for c in comps]}, ensure_ascii=False) + "\n")
                 bar.update(len(results))
                 bar.set_postfix(tok_s=f"{be.usage.completion_tokens / max(time.perf_counter() - started, 1e-9):.1f}")
-        os.replace(tmp, out)
     except BackendError as e:
         err.print(f"[red]generation failed: {e}[/red]")
         raise typer.Exit(1)
     finally:
-        tmp.unlink(missing_ok=True)
         be.close()
     usage = be.usage.to_dict()
     wall = time.perf_counter() - started
@@ -165,8 +159,7 @@ def generate(prompts: Annotated[Path, typer.Argument(help="JSONL file, one {\"me
                "usage": usage, "config": {**cfg.to_dict(), "temperature": temperature, "top_p": top_p,
                                           "max_tokens": max_tokens, "stop": list(stop or []), "seed": seed,
                                           "logprobs": logprobs}}
-    usage_path = out.with_suffix(".usage.json")
-    usage_path.write_text(json.dumps(summary, indent=2) + "\n")
+    usage_path = write_json(out.with_suffix(".usage.json"), summary)
     t = Table(title=f"usage ({be.name}, {Path(be.model).name})")
     for c in ("requests", "prompt tokens", "completion tokens", "seconds", "tokens/s"):
         t.add_column(c, justify="right")

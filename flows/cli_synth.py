@@ -1,5 +1,5 @@
 """`forgeplay synthesize`: the ToolForge-style synthesis flow from the command line.
-Options come from SynthConfig and BackendConfig (flows/configcli.py)."""
+Options come from SynthConfig and BackendConfig (storage/configcli.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.configcli import config_command
+from storage.configcli import config_command
 from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
 

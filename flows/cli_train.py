@@ -7,11 +7,10 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from flows.configcli import config_command
+from storage.configcli import USER_ERRORS, config_command
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
 from train.evaluate import EvalConfig
 
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError)  # bad input: a readable message, exit 2
 
 
 def _report(summary: dict) -> None:

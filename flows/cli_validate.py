@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.configcli import config_command
+from storage.configcli import config_command
 from generators.llm.registry import BackendConfig
 from validators.runner import ValidateConfig
 

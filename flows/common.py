@@ -1,48 +1,66 @@
-"""Helpers every flow uses: config hashing, saving the resolved config beside a run's
-output, and the end-of-flow artifact.
+"""Helpers every flow uses: `Stages`, which times each stage of a flow and counts its rows
+in and out, and the end-of-flow artifact it publishes (that table plus counts such as
+reject reasons). Run records (a run's resolved config and its hash, which names the run)
+are storage/runs.py. (Prefect's defaults for running with no server are set in
+flows/__init__.py, before prefect is imported.)
 
-A flow's config is a dataclass whose fields carry `metadata={"help": ...}`; its hash names
-the run, so rerunning the same config resumes the same run and duplicates nothing. (Prefect's
-defaults for running with no server are set in flows/__init__.py, before prefect is imported.)
+    stages = Stages()
+    with stages.stage("load") as st:
+        rows = load(...)
+        st.rows_out = len(rows)
+    stages.publish("synthesize-report", "synthesize demo", {"case": {...}})
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import hashlib
-import json
-import os
-from pathlib import Path
-from typing import Any
-
-from storage import manifest
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
 
 
+@dataclass
+class Stage:
+    """One stage of a flow: its rows in and out, wall seconds and a note."""
 
-def as_dict(config: Any) -> dict:
-    if dataclasses.is_dataclass(config):
-        return json.loads(json.dumps(dataclasses.asdict(config), default=str))
-    return json.loads(json.dumps(config, default=str))
+    stage: str
+    rows_in: int | None = None
+    rows_out: int | None = None
+    seconds: float = 0.0
+    notes: str = ""
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in vars(self).items() if v is not None}
 
 
-def config_hash(config: Any, ignore: tuple[str, ...] = ("run_id", "data_root", "progress")) -> str:
-    d = {k: v for k, v in as_dict(config).items() if k not in ignore}
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+class Stages:
+    """The stages of one flow run, in order (see the module docstring)."""
 
+    def __init__(self) -> None:
+        self.rows: list[Stage] = []
 
-def save_run_config(root: Path, dataset: str, run_id: str, config: Any, extra: dict | None = None) -> Path:
-    """Write the resolved config to `<root>/<dataset>/_runs/<run_id>.json` (atomically)."""
-    ddir = manifest.dataset_dir(Path(root), dataset) / "_runs"
-    ddir.mkdir(parents=True, exist_ok=True)
-    path = ddir / f"{run_id}.json"
-    body = {"run_id": run_id, "config": as_dict(config), "config_hash": config_hash(config),
-            "saved_at": dt.datetime.now(dt.timezone.utc).isoformat(), **(extra or {})}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(body, indent=2, default=str))
-    os.replace(tmp, path)
-    return path
+    @contextmanager
+    def stage(self, name: str, rows_in: int | None = None, notes: str = "") -> Iterator[Stage]:
+        """Time a block as a stage; the block may set rows_in, rows_out and notes."""
+        st = Stage(name, rows_in, notes=notes)
+        t = time.perf_counter()
+        try:
+            yield st
+        finally:
+            st.seconds += time.perf_counter() - t
+            self.rows.append(st)
 
+    def add(self, name: str, rows_in: int | None = None, rows_out: int | None = None, seconds: float = 0.0,
+            notes: str = "") -> Stage:
+        """A stage timed elsewhere (e.g. summed over chunks)."""
+        self.rows.append(st := Stage(name, rows_in, rows_out, seconds, notes))
+        return st
+
+    def as_dicts(self) -> list[dict]:
+        return [s.as_dict() for s in self.rows]
+
+    def publish(self, key: str, title: str, counts: dict[str, dict] | None = None) -> str:
+        return publish_artifact(key, title, self.as_dicts(), counts)
 
 def stage_table(stages: list[dict]) -> str:
     """A markdown table of stages: name, rows in, rows out, seconds, notes."""

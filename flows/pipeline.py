@@ -30,7 +30,7 @@ def corpus_task(root: str, cfg: PipelineConfig) -> dict:
 
 @task(name="prepare-model", cache_policy=NONE, retries=1)
 def model_task(model: str | None) -> str:
-    from generators.llm.embedded import resolve_model
+    from generators.llm.model_store import resolve_model
 
     return str(resolve_model(model))
 

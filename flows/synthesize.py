@@ -19,11 +19,12 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
-from flows.common import config_hash, publish_artifact, save_run_config
+from flows.common import publish_artifact
 from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
 from storage import ShardWriter, load_table, resolve_root, write_rows
+from storage.runs import config_hash, save_run_config
 
 
 @task(name="load-inputs", cache_policy=NONE, retries=1)

@@ -77,7 +77,7 @@ def sft_flow(sft: dict, train: dict, data_root: str | None = None, progress: boo
     """Fine-tune `sft["model"]` on the trajectories of `sft["data"]` (SFTConfig/TrainConfig fields)."""
     from transformers import AutoTokenizer
 
-    from generators.llm.embedded import resolve_model
+    from generators.llm.model_store import resolve_model
     from train import dist
     from train.sft import SFTConfig, make_step
 

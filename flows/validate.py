@@ -28,9 +28,10 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
-from flows.common import config_hash, publish_artifact, save_run_config
+from flows.common import publish_artifact
 from generators.llm.registry import BackendConfig, make_backend
 from storage import Catalog, ShardWriter, load_schema, load_table, resolve_root
+from storage.runs import config_hash, save_run_config
 from storage.funnel import funnel_sql
 from storage.shards import stamp
 from validators.context import corpus_fingerprint, rule_context

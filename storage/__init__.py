@@ -6,9 +6,9 @@ catalog. Imports nothing else from the project.
 
 from storage.catalog import Catalog, verify
 from storage.manifest import resolve_root
-from storage.reader import data_files, load_hf, load_table
+from storage.reader import data_files, load_hf, load_table, rejected_ids
 from storage.schema import KINDS, RowError, load as load_schema
 from storage.shards import ShardWriter, write_rows
 
 __all__ = ["Catalog", "KINDS", "RowError", "ShardWriter", "data_files", "load_hf", "load_schema",
-           "load_table", "resolve_root", "verify", "write_rows"]
+           "load_table", "rejected_ids", "resolve_root", "verify", "write_rows"]

@@ -17,7 +17,6 @@ for the catalog to skip.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import duckdb
 
 from storage import manifest
+from storage.files import write_text
 from storage.funnel import funnel_sql
 
 QUARANTINE = "_quarantine.json"
@@ -144,8 +144,6 @@ def verify(root=None, dataset: str | None = None, *, record: bool = True) -> tup
             problems.append(Problem(ds, e.kind, str(path), problem))
             bad.append(e.path)
         if record and (bad or (ddir / QUARANTINE).exists()):
-            tmp = ddir / (QUARANTINE + ".tmp")
-            tmp.write_text(json.dumps(sorted(bad)))
-            os.replace(tmp, ddir / QUARANTINE)
+            write_text(ddir / QUARANTINE, json.dumps(sorted(bad)))
     return checked, problems
 

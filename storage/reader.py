@@ -7,6 +7,7 @@ unified by column name (columns a shard lacks read as null).
     from storage import load_table, load_hf, data_files
     table = load_table("demo", "trajectories")            # pyarrow.Table
     ds = load_hf("demo", "trajectories")                  # datasets.Dataset
+    bad = rejected_ids("demo", "trajectories")            # ids that failed validation
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def load_hf(dataset: str, kind: str, root=None, run_id: str | None = None):
     import datasets
 
     return datasets.Dataset(load_table(dataset, kind, root, run_id))
+
+
+def rejected_ids(dataset: str, kind: str, root=None) -> set[str]:
+    """Ids of the `kind` records of `dataset` that failed validation: any committed verdict
+    about them did not pass (the one rule SFT, GRPO data and every exporter use)."""
+    import pyarrow.compute as pc
+
+    v = load_table(dataset, "verdicts", root, columns=["record_id", "record_kind", "passed"])
+    if not v.num_rows:
+        return set()
+    failed = pc.and_(pc.equal(v["record_kind"], kind), pc.equal(v["passed"], False))
+    return set(pc.unique(v.filter(failed)["record_id"]).to_pylist())
 
 
 def kinds(root, dataset: str) -> list[str]:

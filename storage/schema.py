@@ -123,6 +123,15 @@ def record_id(row: dict) -> str:
     return hashlib.sha256(canonical_json(content).encode()).hexdigest()[:32]
 
 
+def meta_of(row: dict) -> dict:
+    """A row's `meta` column (a JSON object as text) as a dict; {} when missing or unreadable."""
+    try:
+        m = json.loads(row.get("meta") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
 def _jsonable(row: dict) -> dict:
     """Row as jsonschema sees it: datetimes become ISO strings."""
     out = {}

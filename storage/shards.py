@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage import manifest
+from storage.files import fsync_dir
 from storage.schema import KindSchema, RowError, load, record_id
 
 DEFAULT_ROWS_PER_SHARD = 250_000
@@ -273,7 +274,7 @@ class ShardWriter:
                 n = manifest.next_part(self.run_dir, entries, self.rel_run)
                 final = self.run_dir / f"part-{n:05d}.parquet"
                 os.replace(tmp, final)
-                manifest.fsync_dir(self.run_dir)
+                fsync_dir(self.run_dir)
                 entry = manifest.Entry(kind=self.kind, run_id=self.run_id, path=f"{self.rel_run}/{final.name}",
                                        rows=rows, bytes=size, sha256=digest, schema_version=self.schema.version,
                                        committed_at=dt.datetime.now(dt.timezone.utc).isoformat())

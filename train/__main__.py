@@ -1,6 +1,6 @@
 """`python -m train sft|grpo [options]`: the training stage without Prefect, runnable under
 torchrun. Options are those of `forgeplay train sft|grpo` (SFTConfig/GRPOConfig and
-TrainConfig, built by flows/configcli.py); `--help` lists them.
+TrainConfig, built by storage/configcli.py); `--help` lists them.
 
     torchrun --nproc-per-node 2 -m train sft --data demo --out runs/sft1 --max-steps 50
     python -m train sft --nproc 2 --data demo --out runs/sft1     # starts torchrun itself
@@ -19,8 +19,7 @@ from dataclasses import asdict
 
 import typer
 
-from flows.cli_train import USER_ERRORS
-from flows.configcli import config_command
+from storage.configcli import USER_ERRORS, config_command
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,

@@ -6,7 +6,7 @@ Layout of a run folder:
     RUN_DIR/checkpoints/latest          text file holding "step-00000010"
 
 A checkpoint is first written to a hidden temp folder next to its final place, then
-`os.replace`d into place; `latest` is written last (temp file + `os.replace`). A kill at any
+renamed into place; `latest` is written last, also atomically (storage/files.py). A kill at any
 moment leaves either the previous complete checkpoint or the new one as `latest`, never a
 half-written one. `state.json` holds the step, the data position and any extra JSON state.
 
@@ -19,15 +19,15 @@ half-written one. `state.json` holds the step, the data position and any extra J
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from storage.files import atomic_path, remove_leftovers, write_text
 
 LATEST = "latest"
 
@@ -46,15 +46,6 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None,
          state: dict | None = None, keep: int = 2) -> Path:
     """Write checkpoint `step` atomically and make it `latest`; keep the newest `keep` ones."""
@@ -62,8 +53,7 @@ def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any 
     base.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:08d}"
     final = base / name
-    tmp = Path(tempfile.mkdtemp(dir=base, prefix=f".{name}.tmp-"))
-    try:
+    with atomic_path(final, folder=True) as tmp:  # a rerun of the same step replaces the old copy
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / "model.pt")
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -71,13 +61,7 @@ def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any 
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save(rng_state(), tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}, indent=2))
-        if final.exists():  # a rerun of the same step: replace the old copy
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _write_text_atomic(base / LATEST, name)
+    write_text(base / LATEST, name)
     _prune(base, keep, name)
     return final
 
@@ -87,8 +71,7 @@ def _prune(base: Path, keep: int, current: str) -> None:
     for p in done[:-keep] if keep > 0 else []:
         if p.name != current:
             shutil.rmtree(p, ignore_errors=True)
-    for p in base.glob(".step-*.tmp-*"):  # leftovers of killed writes
-        shutil.rmtree(p, ignore_errors=True)
+    remove_leftovers(base)  # of killed writes
 
 
 def latest(run_dir: str | Path) -> Path | None:

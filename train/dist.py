@@ -16,8 +16,6 @@ fails (torchrun then stops the others).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import re
 import socket
@@ -27,6 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from storage.configcli import to_args
 
 BUCKET_NUMEL = 1 << 24  # gradient elements per all_reduce (64 MiB of float32)
 RANK_ERROR = "forgeplay rank"  # prefix of the line a failing rank prints (see rank_error_line)
@@ -121,28 +121,6 @@ def _reduce_bucket(grads: list[torch.Tensor], scale: float) -> None:
 
 
 # ---- the launcher ------------------------------------------------------------------------
-
-def to_args(*configs, skip: Sequence[str] = ()) -> list[str]:
-    """CLI options that rebuild `configs` (dataclass instances) through flows.configcli
-    (fields named in `skip` are left out and so take their defaults)."""
-    out: list[str] = []
-    for cfg in configs:
-        for f in dataclasses.fields(cfg):
-            if f.name in skip:
-                continue
-            v, flag = getattr(cfg, f.name), f.name.replace("_", "-")
-            if v is None:
-                if f.default is not None:
-                    raise ValueError(f"--{flag} cannot be given as None")
-                continue
-            if isinstance(v, bool):
-                out.append(f"--{flag}" if v else f"--no-{flag}")
-            elif isinstance(v, (dict, list)):
-                out += [f"--{flag}", json.dumps(v)]
-            else:
-                out += [f"--{flag}", str(v)]
-    return out
-
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -6,7 +6,8 @@ read as they are. This is the way to train past one machine.
 
 Sources: `triples` and `tasks` (a question with a gold answer -> an RL prompt) and
 `trajectories` (a tool-use conversation -> an RL prompt with its tools, and an SFT example).
-Trajectories or other records with a failed verdict in the dataset's `verdicts` are left out.
+Records that failed validation (storage.reader.rejected_ids: a failed verdict about the
+committed row) are left out.
 
 verl row: data_source "forgeplay/<dataset>/<qtype>", prompt [{role, content}] (system + user),
 ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: the gold answer
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage import manifest, reader
+from storage.files import atomic_path
 
 KINDS = ("triples", "tasks", "trajectories")
 QA_SYSTEM = ("Answer the user's question. Reason step by step inside <think></think>, then give only the "
@@ -85,13 +87,6 @@ class Item:
     case: str = ""
 
 
-def _rejected(root, dataset: str) -> set[str]:
-    if "verdicts" not in reader.kinds(root, dataset):
-        return set()
-    t = reader.load_table(dataset, "verdicts", root, columns=["record_id", "passed"]).to_pylist()
-    return {r["record_id"] for r in t if r["passed"] is False}
-
-
 def _openai_tools(tools: list[dict]) -> list[dict]:
     out = []
     for t in tools:
@@ -102,10 +97,11 @@ def _openai_tools(tools: list[dict]) -> list[dict]:
     return out
 
 
-def _items(root, dataset: str, kind: str) -> list[Item]:
+def _items(root, dataset: str, kind: str, skip_rejected: bool) -> list[Item]:
     rows = reader.load_table(dataset, kind, root).to_pylist()
+    bad = reader.rejected_ids(dataset, kind, root) if skip_rejected else set()
     out = []
-    for r in rows:
+    for r in (r for r in rows if r["id"] not in bad):
         qa_prompt = [{"role": "system", "content": QA_SYSTEM}, {"role": "user", "content": r.get("question") or ""}]
         if kind == "triples":
             out.append(Item(r["triple_id"], kind, r["question"], r["answer"], list(r.get("aliases") or []),
@@ -138,13 +134,12 @@ def load_items(dataset: str, root=None, kinds=KINDS, skip_rejected: bool = True)
     if dataset not in manifest.datasets(root):
         raise ValueError(f"no dataset {dataset!r} under {root}")
     present = set(reader.kinds(root, dataset))
-    bad = _rejected(root, dataset) if skip_rejected else set()
     items = []
     for kind in kinds:
         if kind not in KINDS:
             raise ValueError(f"cannot export kind {kind!r}; choose from {', '.join(KINDS)}")
         if kind in present:
-            items.extend(i for i in _items(root, dataset, kind) if i.id not in bad)
+            items.extend(_items(root, dataset, kind, skip_rejected))
     return items
 
 
@@ -195,9 +190,8 @@ def verl_row(i: Item, dataset: str, split: str, index: int) -> dict:
 
 
 def _write(rows: list[dict], schema: pa.Schema, path: Path) -> int:
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
     return len(rows)
 
 

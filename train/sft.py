@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from storage.files import atomic_path
 from train.configs import SFTConfig  # noqa: F401  (re-exported)
 
 IGNORE = -100
@@ -77,22 +78,12 @@ def tokenize(tokenizer, messages: list[dict]) -> dict:
     return {"input_ids": ids, "labels": labels}
 
 
-def _failed_ids(root, dataset: str) -> set[str]:
-    from storage import load_table
-
-    try:
-        v = load_table(dataset, "verdicts", root, columns=["record_id", "record_kind", "passed"]).to_pylist()
-    except Exception:  # no verdicts written for this dataset
-        return set()
-    return {r["record_id"] for r in v if r["record_kind"] == "trajectories" and not r["passed"]}
-
-
 def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[dict], dict]:
     """Tokenized training examples from the dataset's trajectories, and counts of what was kept."""
-    from storage import load_table
+    from storage import load_table, rejected_ids
 
     rows = load_table(dataset, "trajectories", root).to_pylist()
-    failed = _failed_ids(root, dataset) if cfg.validated_only else set()
+    failed = rejected_ids(dataset, "trajectories", root) if cfg.validated_only else set()
     cases = {c.strip() for c in cfg.cases.split(",") if c.strip()}
     counts: Counter = Counter(rows=len(rows))
     out = []
@@ -183,17 +174,9 @@ def make_step(pad_id: int):
 
 def save_final(model, tokenizer, run_dir: str | Path) -> Path:
     """Save the trained model + tokenizer as a Hugging Face folder `run_dir/final` (atomic)."""
-    import os
-    import shutil
-    import tempfile
-
-    run_dir = Path(run_dir)
-    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".final.tmp-"))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "forgeplay-model.json").write_text(json.dumps({"trained_from": str(getattr(model, "name_or_path", ""))}))
-    final = run_dir / "final"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    final = Path(run_dir) / "final"
+    with atomic_path(final, folder=True) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "forgeplay-model.json").write_text(json.dumps({"trained_from": str(getattr(model, "name_or_path", ""))}))
     return final

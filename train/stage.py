@@ -25,7 +25,7 @@ def load_model(name: str | None, device=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from generators.llm.embedded import resolve_model
+    from generators.llm.model_store import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     path = resolve_model(name)

@@ -6,12 +6,12 @@ only through the backend protocol, both prompts of all records in one batched ca
 
 from __future__ import annotations
 
-import json
 import random
 
 from generators.answers import match
 from generators.llm.base import ChatRequest
 from generators.llm.toolcalls import extract_answer
+from storage.schema import meta_of
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "answerability"
@@ -23,20 +23,11 @@ NO_CONTEXT = "Answer the question. Reply with only the answer inside <answer></a
 def golden_ids(row: dict, kind: str) -> list[str]:
     if kind == "triples":
         return list(row.get("golden_doc_ids") or [])
-    try:
-        meta = json.loads(row.get("meta") or "{}")
-        return list(meta.get("golden_doc_ids") or []) if isinstance(meta, dict) else []
-    except (TypeError, ValueError):
-        return []
+    return list(meta_of(row).get("golden_doc_ids") or [])
 
 
 def aliases(row: dict) -> list[str]:
-    al = row.get("aliases")
-    if not al:
-        try:
-            al = json.loads(row.get("meta") or "{}").get("aliases")
-        except (TypeError, ValueError, AttributeError):
-            al = []
+    al = row.get("aliases") or meta_of(row).get("aliases")
     return [a for a in al or [] if isinstance(a, str)]
 
 

@@ -12,13 +12,13 @@ hashes over 64-bit xxhash shingle hashes) -> LSH bands for candidates -> estimat
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
 from generators.answers import normalize
+from storage.userfiles import iter_records
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "dataset"
@@ -94,16 +94,15 @@ class Deduper:
 
 
 def read_heldout(path: str) -> list[str]:
-    """Texts of a held-out file: .jsonl/.json (question, answer fields or plain strings),
-    .parquet, or .txt (one item per line)."""
+    """Texts of a held-out file: records (JSONL, JSON array, Parquet: storage/userfiles.py)
+    give their question and answer, other JSON values their text; any other file gives one
+    item per line. ValueError naming the place of a line that is not JSON."""
     p = Path(path)
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(p).to_pylist()
-    elif p.suffix in (".jsonl", ".json"):
-        text = p.read_text()
-        rows = json.loads(text) if p.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
-    else:
+    if p.name.lower().removesuffix(".gz").rsplit(".", 1)[-1] not in ("jsonl", "json", "parquet"):
         return [x for x in p.read_text().splitlines() if x.strip()]
-    return [record_text(r, "tasks") if isinstance(r, dict) else str(r) for r in rows]
+    out = []
+    for r in iter_records(p):
+        if r.record is None and r.value is None:
+            raise ValueError(f"{path} {r.where}: {r.error}")
+        out.append(record_text(r.record, "tasks") if r.record is not None else str(r.value))
+    return out

@@ -13,13 +13,14 @@ and dedup in record order, so results do not depend on how the records were spli
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.schema import SHARED_COLUMNS, record_id
-from validators import answerability, judge, rules
+from storage.userfiles import iter_records
+from validators import answerability, judge
+from validators import trajectory_rules as rules
 from validators.dedup import Deduper, read_heldout, record_text
 from validators.schema_layer import check_schema
 from validators.verdict import Verdict
@@ -76,23 +77,12 @@ def raw_id(raw) -> str:
 
 
 def read_input(path: str) -> list:
-    """Records of a user file: parquet rows, or JSONL lines (a line that is not JSON stays a string)."""
+    """Records of a user file (storage/userfiles.py); what is not a record (a line that is
+    not JSON, a JSON value that is not an object) stays as read, for the schema layer to reject."""
     p = Path(path)
-    if not p.exists():
+    if not p.is_file():
         raise ValueError(f"no such input file: {path}")
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(p).to_pylist()
-    out = []
-    for line in p.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            out.append(line)
-    return out
+    return [r.record if r.record is not None else r.value if r.text is None else r.text for r in iter_records(p)]
 
 
 @dataclass

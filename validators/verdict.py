@@ -1,5 +1,9 @@
 """The verdict one check gives about one record, and its `verdicts` row form.
 
+Rule checks raise `Reject(reason, **detail)` and `run_steps` turns a list of named steps
+into verdicts, stopping at the first failing one (an unexpected error becomes a
+`check_crashed` reject: data is data, a record never crashes the run).
+
 A verdict row's id is the hash of its key (record id, kind, layer, check): one verdict per
 check and record in a run, so a rerun that redoes a check skips it instead of adding a
 second (and the id costs ~1 us instead of hashing the row's JSON).
@@ -12,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 LAYERS = ("schema", "rules", "judge", "answerability", "dataset")
 
@@ -42,3 +46,28 @@ def ok(layer: str, check: str, **kw) -> Verdict:
 
 def fail(layer: str, check: str, reason: str, **kw) -> Verdict:
     return Verdict(layer, check, False, reason, **kw)
+
+
+class Reject(Exception):
+    """Raised by a rule step: the record fails with `reason` (a code of validators.reasons)."""
+
+    def __init__(self, reason: str, **detail):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+def run_steps(layer: str, steps: Sequence[tuple[str, Callable[[], Verdict | None]]]) -> list[Verdict]:
+    """Run named steps in order; a step returns None (passed), a Verdict, or raises Reject.
+    Stops after the first failing verdict."""
+    out: list[Verdict] = []
+    for name, fn in steps:
+        try:
+            v = fn() or ok(layer, name)
+        except Reject as r:
+            v = fail(layer, name, r.reason, detail=r.detail or None)
+        except Exception as e:  # data is data: never crash on a record
+            v = fail(layer, name, "check_crashed", detail={"error": f"{type(e).__name__}: {e}"[:300]})
+        out.append(v)
+        if not v.passed:
+            break
+    return out

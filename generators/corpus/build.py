@@ -23,10 +23,11 @@ from typing import Callable
 
 from generators.corpus.derive import check_triple
 from generators.corpus.ids import triple_id
+from generators.corpus.inference import make_question
 from generators.corpus.questions import QTYPES, Question, QuestionMaker
 from generators.corpus.render import RenderedDoc, render_world
-from generators.corpus.runs import runs_dir, save_json
 from generators.corpus.world import MIN_ENTITIES, World, build_world
+from storage.runs import save_run
 from storage.schema import canonical_json, record_id
 
 GENERATOR_VERSION = 1
@@ -143,7 +144,7 @@ def generate(cfg: WorldConfig, progress: Progress | None = None) -> Corpus:
         for _ in range(want * ATTEMPTS_PER_TRIPLE):
             if made >= want:
                 break
-            q = qm.make(qtype)
+            q = make_question(qm, qtype)
             if q is None:
                 rejected[f"{qtype}: no valid draw"] += 1
                 continue
@@ -182,9 +183,9 @@ def write(cfg: WorldConfig, root, dataset: str, run_id: str | None = None,
                 written[kind] += w.write(rows[i:i + 10_000])
                 if progress:
                     progress("write", len(rows[i:i + 10_000]))
-    save_json(runs_dir(root, dataset) / f"{run_id}.json",
-              {"command": "corpus world", "run_id": run_id, "dataset": dataset, "source": cfg.source,
-               "config": corpus.config, "config_hash": cfg.config_hash(),
-               "rows": {"documents": len(corpus.document_rows), "triples": len(corpus.triple_rows)},
-               "rejected": dict(corpus.rejected)})
+    save_run(root, dataset, run_id,
+             {"command": "corpus world", "run_id": run_id, "dataset": dataset, "source": cfg.source,
+              "config": corpus.config, "config_hash": cfg.config_hash(),
+              "rows": {"documents": len(corpus.document_rows), "triples": len(corpus.triple_rows)},
+              "rejected": dict(corpus.rejected)})
     return corpus, run_id, written

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Callable
 
 from generators.corpus.ids import doc_id, triple_id
-from generators.corpus.readers import detect_container, iter_records
-from generators.corpus.runs import runs_dir, save_json
+from storage.files import write_text
 from storage.manifest import file_sha256
+from storage.runs import runs_dir, save_run
+from storage.userfiles import detect_container, iter_records
 
 STYLES = ("auto", "hotpot", "plain")
 BATCH = 1000  # records per write call
@@ -242,12 +243,9 @@ def import_file(path: Path, root, dataset: str, *, style: str = "auto", containe
                 flush()
         flush()
     report.documents = len(seen_docs)
-    rdir = runs_dir(root, dataset)
-    rdir.mkdir(parents=True, exist_ok=True)
-    with open(rdir / f"{run_id}.rejects.jsonl", "w", encoding="utf-8") as f:
-        for r in report.rejects:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    save_json(rdir / f"{run_id}.json", {
+    write_text(runs_dir(root, dataset) / f"{run_id}.rejects.jsonl",
+               "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in report.rejects))
+    save_run(root, dataset, run_id, {
         "command": "corpus import", "run_id": run_id, "dataset": dataset, "file": str(path),
         "sha256": digest, "container": container, "style": style, "source": source, "config_hash": config_hash,
         "records": report.records, "imported": report.imported, "rejected": len(report.rejects),

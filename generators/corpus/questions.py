@@ -13,8 +13,9 @@ Four question types (2WikiMultihopQA-style names):
                  publisher, same headquarters country, event held in a country)
 
 Every relation is functional, names are unique, and every hop reads a new document, so a
-question has exactly one answer. `QuestionMaker(world, rng).make(qtype)` returns a
-`Question` or None when the random draw could not make a valid one (the caller retries).
+question has exactly one answer. `make_question(QuestionMaker(world, rng), qtype)`
+(generators/corpus/inference.py) returns a `Question` or None when the random draw could
+not make a valid one (the caller retries).
 """
 
 from __future__ import annotations
@@ -136,10 +137,7 @@ class QuestionMaker:
             cur = self.w.by_id[cur.facts[rel]]
         return cur, cur.facts[rels[-1]]
 
-    # -- question types -----------------------------------------------------------------
-    def make(self, qtype: str) -> Question | None:
-        return getattr(self, qtype)()
-
+    # -- question types (inference: generators/corpus/inference.py) -----------------------
     def bridge(self) -> Question | None:
         r = self.rng
         hops = r.choices(list(HOP_WEIGHTS), weights=list(HOP_WEIGHTS.values()))[0]
@@ -254,12 +252,3 @@ class QuestionMaker:
                                              self.program_chain(self.walk(start, b))]}
         return Question("compositional", capitalise(form.format(a=phrases[0], b=phrases[1])), str(n),
                         years_aliases(n), steps, program, {"relations": [a, b]})
-
-    def inference(self) -> Question | None:
-        from generators.corpus.rules import RULES
-
-        rule = self.rng.choice(RULES)
-        q = rule(self)
-        if q is not None:
-            q.extra["rule"] = rule.__name__
-        return q

@@ -10,12 +10,12 @@ imported lazily by name, so the `vllm` package is needed only when asked for:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from generators.llm.base import Backend
+from storage.runs import config_hash
 
 BACKENDS = ("transformers", "vllm", "openai")
 
@@ -55,9 +55,7 @@ class BackendConfig:
 
     def config_hash(self) -> str:
         """Short stable hash of the config (for lineage), api_key left out."""
-        d = self.to_dict()
-        d.pop("api_key", None)
-        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return config_hash(self, ignore=("api_key",), length=16)
 
 
 def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:

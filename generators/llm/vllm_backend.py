@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from generators.llm.base import BackendError, ChatRequest, Completion, Usage
-from generators.llm.embedded import resolve_model
+from generators.llm.model_store import resolve_model
 
 DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"max_model_len": 4096, "seed": 0}
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 
+from generators.llm.toolcalls import render_tools_block
 from generators.synth.skeleton import Skeleton
-from generators.tools.bank import parameters_of, render_tools_block
+from generators.tools.base import parameters_of
 
 SYSTEM_HEAD = ("You are a helpful assistant that answers questions by calling tools. "
                "You may call one or more functions to assist with the user query.\n\n"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
-from generators.tools.bank import DOMAINS, GENERAL
+from generators.tools.base import DOMAINS, GENERAL
 
 
 @dataclass

@@ -7,8 +7,9 @@ variants) and the deterministic BM25 tool simulator that answers their calls.
     sim.call("search_person", {"query": "Ada Lovelace"}, golden_doc_ids=["d1"], mode="good")
 """
 
-from generators.tools.bank import (BASE_TOOLS, DOMAINS, BankBuild, base_rows, build_bank, generate_bank,
-                                   render_tools_block, to_openai)
+from generators.llm.toolcalls import render_tools_block
+from generators.tools.bank import BankBuild, build_bank, generate_bank
+from generators.tools.base import BASE_TOOLS, DOMAINS, base_rows, to_openai
 
 __all__ = ["BASE_TOOLS", "DOMAINS", "BankBuild", "base_rows", "build_bank", "generate_bank",
            "render_tools_block", "to_openai", "Simulator"]

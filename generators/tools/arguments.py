@@ -16,7 +16,7 @@ import random
 
 import jsonschema
 
-from generators.tools.bank import parameters_of
+from generators.tools.base import parameters_of
 
 KINDS = ("missing_query", "unknown_parameter", "wrong_type", "out_of_range", "bad_enum")
 _EXTRA_NAMES = ["name", "date", "sort", "q", "keywords", "filter", "limit", "category"]

@@ -28,7 +28,7 @@ import bm25s
 import jsonschema
 import numpy as np
 
-from generators.tools.bank import BASE_TOOLS, BaseTool
+from generators.tools.base import BASE_TOOLS, BaseTool
 from generators.tools.variants import MAX_NAME, NAME_RE, Candidate
 
 
@@ -125,7 +125,7 @@ class Gate:
     @property
     def embedder(self):
         if self._embedder is None:
-            from generators.tools.embed import get_embedder
+            from generators.tools.sentence_embedder import get_embedder
             self._embedder = get_embedder()
         return self._embedder
 

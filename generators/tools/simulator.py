@@ -38,7 +38,7 @@ import bm25s
 import jsonschema
 import numpy as np
 
-from generators.tools.bank import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALIASES, GENERAL, base_rows,
+from generators.tools.base import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALIASES, GENERAL, base_rows,
                                    canonical, parameters_of)
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG lines are noise here

@@ -4,7 +4,7 @@ A variant keeps the base tool's parameter names, types and required list (`query
 `query`); it changes the function name, the description and the parameter descriptions.
 Candidates are only proposals: `generators.tools.gating` decides which ones are accepted.
 
-    from generators.tools.bank import BASE_BY_DOMAIN
+    from generators.tools.base import BASE_BY_DOMAIN
     from generators.tools.variants import rule_candidates, llm_candidates
     cands = rule_candidates(BASE_BY_DOMAIN["person"], seed=7, n=12)
     cands += llm_candidates(BASE_BY_DOMAIN["person"], backend, n=4, seed=7)
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from generators.llm.base import BackendError, ChatRequest
-from generators.tools.bank import BaseTool
+from generators.tools.base import BaseTool
 from generators.tools.phrases import DOMAIN_PHRASES, FRAMES, PARAM_PHRASES, SHARED, VERBS_AGENT, VERBS_IMPERATIVE
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -21,7 +21,7 @@ import pytest
 def embedded_tokenizer_dir(tmp_path_factory) -> Path:
     from transformers import AutoTokenizer
 
-    from generators.llm.embedded import embedded_gguf
+    from generators.llm.model_store import embedded_gguf
 
     gguf = embedded_gguf()
     out = tmp_path_factory.mktemp("embedded-tokenizer")
@@ -55,6 +55,6 @@ def model_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedded_dir(model_cache) -> Path:
-    from generators.llm.embedded import embedded_model_path
+    from generators.llm.model_store import embedded_model_path
 
     return embedded_model_path(prepare=True, cache=model_cache)

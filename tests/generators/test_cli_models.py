@@ -43,7 +43,7 @@ def test_help_works(app, args):
 
 
 BAD_FILES = [
-    ('{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": [}\n', "line 2", "not valid JSON"),
+    ('{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": [}\n', "line 2", "invalid JSON"),
     ('{"messages": [{"role": "user", "content": "ok"}]}\n\n{"prompt": "x"}\n', "line 3", "messages"),
     ('{"messages": [{"role": "user"}]}\n', "line 1", "content"),
     ('[1, 2]\n', "line 1", "messages"),

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from generators.llm.base import BackendError, ChatRequest, Completion, Usage
-from generators.tools.bank import BASE_BY_DOMAIN, generate_bank
+from generators.tools.bank import generate_bank
+from generators.tools.base import BASE_BY_DOMAIN
 from generators.tools.gating import Gate, GateConfig, LexicalOverlap, tool_text
 from generators.tools.variants import Candidate, llm_candidates, parse_llm_variant
 

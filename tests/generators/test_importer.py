@@ -12,7 +12,7 @@ import pytest
 
 from generators.corpus.ids import doc_id
 from generators.corpus.importer import import_file, join_sentences, normalise, RecordError
-from generators.corpus.readers import detect_container, iter_json_array, iter_records
+from storage.userfiles import detect_container, iter_json_array, iter_records
 from storage.reader import load_table
 
 ARLEN = ["Arlen Bridge", ["The Arlen Bridge is a stone arch bridge over the Tavy river in Merrow.",

@@ -50,7 +50,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from generators.llm.embedded import embedded_model_path
+    from generators.llm.model_store import embedded_model_path
 
     tok = AutoTokenizer.from_pretrained(embedded_model_path(prepare=True))
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

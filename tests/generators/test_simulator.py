@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from generators.tools.bank import base_rows
+from generators.tools.base import base_rows
 from generators.tools.simulator import SimConfig, Simulator, split_sentences
 
 

@@ -10,46 +10,13 @@ import pytest
 
 from generators.answers import match
 from generators.corpus.build import WorldConfig, write
-from generators.llm.base import Completion
+from generators.llm.scripted import ScriptedBackend
 from generators.llm.toolcalls import parse_tool_calls
 from generators.synth import plan as planning
 from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
 from generators.tools.bank import build_bank
 from storage.schema import load
 from storage.shards import stamp
-
-
-class ScriptedBackend:
-    """Stands in for the LLM: an on-topic sentence naming the first quoted entity of the
-    prompt, and every 7th reply markup or off-topic text, so both the LLM path and the
-    template fallbacks are exercised."""
-
-    name, model = "scripted", "scripted"
-
-    def __init__(self):
-        self.calls = 0
-
-    def generate(self, requests, progress=False):
-        import re
-
-        self.calls += 1
-        out = []
-        for i, r in enumerate(requests):
-            prompt = r.messages[-1]["content"]
-            quoted = re.findall(r'"([^"]+)"', prompt)
-            answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
-            if i % 7 == 3:
-                text = "<tool_call>{}"
-            elif i % 7 == 5:
-                text = "The weather is nice today and I like it."
-            elif quoted:
-                text = f"I need the page about {quoted[0]} next, so I search for it."
-            elif answer:
-                text = f"So the answer is {answer.group(1)} as the pages show."
-            else:
-                text = "I look this up with the matching search tool now."
-            out.append([Completion(text=text) for _ in range(r.n)])
-        return out
 
 
 @pytest.fixture(scope="module")

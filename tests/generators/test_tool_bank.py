@@ -10,8 +10,10 @@ import json
 import jsonschema
 import pytest
 
-from generators.tools import bank
-from generators.tools.bank import BASE_TOOLS, DOMAINS, base_rows, generate_bank, render_tools_block, to_openai
+from generators.tools import base
+from generators.llm.toolcalls import render_tools_block
+from generators.tools.bank import generate_bank
+from generators.tools.base import BASE_TOOLS, DOMAINS, base_rows, to_openai
 from generators.tools.gating import Gate
 from generators.tools.variants import rule_candidates
 from storage.reader import load_table
@@ -108,5 +110,5 @@ def test_rows_fit_the_storage_schema(build, tmp_path):
 
 def test_tool_id_is_a_stable_content_hash():
     b = BASE_TOOLS[0]
-    assert bank.tool_id(b.domain, b.name, b.description, b.parameters()) == base_rows()[0]["tool_id"]
-    assert bank.tool_id(b.domain, b.name + "_x", b.description, b.parameters()) != base_rows()[0]["tool_id"]
+    assert base.tool_id(b.domain, b.name, b.description, b.parameters()) == base_rows()[0]["tool_id"]
+    assert base.tool_id(b.domain, b.name + "_x", b.description, b.parameters()) != base_rows()[0]["tool_id"]

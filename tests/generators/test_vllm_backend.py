@@ -31,7 +31,7 @@ FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from generators.llm.embedded import embedded_model_path
+    from generators.llm.model_store import embedded_model_path
 
     return embedded_model_path(prepare=True)
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from storage import write_rows
-from tests.storage.samples import SAMPLES
+from storage.samples import SAMPLES
 
 runner = CliRunner()
 

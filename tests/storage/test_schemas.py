@@ -8,7 +8,7 @@ import pytest
 
 from storage.schema import KINDS, SCHEMA_DIR, SHARED_COLUMNS, RowError, load, load_json, record_id
 from storage.shards import stamp
-from tests.storage.samples import SAMPLES
+from storage.samples import SAMPLES
 
 SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 

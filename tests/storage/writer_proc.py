@@ -7,7 +7,7 @@ trajectory-shaped rows each into (dataset, trajectories, run) under the given da
 import sys
 
 from storage import ShardWriter
-from tests.storage.samples import SAMPLES
+from storage.samples import SAMPLES
 
 
 def rows(i0: int, n: int) -> list[dict]:

@@ -19,7 +19,7 @@ import typer
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from flows.configcli import config_command
+from storage.configcli import config_command, to_args
 from storage import write_rows
 from tests.train.test_sft import traj_root  # noqa: F401 (fixture: synthesized trajectories)
 from train import checkpoint, dist
@@ -122,7 +122,7 @@ def test_to_args_rebuilds_the_configs():
 
     sft = SFTConfig(data="d", out="o w", max_len=77, validated_only=False, cases="a,b")
     train = TrainConfig(lr=3.5e-4, resume=True, bf16=False, nproc=2)
-    res = CliRunner().invoke(app, ["x", *dist.to_args(sft, train)])
+    res = CliRunner().invoke(app, ["x", *to_args(sft, train)])
     assert res.exit_code == 0, res.output
     assert got == [(sft, train)]
 

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from generators.corpus.build import WorldConfig, write
+from generators.llm.scripted import ScriptedBackend
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import load_table, write_rows
-from tests.generators.test_synthesis import ScriptedBackend
 from train.export import export_trl, export_verl, split_of
 from train.reward import answer_reward
 
@@ -36,7 +36,7 @@ def root(tmp_path_factory):
     write_rows(root, "w", "tasks", "sp", [{"task_id": "t1", "question": "Who built the tower?", "answer": "Ada",
                                            "aliases": ["Ada L."], "qcp": {"seed_doc_id": None, "hops": []},
                                            "hop_count": 2, "examiner_step": 0}])
-    write_rows(root, "w", "verdicts", "v", [{"record_id": rows[0]["traj_id"], "record_kind": "trajectories",
+    write_rows(root, "w", "verdicts", "v", [{"record_id": rows[0]["id"], "record_kind": "trajectories",
                                              "layer": "rules", "check": "answer", "passed": False}])
     return root
 

@@ -6,11 +6,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from generators.corpus.build import WorldConfig, write
+from generators.llm.scripted import ScriptedBackend
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import write_rows
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
-from tests.generators.test_synthesis import ScriptedBackend
 from train.sft import IGNORE, SFTConfig, load_examples, make_step, template_messages, tokenize
 from train.trainer import Trainer, TrainConfig
 

@@ -13,7 +13,7 @@ def world(tmp_path_factory):
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
     from generators.tools.bank import build_bank
     from storage import load_table, write_rows
-    from tests.generators.test_synthesis import ScriptedBackend
+    from generators.llm.scripted import ScriptedBackend
 
     root = tmp_path_factory.mktemp("vdata")
     write(WorldConfig(seed=3, entities=200), root, "w")
@@ -29,7 +29,7 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="session")
 def rule_ctx(world):
     from generators.tools.simulator import Simulator
-    from validators.rules import RuleContext
+    from validators.trajectory_rules import RuleContext
 
     _, _, docs, bank = world
     sims = {}

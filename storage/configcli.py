@@ -1,8 +1,12 @@
-"""Build Typer commands from typed config dataclasses: every field becomes an option with its
-`metadata["help"]` as help text, so the CLI and the saved config never drift apart.
+"""Typed configs on the command line: Typer commands built from config dataclasses (every
+field an option, its `metadata["help"]` the help text, so the CLI and the saved config never
+drift apart), and the way back, a config instance as the options that rebuild it (how a
+launcher passes configs to the processes it starts). Both `forgeplay` (flows/) and
+`python -m train` build their commands here.
 
     @config_command(app, "synthesize", SynthConfig, BackendConfig)
     def synthesize(synth: SynthConfig, backend: BackendConfig, data_root: Path | None) -> None: ...
+    to_args(SynthConfig(dataset="demo"))     # ["--dataset", "demo", "--n", "100", ...]
 
 Scalar fields (str, int, float, bool and their Optional forms) map to options of that type;
 dict and list fields take JSON text.
@@ -16,15 +20,20 @@ import json
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Optional, Sequence
 
 import typer
 from rich.console import Console
 
-from flows.options import DataRoot
-
 SCALARS = (str, int, float, bool)
+USER_ERRORS = (ValueError, KeyError, FileNotFoundError)  # bad input: a readable message, exit 2
 _err = Console(stderr=True)
+
+DataRoot = Annotated[
+    Optional[Path],
+    typer.Option("--data-root", envvar="FORGEPLAY_DATA", show_envvar=True,
+                 help="Root folder of all datasets (default: $FORGEPLAY_DATA, else ./data)."),
+]
 
 
 def _option_type(tp) -> tuple[Any, bool]:
@@ -107,3 +116,25 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
         return fn
 
     return wrap
+
+
+def to_args(*configs, skip: Sequence[str] = ()) -> list[str]:
+    """CLI options that rebuild `configs` (dataclass instances) through `config_command`
+    (fields named in `skip` are left out and so take their defaults)."""
+    out: list[str] = []
+    for cfg in configs:
+        for f in dataclasses.fields(cfg):
+            if f.name in skip:
+                continue
+            v, flag = getattr(cfg, f.name), f.name.replace("_", "-")
+            if v is None:
+                if f.default is not None:
+                    raise ValueError(f"--{flag} cannot be given as None")
+                continue
+            if isinstance(v, bool):
+                out.append(f"--{flag}" if v else f"--no-{flag}")
+            elif isinstance(v, (dict, list)):
+                out += [f"--{flag}", json.dumps(v)]
+            else:
+                out += [f"--{flag}", str(v)]
+    return out

@@ -1,4 +1,9 @@
-"""One valid sample row per record kind (content fields only), for storage tests."""
+"""One valid sample row per record kind (content fields only): the shape of each kind at a
+glance, and fixed input for the storage tests and benchmarks.
+
+    from storage.samples import SAMPLES
+    write_rows(root, "demo", "triples", "r1", [SAMPLES["triples"]])
+"""
 
 import json
 

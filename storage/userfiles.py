@@ -1,14 +1,19 @@
-"""Read question records from JSON Lines, a JSON array, or Parquet, one record at a time.
+"""Read the files users bring (records as JSON Lines, a JSON array, or Parquet), one record
+at a time, with the place of every bad record: the one reader behind `corpus import`,
+`validate --input`, held-out files and `generate`'s prompts.
 
-Each record comes back as `RawRecord(where, record, error, raw_id)`: `where` is "line N"
-(JSON Lines, 1-based), "index N" (JSON array, 0-based) or "row N" (Parquet, 0-based); a
-record that cannot be read has `error` set and `record` None, so callers can report it
-and go on. JSON Lines and Parquet stream; a JSON array is parsed element by element from
-a growing buffer, so memory stays near the size of one element. Files ending in `.gz`
-are decompressed on the fly.
+Each record comes back as `RawRecord(where, record, error, raw_id, value, text)`: `where`
+is "line N" (JSON Lines, 1-based), "index N" (JSON array, 0-based) or "row N" (Parquet,
+0-based); a record that cannot be read has `error` set and `record` None, so callers can
+report it and go on, with what was read instead: `value`, a decoded JSON value that is not
+an object, or `text`, a JSON Lines line that is not JSON. JSON Lines and Parquet stream; a
+JSON array is parsed element by element from a growing buffer, so memory stays near the
+size of one element. Files ending in `.gz` are decompressed on the fly; bytes that are not
+UTF-8 are replaced, never fatal.
 
     for rec in iter_records(Path("hotpot_dev.json")):
         ...
+    rows = read_records(Path("prompts.jsonl"))     # ValueError "prompts.jsonl line 3: ..."
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 CONTAINERS = ("jsonl", "json_array", "parquet")
 _ID_RE = re.compile(r'"_?id"\s*:\s*"?([^",}]*)')
@@ -32,12 +37,14 @@ class RawRecord:
     record: dict | None
     error: str | None = None
     raw_id: str | None = None
+    value: Any = None  # a JSON value that is not an object
+    text: str | None = None  # a line that is not JSON
 
 
 def _open_text(path: Path) -> IO[str]:
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
 
 
 def detect_container(path: Path) -> str:
@@ -69,7 +76,7 @@ def record_id_of(record: dict | None, raw: str | None = None) -> str | None:
 
 def _checked(where: str, obj) -> RawRecord:
     if not isinstance(obj, dict):
-        return RawRecord(where, None, f"record is a JSON {type(obj).__name__}, not an object")
+        return RawRecord(where, None, f"record is a JSON {type(obj).__name__}, not an object", value=obj)
     return RawRecord(where, obj, None, record_id_of(obj))
 
 
@@ -80,7 +87,8 @@ def iter_jsonl(f: IO[str]) -> Iterator[RawRecord]:
         try:
             obj = json.loads(line)
         except ValueError as e:
-            yield RawRecord(f"line {lineno}", None, f"invalid JSON: {e}", record_id_of(None, line))
+            yield RawRecord(f"line {lineno}", None, f"invalid JSON: {e}", record_id_of(None, line),
+                            text=line.rstrip("\r\n"))
             continue
         yield _checked(f"line {lineno}", obj)
 
@@ -160,3 +168,17 @@ def iter_records(path: Path, container: str | None = None) -> Iterator[RawRecord
         return
     with _open_text(path) as f:
         yield from (iter_json_array(f) if container == "json_array" else iter_jsonl(f))
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Every record of a user file; ValueError naming the file and the place of the first
+    record that cannot be read (nothing is half-read)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    out = []
+    for rec in iter_records(path):
+        if rec.error:
+            raise ValueError(f"{path} {rec.where}: {rec.error}")
+        out.append(rec.record)
+    return out

@@ -10,10 +10,10 @@ correct tools), `route` (rounds x calls per round fit single/parallel/sequential
 `replay` (the simulator reproduces every tool message; skipped with a passing verdict when
 no corpus is known) and `answer` (normalized EM / token F1 against gold and aliases).
 
-    from validators.rules import check_trajectory, RuleContext
+    from validators.trajectory_rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
 
-Triples and tasks have their own rules (validators.qa_rules); `check_record` picks by kind.
+Triples and tasks have their own rules (validators.question_rules); `check_record` picks by kind.
 """
 
 from __future__ import annotations
@@ -28,19 +28,14 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
-from validators.qa_rules import _meta, check_task_rules, check_triple_rules
-from validators.verdict import Verdict, fail, ok
+from storage.schema import meta_of
+from validators.question_rules import check_task_rules, check_triple_rules
+from validators.verdict import Reject, Verdict, fail, ok, run_steps
 
 LAYER = "rules"
 ROUTES = ("single", "parallel", "sequential", "mixed")
 _ROLE_CODE = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
 _ROLE_ORDER = re.compile(r"s?u(at+)*a")
-
-
-class Reject(Exception):
-    def __init__(self, reason: str, **detail):
-        super().__init__(reason)
-        self.reason, self.detail = reason, detail
 
 
 @dataclass
@@ -303,36 +298,26 @@ def _answer(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
 def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]:
     """Verdicts of the rule checks, ending at the first failing one."""
     ctx = ctx or RuleContext()
-    out: list[Verdict] = []
-    stage = "structure"
-    try:
-        msgs = _structure(row)
-        out.append(ok(LAYER, "structure"))
-        stage = "format"
-        p = _format(msgs)
-        out.append(ok(LAYER, "format", detail={"turns": len(p.turns)}))
-        stage = "tools"
-        repairs = _tools(row, p)
-        out.append(ok(LAYER, "tools"))
-        stage = "route"
-        sizes = _route(row, p, repairs)
-        out.append(ok(LAYER, "route", detail={"shape": sizes}))
-        meta = _meta(row)
-        stage = "replay"
-        out.append(_replay(row, p, ctx, meta))
-        if not out[-1].passed:
-            return out
-        stage = "answer"
-        out.append(_answer(row, p, ctx, meta))
-    except Reject as r:
-        out.append(fail(LAYER, stage, r.reason, detail=r.detail or None))
-    except Exception as e:  # data is data: never crash on a record
-        out.append(fail(LAYER, stage, "check_crashed", detail={"error": f"{type(e).__name__}: {e}"[:300]}))
-    return out
+    st: dict[str, Any] = {}  # what earlier steps parsed, for the later ones
+
+    def fmt() -> Verdict:
+        st["p"] = p = _format(st["msgs"])
+        return ok(LAYER, "format", detail={"turns": len(p.turns)})
+
+    def route() -> Verdict:
+        return ok(LAYER, "route", detail={"shape": _route(row, st["p"], st["repairs"])})
+
+    return run_steps(LAYER, [
+        ("structure", lambda: st.update(msgs=_structure(row))),
+        ("format", fmt),
+        ("tools", lambda: st.update(repairs=_tools(row, st["p"]))),
+        ("route", route),
+        ("replay", lambda: _replay(row, st["p"], ctx, st.setdefault("meta", meta_of(row)))),
+        ("answer", lambda: _answer(row, st["p"], ctx, st["meta"]))])
 
 
 def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[Verdict]:
-    """The rule checks of `kind`: trajectories here, triples and tasks in validators.qa_rules."""
+    """The rule checks of `kind`: trajectories here, triples and tasks in validators.question_rules."""
     if kind == "trajectories":
         return check_trajectory(row, ctx)
     if kind in ("triples", "tasks"):

@@ -1,6 +1,7 @@
 """Inference questions: relations defined by a rule over the stated facts.
 
-Each rule takes a `QuestionMaker` and returns a `Question` (qtype "inference") or None.
+Each rule takes a `QuestionMaker` and returns a `Question` (qtype "inference") or None;
+`inference` draws one rule. `make_question(qm, qtype)` makes a question of any type.
 Yes/no rules draw a matching pair about half of the time, so "yes" and "no" are balanced.
 
   native_country      native country of X = country of X's birthplace
@@ -143,3 +144,21 @@ def event_in_country(qm: QuestionMaker) -> Question | None:
 
 RULES = [native_country, same_birth_country, same_employer, same_university, worked_for_publisher,
          same_hq_country, event_in_country]
+
+
+def inference(qm: QuestionMaker) -> Question | None:
+    """A question from one rule drawn at random (the rule's name goes in `extra`)."""
+    rule = qm.rng.choice(RULES)
+    q = rule(qm)
+    if q is not None:
+        q.extra["rule"] = rule.__name__
+    return q
+
+
+MAKERS = {"bridge": QuestionMaker.bridge, "comparison": QuestionMaker.comparison,
+          "compositional": QuestionMaker.compositional, "inference": inference}
+
+
+def make_question(qm: QuestionMaker, qtype: str) -> Question | None:
+    """One question of `qtype` (one of questions.QTYPES), or None when the draw failed."""
+    return MAKERS[qtype](qm)

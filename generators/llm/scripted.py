@@ -1,0 +1,46 @@
+"""A stand-in for a model, for tests and benchmarks that exercise the code around the LLM
+(synthesis, validation, export) without the cost of one: deterministic replies built from
+the prompt, with every 7th reply broken (markup or off-topic), so both the model path and
+the template fallbacks run. It has the backend shape (`generate(requests) -> completions`)
+but writes no real reasoning: never use it to make data.
+
+    from generators.llm.scripted import ScriptedBackend
+    rows, stats = session.trajectories(plans, ScriptedBackend(), run_id)
+"""
+
+from __future__ import annotations
+
+import re
+
+from generators.llm.base import Completion
+
+
+class ScriptedBackend:
+    """Stands in for the LLM: an on-topic sentence naming the first quoted entity of the
+    prompt, and every 7th reply markup or off-topic text, so both the LLM path and the
+    template fallbacks are exercised."""
+
+    name, model = "scripted", "scripted"
+
+    def __init__(self):
+        self.calls = 0
+
+    def generate(self, requests, progress=False):
+        self.calls += 1
+        out = []
+        for i, r in enumerate(requests):
+            prompt = r.messages[-1]["content"]
+            quoted = re.findall(r'"([^"]+)"', prompt)
+            answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
+            if i % 7 == 3:
+                text = "<tool_call>{}"
+            elif i % 7 == 5:
+                text = "The weather is nice today and I like it."
+            elif quoted:
+                text = f"I need the page about {quoted[0]} next, so I search for it."
+            elif answer:
+                text = f"So the answer is {answer.group(1)} as the pages show."
+            else:
+                text = "I look this up with the matching search tool now."
+            out.append([Completion(text=text) for _ in range(r.n)])
+        return out

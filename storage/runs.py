@@ -1,0 +1,61 @@
+"""Run records beside the data: `<root>/<dataset>/_runs/<run_id>.json` holds what a run was
+asked to do (its resolved config) and what it did (counts, timing). A run id is derived
+from a hash of the config, so rerunning the same config resumes the same run and writes
+nothing twice. Other per-run files (the importer's `<run_id>.rejects.jsonl`) go in the
+same folder.
+
+    run_id = f"synth-{config_hash({'synth': asdict(cfg)})}"
+    save_run_config(root, "demo", run_id, {"synth": asdict(cfg)}, extra={"summary": {...}})
+    read_run(root, "demo", run_id)["config"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from storage import manifest
+from storage.files import write_json
+
+IGNORED = ("run_id", "data_root", "progress")  # settings that do not change what a run makes
+
+
+def as_dict(config: Any) -> dict:
+    """A config (dataclass or mapping) as plain JSON types (unknown values as text)."""
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    return json.loads(json.dumps(config, default=str))
+
+
+def config_hash(config: Any, ignore: tuple[str, ...] = IGNORED, length: int = 12) -> str:
+    """Short stable hash of a config's JSON form, top-level keys in `ignore` left out."""
+    d = {k: v for k, v in as_dict(config).items() if k not in ignore}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:length]
+
+
+def runs_dir(root, dataset: str) -> Path:
+    return manifest.dataset_dir(manifest.resolve_root(root), dataset) / "_runs"
+
+
+def save_run(root, dataset: str, run_id: str, record: dict) -> Path:
+    """Write a run record (atomically); returns its path."""
+    return write_json(runs_dir(root, dataset) / f"{run_id}.json", record)
+
+
+def save_run_config(root, dataset: str, run_id: str, config: Any, extra: dict | None = None) -> Path:
+    """A run record with the resolved config, its hash and the time, plus `extra`."""
+    return save_run(root, dataset, run_id, {
+        "run_id": run_id, "config": as_dict(config), "config_hash": config_hash(config),
+        "saved_at": dt.datetime.now(dt.timezone.utc).isoformat(), **(extra or {})})
+
+
+def read_run(root, dataset: str, run_id: str) -> dict:
+    """A run record; FileNotFoundError naming the run when there is none."""
+    path = runs_dir(root, dataset) / f"{run_id}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no run {run_id!r} in dataset {dataset!r} ({path})")
+    return json.loads(path.read_text())
