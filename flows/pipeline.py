@@ -8,13 +8,12 @@ rerun resumes where a killed run stopped.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
-from flows.common import publish_artifact
+from flows.common import Stages
 from flows.configs import PipelineConfig
 from generators.llm.registry import BackendConfig
 from storage import manifest, resolve_root
@@ -38,40 +37,36 @@ def model_task(model: str | None) -> str:
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> dict:
     from flows.synthesize import synthesize_flow
+    from flows.validate import validate_flow
     from generators.synth.synthesize import SynthConfig
+    from validators.runner import ValidateConfig
 
     cfg, bcfg = PipelineConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
-    stages = []
-    t = time.perf_counter()
-    if bcfg.backend == "transformers":
-        bcfg.model = model_task(bcfg.model)
-    stages.append({"stage": "model", "seconds": time.perf_counter() - t, "notes": bcfg.model or bcfg.backend})
-    t = time.perf_counter()
-    world = corpus_task(root, cfg)
-    stages.append({"stage": "world corpus", "rows_out": world["documents"] + world["triples"],
-                   "seconds": time.perf_counter() - t, "notes": f"new rows; run {world['run_id']}"})
-    t = time.perf_counter()
-    synth = SynthConfig(dataset=cfg.dataset, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk,
-                        max_think_tokens=cfg.max_think_tokens)
-    summary = synthesize_flow(asdict(synth), bcfg.to_dict(), root)
-    stages.append({"stage": "synthesize", "rows_in": summary["planned"], "rows_out": summary["written"],
-                   "seconds": time.perf_counter() - t,
-                   "notes": f"{summary['skipped_committed']} already committed"})
-    t = time.perf_counter()
-    from flows.validate import validate_flow
-    from validators.runner import ValidateConfig
-
-    checked = validate_flow(asdict(ValidateConfig(dataset=cfg.dataset, layers="schema,rules,dedup")),
-                            bcfg.to_dict(), root, False)
-    stages.append({"stage": "validate", "rows_in": checked["rows_in"], "rows_out": checked["rows_out"],
-                   "seconds": time.perf_counter() - t,
-                   "notes": f"schema, rules (with replay), dedup; accepted -> {checked['accepted_dataset']}"})
+    stages = Stages()
+    with stages.stage("model") as st:
+        if bcfg.backend == "transformers":
+            bcfg.model = model_task(bcfg.model)
+        st.notes = bcfg.model or bcfg.backend
+    with stages.stage("world corpus") as st:
+        world = corpus_task(root, cfg)
+        st.rows_out, st.notes = world["documents"] + world["triples"], f"new rows; run {world['run_id']}"
+    with stages.stage("synthesize") as st:
+        synth = SynthConfig(dataset=cfg.dataset, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk,
+                            max_think_tokens=cfg.max_think_tokens)
+        summary = synthesize_flow(asdict(synth), bcfg.to_dict(), root)
+        st.rows_in, st.rows_out = summary["planned"], summary["written"]
+        st.notes = f"{summary['skipped_committed']} already committed"
+    with stages.stage("validate") as st:
+        checked = validate_flow(asdict(ValidateConfig(dataset=cfg.dataset, layers="schema,rules,dedup")),
+                                bcfg.to_dict(), root, False)
+        st.rows_in, st.rows_out = checked["rows_in"], checked["rows_out"]
+        st.notes = f"schema, rules (with replay), dedup; accepted -> {checked['accepted_dataset']}"
     totals: dict[str, int] = {}
     for e in manifest.read(manifest.dataset_dir(resolve_root(root), cfg.dataset)):
         totals[e.kind] = totals.get(e.kind, 0) + e.rows
-    report = publish_artifact("pipeline-report", f"pipeline {cfg.dataset}", stages, {"rows per kind": totals})
-    return {"stages": stages, "rows": totals, "synthesize": summary, "validate": checked, "report": report}
+    report = stages.publish("pipeline-report", f"pipeline {cfg.dataset}", {"rows per kind": totals})
+    return {"stages": stages.as_dicts(), "rows": totals, "synthesize": summary, "validate": checked, "report": report}
 
 
 def run(cfg: PipelineConfig, bcfg: BackendConfig, data_root=None) -> dict:

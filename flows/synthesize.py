@@ -12,17 +12,15 @@ with a Prefect artifact (rows per stage, case and route mix, text sources, timin
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import asdict
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
-from flows.common import publish_artifact
+from flows.common import Stages
 from generators.llm.registry import BackendConfig, make_backend
-from generators.synth.assemble import traj_id_for
-from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
+from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs, mix_report, pending
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.runs import config_hash, save_run_config
 
@@ -59,68 +57,54 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     run_id = cfg.run_id or f"synth-{config_hash({'synth': asdict(cfg), 'backend': bcfg.config_hash()})}"
-    stages, t0 = [], time.perf_counter()
-
-    inputs = load_task(root, cfg.dataset)
-    stages.append({"stage": "load", "rows_in": len(inputs.triples), "rows_out": len(inputs.triples),
-                   "seconds": time.perf_counter() - t0, "notes": f"{len(inputs.documents)} documents"})
-    t = time.perf_counter()
+    stages, t0 = Stages(), time.perf_counter()
+    with stages.stage("load") as st:
+        inputs = load_task(root, cfg.dataset)
+        st.rows_in = st.rows_out = len(inputs.triples)
+        st.notes = f"{len(inputs.documents)} documents"
     be = make_backend(bcfg) if cfg.texts == "llm" else None
     lineage = {"model": str(getattr(be, "model", bcfg.model)) if be else None, "backend": bcfg.backend if be else None,
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
-    tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
-                                    be if cfg.llm_variants else None)
-    stages.append({"stage": "tool bank", "rows_out": len(tools), "seconds": time.perf_counter() - t,
-                   "notes": ", ".join(f"{k}={v}" for k, v in gate_reasons.items())})
-
-    t = time.perf_counter()
-    session = Session(inputs, cfg, tools)
-    plans = session.plans()
-    done = set(load_table(cfg.dataset, "trajectories", root, run_id=run_id, columns=["traj_id"])
-               .column("traj_id").to_pylist())
-    todo = [p for p in plans if traj_id_for(run_id, p.triple_id, p.case) not in done]
-    stages.append({"stage": "plan", "rows_in": len(inputs.triples), "rows_out": len(plans),
-                   "seconds": time.perf_counter() - t,
-                   "notes": f"{len(plans) - len(todo)} already committed; unplannable: {dict(session.rejected)}"})
+    with stages.stage("tool bank") as st:
+        tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
+                                        be if cfg.llm_variants else None)
+        st.rows_out, st.notes = len(tools), ", ".join(f"{k}={v}" for k, v in gate_reasons.items())
+    with stages.stage("plan", rows_in=len(inputs.triples)) as st:
+        session = Session(inputs, cfg, tools)
+        plans = session.plans()
+        committed = load_table(cfg.dataset, "trajectories", root, run_id=run_id, columns=["traj_id"])
+        todo = pending(plans, run_id, committed.column("traj_id").to_pylist())
+        st.rows_out = len(plans)
+        st.notes = f"{len(plans) - len(todo)} already committed; unplannable: {dict(session.rejected)}"
 
     triple_ids = {tr["triple_id"]: tr["id"] for tr in inputs.triples}
-    totals: Counter = Counter()
-    mix: dict[str, Counter] = {"case": Counter(), "route": Counter()}
-    sources, fallbacks = Counter(), Counter()
-    bar = tqdm(total=len(todo), desc="synthesize", unit="traj", disable=not progress)
-    for i in range(0, len(todo), cfg.chunk):
-        chunk = todo[i:i + cfg.chunk]
-        st = chunk_task(session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
-        for k in ("program_s", "llm_s", "write_s", "slots"):
-            totals[k] += st[k]
-        for k in ("case", "route"):
-            mix[k].update(st["mix"][k])
-        sources.update(st["sources"])
-        fallbacks.update(st["fallbacks"])
-        bar.update(len(chunk))
-        usage = getattr(be, "usage", None)
-        if usage is not None and usage.seconds:
-            bar.set_postfix(tok_s=f"{usage.completion_tokens / usage.seconds:.0f}")
-    bar.close()
+    tally = Tally()
+    with tqdm(total=len(todo), desc="synthesize", unit="traj", disable=not progress) as bar:
+        for i in range(0, len(todo), cfg.chunk):
+            chunk = todo[i:i + cfg.chunk]
+            tally.add(chunk_task(session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids))
+            bar.update(len(chunk))
+            if getattr(be, "usage", None) is not None and be.usage.seconds:
+                bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
     usage = be.usage.to_dict() if getattr(be, "usage", None) else {}
     if be is not None:
         be.close()
 
     wall = time.perf_counter() - t0
-    stages.append({"stage": "synthesize", "rows_in": len(todo), "rows_out": len(todo), "seconds": totals["llm_s"] + totals["program_s"],
-                   "notes": f"LLM {totals['llm_s']:.1f}s, program {totals['program_s']:.2f}s, {totals['slots']} texts"})
-    stages.append({"stage": "write", "rows_out": len(todo), "seconds": totals["write_s"]})
+    stages.add("synthesize", len(todo), len(todo), tally.llm_s + tally.program_s,
+               f"LLM {tally.llm_s:.1f}s, program {tally.program_s:.2f}s, {tally.slots} texts")
+    stages.add("write", rows_out=len(todo), seconds=tally.write_s)
     summary = {"run_id": run_id, "dataset": cfg.dataset, "planned": len(plans), "written": len(todo),
-               "skipped_committed": len(plans) - len(todo), "case": dict(mix["case"]), "route": dict(mix["route"]),
-               "text_sources": dict(sources), "fallbacks": dict(fallbacks), "usage": usage,
-               "seconds": wall, "llm_seconds": totals["llm_s"],
-               "program_fraction": (wall - totals["llm_s"]) / wall if wall else 0.0,
+               "skipped_committed": len(plans) - len(todo), "case": dict(tally.case), "route": dict(tally.route),
+               "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks), "usage": usage,
+               "seconds": wall, "llm_seconds": tally.llm_s,
+               "program_fraction": (wall - tally.llm_s) / wall if wall else 0.0,
                "unplannable": dict(session.rejected)}
     save_run_config(root, cfg.dataset, run_id, {"synth": asdict(cfg), "backend": bcfg.to_dict()},
                     extra={"summary": summary})
-    summary["report"] = publish_artifact("synthesize-report", f"synthesize {cfg.dataset} ({run_id})", stages,
-                                         {"case": dict(mix["case"]), "route": dict(mix["route"]),
-                                          "text source": dict(sources)})
+    summary["report"] = stages.publish("synthesize-report", f"synthesize {cfg.dataset} ({run_id})",
+                                       {"case": summary["case"], "route": summary["route"],
+                                        "text source": summary["text_sources"]})
     return summary
 
 

@@ -4,7 +4,8 @@ flows/synthesize.py only orchestrates them):
     inputs  = load_inputs(root, dataset)                  # documents + triples shards
     session = Session(inputs, cfg)                        # tool bank, simulator, skeleton builder
     plans   = session.plans()                             # route from structure, case from the mix
-    rows, stats = session.trajectories(plans[:64], backend)
+    rows, stats = session.trajectories(plans[:64], backend, run_id)
+    todo    = pending(plans, run_id, committed_traj_ids)  # a rerun skips what is committed
 
 The program builds every call and result; the backend writes only the reasoning and the
 answer wording, all slots of a chunk in one batched `generate` call.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from generators.llm.base import ChatRequest
 from generators.synth import plan as planning
-from generators.synth.assemble import to_row
+from generators.synth.assemble import to_row, traj_id_for
 from generators.synth.skeleton import Skeleton, SkeletonBuilder
 from generators.synth.think import clean_think, slot_prompt, template
 
@@ -168,6 +169,38 @@ class Session:
                  "sources": Counter(s.split(":")[0] for i in texts for _, s in texts[i]),
                  "fallbacks": Counter(s for i in texts for _, s in texts[i] if s != "llm")}
         return rows, stats
+
+
+@dataclass
+class Tally:
+    """What the chunks of a synthesis run add up to: seconds in the program, the LLM and
+    writing, texts asked for, case and route mix, where each text came from."""
+
+    program_s: float = 0.0
+    llm_s: float = 0.0
+    write_s: float = 0.0
+    slots: int = 0
+    case: Counter = field(default_factory=Counter)
+    route: Counter = field(default_factory=Counter)
+    sources: Counter = field(default_factory=Counter)
+    fallbacks: Counter = field(default_factory=Counter)
+
+    def add(self, stats: dict) -> None:
+        """Add one chunk's stats (Session.trajectories' stats, with "write_s" and "mix")."""
+        self.program_s += stats["program_s"]
+        self.llm_s += stats["llm_s"]
+        self.write_s += stats.get("write_s", 0.0)
+        self.slots += stats["slots"]
+        self.case.update(stats["mix"]["case"])
+        self.route.update(stats["mix"]["route"])
+        self.sources.update(stats["sources"])
+        self.fallbacks.update(stats["fallbacks"])
+
+
+def pending(plans: list[planning.Plan], run_id: str, committed_traj_ids) -> list[planning.Plan]:
+    """The plans whose trajectory is not committed yet in run `run_id` (what a rerun resumes)."""
+    done = set(committed_traj_ids)
+    return [p for p in plans if traj_id_for(run_id, p.triple_id, p.case) not in done]
 
 
 def mix_report(rows: list[dict]) -> dict[str, dict[str, int]]:
