@@ -110,7 +110,11 @@ class Catalog:
         return self.con.execute(query, params or []).fetchone()[0]
 
     def close(self) -> None:
-        self.con.close()
+        """Close the connection and drop it: a Catalog object that outlives its use (a frame
+        kept by a traceback) then holds no DuckDB object at interpreter exit."""
+        if self.con is not None:
+            self.con.close()
+            self.con = None
 
     def __enter__(self) -> "Catalog":
         return self
