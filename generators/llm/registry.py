@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from generators.llm.base import Backend
 from storage.runs import config_hash
-
-BACKENDS = ("transformers", "vllm", "openai")
-
 
 @dataclass
 class BackendConfig:
@@ -71,24 +68,37 @@ def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.
         raise ValueError(f"no model given and cannot list models at {url}: {e}") from e
 
 
+def _transformers(cfg: BackendConfig) -> Backend:
+    from generators.llm.transformers_backend import TransformersBackend
+
+    return TransformersBackend(cfg.model, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device,
+                               max_prompt_tokens=cfg.max_prompt_tokens, threads=cfg.threads)
+
+
+def _vllm(cfg: BackendConfig) -> Backend:
+    from generators.llm.vllm_backend import VLLMBackend
+
+    return VLLMBackend(model=cfg.model, **cfg.engine_kwargs)
+
+
+def _openai(cfg: BackendConfig) -> Backend:
+    if not cfg.base_url:
+        raise ValueError("the openai backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
+    from generators.llm.openai_backend import OpenAIBackend
+
+    model = cfg.model or server_model(cfg.base_url, cfg.api_key, cfg.timeout)
+    return OpenAIBackend(base_url=cfg.base_url, model=model, max_concurrency=cfg.max_concurrency,
+                         max_retries=cfg.max_retries, timeout=cfg.timeout, api_key=cfg.api_key)
+
+
+# name -> factory from a BackendConfig; a new backend is a module plus an entry here
+BACKENDS: dict[str, Callable[[BackendConfig], Backend]] = {
+    "transformers": _transformers, "vllm": _vllm, "openai": _openai}
+
+
 def make_backend(cfg: BackendConfig | None = None) -> Backend:
     """A ready backend for `cfg` (the default config gives the embedded model on CPU)."""
     cfg = cfg or BackendConfig()
-    if cfg.backend == "transformers":
-        from generators.llm.transformers_backend import TransformersBackend
-
-        return TransformersBackend(cfg.model, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device,
-                                   max_prompt_tokens=cfg.max_prompt_tokens, threads=cfg.threads)
-    if cfg.backend == "vllm":
-        from generators.llm.vllm_backend import VLLMBackend
-
-        return VLLMBackend(model=cfg.model, **cfg.engine_kwargs)
-    if cfg.backend == "openai":
-        if not cfg.base_url:
-            raise ValueError("the openai backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
-        from generators.llm.openai_backend import OpenAIBackend
-
-        model = cfg.model or server_model(cfg.base_url, cfg.api_key, cfg.timeout)
-        return OpenAIBackend(base_url=cfg.base_url, model=model, max_concurrency=cfg.max_concurrency,
-                             max_retries=cfg.max_retries, timeout=cfg.timeout, api_key=cfg.api_key)
-    raise ValueError(f"unknown backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"unknown backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")
+    return BACKENDS[cfg.backend](cfg)
