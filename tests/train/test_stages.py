@@ -13,6 +13,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from tests.train.test_rollout import world  # noqa: F401 (module fixture: a small world dataset)
 from train.stages import KINDS, Built, StageKind, add_stage_commands, get_kind, load_model
 from train.trainer import read_metrics
 
@@ -96,3 +97,18 @@ def test_python_m_train_lists_every_kind_and_checks_input(toy, tmp_path):
     assert res.exit_code == 2 and "train toy failed" in res.output and "--data and --out are required" in res.output
     with pytest.raises(ValueError, match="unknown training stage 'nope'; known: sft, grpo, toy"):
         get_kind("nope")
+
+
+def test_grpo_kind_runs_in_process_with_hop_grouped_advantages(world, tiny_llama_dir, tmp_path):  # noqa: F811
+    """The built-in grpo kind end to end (one step, sampled by the tiny model): the triples'
+    hop counts reach the objective that `--advantage hop-grouped` picks."""
+    from train.configs import GRPOConfig, TrainConfig
+    from train.run import run_stage
+
+    root = world[0]
+    cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(tmp_path / "g"), limit=2, group_size=2,
+                     max_turns=1, max_new_tokens=4, tool_style="compact", advantage="hop-grouped")
+    s = run_stage("grpo", cfg, TrainConfig(max_steps=1, batch_size=2, checkpoint_every=0), root, progress=False)
+    assert s["steps"] == 1 and s["counts"] == {"prompts": 2} and s["last"]["tokens"] > 0
+    assert {"reward", "pg_loss", "clip_frac"} <= set(s["last"]) and "kl" not in s["last"]  # kl_coef 0: no KL term
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["grpo"]["advantage"] == "hop-grouped"
