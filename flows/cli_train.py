@@ -1,6 +1,7 @@
-"""`forgeplay train sft|grpo`: the training flows from the command line (flows/train.py).
-Options come from the config dataclasses (SFTConfig or GRPOConfig, and TrainConfig).
-`--nproc N` trains data-parallel in N processes (torchrun on this machine; train/dist.py)."""
+"""`forgeplay train KIND`: the training flow (flows/train.py) from the command line, one
+command per stage kind registered in train/stages.py (sft, grpo), with options from the
+kind's config and TrainConfig; and `forgeplay train eval`. `--nproc N` trains data-parallel
+in N processes (torchrun on this machine; train/dist.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import typer
 from rich.console import Console
 
 from storage.configcli import USER_ERRORS, config_command
-from train.configs import GRPOConfig, SFTConfig, TrainConfig
 from train.evaluate import EvalConfig
-
+from train.stages import add_stage_commands
 
 
 def _report(summary: dict) -> None:
@@ -22,42 +22,24 @@ def _report(summary: dict) -> None:
     c.print(f"model: {summary['final_model']}  curves: {summary['curves']}  data: {summary['counts']}")
 
 
-def _run(label: str, fn, *args) -> dict:
-    """Call a training flow; a failed training process is reported in one line, exit 1."""
+def _train(kind: str, cfg, train, data_root) -> None:
+    """Run the training flow; a failed training process is reported in one line, exit 1."""
+    from flows.train import run
     from train.dist import LaunchFailed
 
     try:
-        return fn(*args)
+        summary = run(kind, cfg, train, data_root)
     except LaunchFailed as e:
-        Console(stderr=True).print(f"[red]{label} failed:[/red] {e}")
+        Console(stderr=True).print(f"[red]train {kind} failed:[/red] {e}")
         raise typer.Exit(1) from None
+    _report(summary)
 
 
 def register(app: typer.Typer) -> None:
     train_app = typer.Typer(help="Train models: supervised fine-tuning and GRPO (Prefect flows), and evaluate tool use.",
                             no_args_is_help=True)
     app.add_typer(train_app, name="train")
-
-    @config_command(train_app, "sft", SFTConfig, TrainConfig, errors=USER_ERRORS, label="train sft")
-    def sft(sft: SFTConfig, train: TrainConfig, data_root=None) -> None:
-        """Fine-tune a model on a dataset's validated trajectories (loss on assistant tokens
-        only, rendered with the model's chat template). Writes checkpoints, metrics.jsonl,
-        curves.png and the trained model (OUT/final); --resume continues after a kill;
-        --nproc N trains data-parallel in N processes (one per GPU, or gloo on CPU)."""
-        from flows.train import run_sft
-
-        _report(_run("train sft", run_sft, sft, train, data_root))
-
-    @config_command(train_app, "grpo", GRPOConfig, TrainConfig, errors=USER_ERRORS, label="train grpo")
-    def grpo(grpo: GRPOConfig, train: TrainConfig, data_root=None) -> None:
-        """GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
-        virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final
-        <answer> plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and
-        OUT/final; --resume continues after a kill; --nproc N trains data-parallel, each
-        process rolling out its own prompts."""
-        from flows.train import run_grpo
-
-        _report(_run("train grpo", run_grpo, grpo, train, data_root))
+    add_stage_commands(train_app, _train)
 
     @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS, label="train eval")
     def evaluate(cfg: EvalConfig, data_root=None) -> None:

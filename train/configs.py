@@ -63,6 +63,9 @@ class GRPOConfig(RolloutConfig):
     group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
     kl_coef: float = field(default=0.0, metadata={"help": "weight of the KL term to the frozen start model (0 = none)"})
+    advantage: str = field(default="grpo", metadata={
+        "help": "advantages: grpo (rewards normalised within each prompt's group) or hop-grouped (HRPO: "
+                "within the rollouts of a micro-batch whose questions have the same hop count)"})
     limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
     tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
     rollout_backend: str = field(default="transformers", metadata={

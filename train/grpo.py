@@ -1,28 +1,29 @@
 """GRPO on triples with multi-turn tool rollouts (train/rollout.py) and verifiable rewards.
 
 Per optimizer micro-batch: each prompt is rolled out `group_size` times with the current
-policy, rewards are normalized within the group (train.losses.group_advantages), and the
-clipped surrogate (train.losses.clipped_surrogate) is applied to the policy's own tokens
-only (tool output and prompt masked out), with an optional k3 KL term to a frozen copy of
-the starting model (`kl_coef` > 0). One update per batch of rollouts, so the "old"
-log-probabilities are the current policy's, detached (no separate scoring pass). With
-`prefix_grouping` each group's shared prompt is encoded once (train/prefix.py).
+policy, and the objective (train/objective.py) turns the rollouts into a loss: by default
+rewards normalized within the group (`advantage` grpo; or hop-grouped), the clipped surrogate
+on the policy's own tokens only (tool output and prompt masked out) and an optional k3 KL
+term to a frozen copy of the starting model (`kl_coef` > 0). A stage that needs more passes
+its own `Objective` (more terms, per-prompt weights) and keeps this step. One update per batch
+of rollouts, so the "old" log-probabilities are the current policy's, detached (no separate
+scoring pass). With `prefix_grouping` each group's shared prompt is encoded once
+(train/prefix.py).
 
     session = build_session(root, GRPOConfig(data="demo"), model_path, model)
     Trainer(model, TrainConfig(), run_dir, session.step).fit(session.prompts)
 
-The `forgeplay train grpo` Prefect flow is flows/train.py.
+`forgeplay train grpo` runs it through train/run.py (registered in train/stages.py).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 
 import torch
 
 from train.configs import GRPOConfig  # noqa: F401  (re-exported)
-from train.losses import clipped_surrogate, group_advantages
+from train.objective import Objective, RolloutBatch, grpo_objective
 from train.prefix import grouped_token_logprobs, plain_token_logprobs
 from train.rollout import Prompt, rollout
 
@@ -34,7 +35,8 @@ def make_prompts(triples: list[dict], tools: list[dict], tool_style: str = "full
 
     system = system_prompt(tools, tool_style)
     return [Prompt([{"role": "system", "content": system}, {"role": "user", "content": t["question"]}],
-                   t["answer"], list(t.get("aliases") or []), list(t["golden_doc_ids"]), t["triple_id"])
+                   t["answer"], list(t.get("aliases") or []), list(t["golden_doc_ids"]), t["triple_id"],
+                   {"hop_count": t["hop_count"]} if t.get("hop_count") is not None else {})
             for t in triples]
 
 
@@ -44,15 +46,12 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
 
 class GRPOSession:
     """Holds the rollout backend (sharing the policy's weights), the simulator, the prompts
-    and the optional frozen reference; `step` is the Trainer step function."""
+    and the objective (default: `grpo_objective(cfg, model)`); `step` is the Trainer step function."""
 
-    def __init__(self, cfg: GRPOConfig, backend, simulator, prompts: list[Prompt], model) -> None:
+    def __init__(self, cfg: GRPOConfig, backend, simulator, prompts: list[Prompt], model,
+                 objective: Objective | None = None) -> None:
         self.cfg, self.backend, self.simulator, self.prompts = cfg, backend, simulator, prompts
-        self.ref = None
-        if cfg.kl_coef > 0:
-            self.ref = copy.deepcopy(model).eval()
-            for p in self.ref.parameters():
-                p.requires_grad_(False)
+        self.objective = objective if objective is not None else grpo_objective(cfg, model)
         self.calls = 0
         from train.trainer import dist_info
 
@@ -80,21 +79,14 @@ class GRPOSession:
         width = max(len(o.token_ids) for o in outs)
         mask = _pad([[float(m) for m in o.mask] for o in outs], width)
         rewards = torch.tensor([o.reward for o in outs])
-        adv = group_advantages(rewards.view(len(prompts), self.cfg.group_size)).reshape(-1)
         seqs, pad = [o.token_ids for o in outs], self.backend.pad_id
         start = max(1, min(o.mask.index(1) if 1 in o.mask else len(o.mask) for o in outs))
-        logp = self.logprobs(model, seqs, pad, start)
         # one update per batch of rollouts: the sampling policy is the current one, so the
         # "old" log-probabilities are the current ones, detached (ratio 1, as TRL with
-        # num_iterations=1); this saves a teacher-forced scoring pass after sampling
-        old = logp.detach()
-        ref = None
-        if self.ref is not None:
-            with torch.no_grad():
-                ref = self.logprobs(self.ref, seqs, pad, start)
-        dev = logp.device
-        loss, stats = clipped_surrogate(logp, old, adv.to(dev), mask.to(dev), clip_eps=self.cfg.clip_eps,
-                                        ref_logprobs=ref, kl_coef=self.cfg.kl_coef)
+        # num_iterations=1; old_logprobs None); this saves a teacher-forced scoring pass
+        batch = RolloutBatch(group, seqs, mask, rewards, self.cfg.group_size, pad,
+                             lambda m: self.logprobs(m, seqs, pad, start))
+        loss, stats = self.objective(model, batch)
         n = len(outs)
         stats.update({"reward": float(rewards.mean()), "em": sum(o.stats["em"] for o in outs) / n,
                       "format": sum(o.stats["format"] for o in outs) / n,
@@ -104,10 +96,10 @@ class GRPOSession:
         return loss, stats
 
 
-def build_session(root, cfg: GRPOConfig, model_path, model) -> GRPOSession:
+def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective | None = None) -> GRPOSession:
     """Load triples + documents of `cfg.data`, the tool bank, the simulator and a rollout
     backend that shares `model`'s weights (`cfg.rollout_backend`: the module itself, or a
-    vLLM engine synced from it, train/weight_sync.py)."""
+    vLLM engine synced from it, train/weight_sync.py); `objective` as GRPOSession's."""
     from generators.llm.transformers_backend import TransformersBackend
     from generators.tools.bank import build_bank
     from generators.tools.simulator import Simulator
@@ -127,4 +119,5 @@ def build_session(root, cfg: GRPOConfig, model_path, model) -> GRPOSession:
     else:
         backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
         backend.lm = model
-    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools, cfg.tool_style), model)
+    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools),
+                       make_prompts(triples, tools, cfg.tool_style), model, objective)

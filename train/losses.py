@@ -1,7 +1,8 @@
 """Training losses as pure torch functions (no model, no state): GRPO group advantages, HRPO
 hop-grouped advantages, the token-level clipped surrogate with a k3 KL-to-reference term,
 per-token reverse KL(student || teacher) over the full vocabulary, and CARE per-prompt
-advantage weights. Used by train/grpo.py, train/sft.py and selfplay/.
+advantage weights. train/objective.py composes them into the policy-gradient objective of
+train/grpo.py (and of the stages that add terms to it).
 
 Shapes: B prompts, G samples per prompt (a group), T tokens, V vocabulary. Masks are 1 for
 tokens that count (completion tokens the policy wrote) and 0 for padding / tool output.
@@ -67,7 +68,9 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, how: str = "token-mean") -> torch.Tensor:
+    """A per-token loss [B, T] as one number over the masked tokens, by `how` (AGGREGATES;
+    see `clipped_surrogate`)."""
     if how == "token-mean":
         return masked_mean(per_token, mask)
     m = mask.to(per_token.dtype)
@@ -76,6 +79,20 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str) -> torch.T
     if how == "seq-mean-token-sum":
         return (per_token * m).sum(-1).mean()
     raise ValueError(f"aggregate must be one of {AGGREGATES}, not {how!r}")
+
+
+def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+               clip_eps: float = 0.2, clip_eps_high: float | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token clipped policy-gradient loss pg_t (see `clipped_surrogate`), the ratio and
+    where the clip was active; [B, T] each, not yet masked."""
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    adv = advantages.unsqueeze(-1) if advantages.dim() == logprobs.dim() - 1 else advantages
+    adv = adv.to(logprobs.dtype)
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
+    return -torch.minimum(unclipped, clipped), ratio, clipped < unclipped
 
 
 def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
@@ -94,29 +111,28 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     Shapes: logprobs/old_logprobs/ref_logprobs/mask [B, T]; advantages [B] or [B, T].
     Returns (loss, stats) with stats: pg_loss, kl, clip_frac, ratio_mean (python floats).
     """
-    high = clip_eps if clip_eps_high is None else clip_eps_high
-    adv = advantages.unsqueeze(-1) if advantages.dim() == logprobs.dim() - 1 else advantages
-    adv = adv.to(logprobs.dtype)
-    ratio = torch.exp(logprobs - old_logprobs)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
-    pg = -torch.minimum(unclipped, clipped)
+    pg, ratio, was_clipped = clipped_pg(logprobs, old_logprobs, advantages, clip_eps, clip_eps_high)
     per_token = pg
     kl = None
     if ref_logprobs is not None:
         kl = k3_kl(logprobs, ref_logprobs)
         if kl_coef:
             per_token = pg + kl_coef * kl
-    loss = _aggregate(per_token, mask, aggregate)
+    loss = aggregate_tokens(per_token, mask, aggregate)
+    stats = pg_stats(pg, ratio, was_clipped, mask, aggregate)
     with torch.no_grad():
-        m = mask.to(logprobs.dtype)
-        stats = {
-            "pg_loss": float(_aggregate(pg, mask, aggregate)),
-            "kl": float(masked_mean(kl, m)) if kl is not None else 0.0,
-            "clip_frac": float(masked_mean((clipped < unclipped).to(m.dtype), m)),
-            "ratio_mean": float(masked_mean(ratio, m)),
-        }
+        stats["kl"] = float(masked_mean(kl, mask.to(kl.dtype))) if kl is not None else 0.0
     return loss, stats
+
+
+@torch.no_grad()
+def pg_stats(pg: torch.Tensor, ratio: torch.Tensor, was_clipped: torch.Tensor, mask: torch.Tensor,
+             aggregate: str = "token-mean") -> dict[str, float]:
+    """pg_loss (aggregated), clip_frac and ratio_mean (over masked tokens) of `clipped_pg`'s output."""
+    m = mask.to(ratio.dtype)
+    return {"pg_loss": float(aggregate_tokens(pg, mask, aggregate)),
+            "clip_frac": float(masked_mean(was_clipped.to(m.dtype), m)),
+            "ratio_mean": float(masked_mean(ratio, m))}
 
 
 def reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,

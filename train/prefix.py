@@ -31,7 +31,8 @@ def shared_prefix_len(seqs: list[list[int]]) -> int:
     return n
 
 
-def _pad(seqs: list[list[int]], pad_id: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_ids(seqs: list[list[int]], pad_id: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded [B, width] token ids and attention mask (1 on real tokens)."""
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), width), dtype=torch.long)
     for r, s in enumerate(seqs):
@@ -61,7 +62,7 @@ def plain_token_logprobs(model, seqs: list[list[int]], pad_id: int, start: int =
         raise ValueError("start must be >= 1 (token 0 has no log-probability)")
     dev = next(model.parameters()).device
     width = max(len(s) for s in seqs)
-    ids, att = _pad(seqs, pad_id, width)
+    ids, att = pad_ids(seqs, pad_id, width)
     ids, att = ids.to(dev), att.to(dev)
     if start >= width:
         return torch.zeros(ids.shape, dtype=torch.float32, device=dev)
@@ -90,7 +91,7 @@ def _group_logprobs(model, seqs: list[list[int]], pad_id: int, start: int) -> to
     c = max(len(r) for r in rest)
     if c > 1:  # continuations on top of the prefix cache, right-padded, positions p .. p + c - 1
         cache.batch_repeat_interleave(g)
-        ids, att = _pad(rest, pad_id, c)
+        ids, att = pad_ids(rest, pad_id, c)
         ids, att = ids.to(dev), att.to(dev)
         mask = torch.cat([torch.ones((g, p), dtype=att.dtype, device=dev), att], dim=1)
         pos = torch.arange(p, p + c, device=dev).expand(g, -1)

@@ -41,6 +41,7 @@ class Prompt:
     aliases: list[str] = field(default_factory=list)
     golden_doc_ids: list[str] = field(default_factory=list)
     key: str = ""
+    meta: dict = field(default_factory=dict)  # what objectives read per prompt (train/objective.py)
 
 
 @dataclass

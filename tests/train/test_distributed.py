@@ -25,7 +25,7 @@ from tests.train.test_sft import traj_root  # noqa: F401 (fixture: synthesized t
 from train import checkpoint, dist
 from train.configs import SFTConfig, TrainConfig
 from train.sft import IGNORE, collate, make_step, sft_loss
-from train.stage import SFT_LOSS_WEIGHT
+from train.stages import SFT_LOSS_WEIGHT
 from train.trainer import Trainer, read_metrics
 
 CFG = dict(max_steps=3, lr=1e-3, schedule="constant", checkpoint_every=0, seed=4)

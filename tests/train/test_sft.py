@@ -80,16 +80,16 @@ def test_few_sft_steps_lower_loss_on_assistant_tokens(traj_root, tiny_llama_dir,
 def test_sft_flow_writes_metrics_curves_model_and_resumes(traj_root, tiny_llama_dir, tmp_path):
     """The Prefect flow end to end on the tiny model; a second call with resume=True and a
     higher max_steps continues from the checkpoint instead of starting over."""
-    from flows.train import run_sft
+    from flows.train import run
     from train.sft import SFTConfig
     from train.trainer import read_metrics
 
     root, _ = traj_root
     out = tmp_path / "run"
     sft = SFTConfig(data="w", model=str(tiny_llama_dir), out=str(out), max_len=2048, limit=2)
-    s1 = run_sft(sft, TrainConfig(max_steps=1, batch_size=1, lr=1e-3), root, progress=False)
+    s1 = run("sft", sft, TrainConfig(max_steps=1, batch_size=1, lr=1e-3), root, progress=False)
     assert s1["steps"] == 1 and (out / "curves.png").exists() and (out / "final" / "config.json").exists()
-    s2 = run_sft(sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True), root, progress=False)
+    s2 = run("sft", sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True), root, progress=False)
     assert [r["step"] for r in read_metrics(out)] == [1, 2] and s2["steps"] == 2
     assert (out / "checkpoints" / "latest").read_text() == "step-00000002"
 

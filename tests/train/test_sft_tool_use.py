@@ -27,7 +27,7 @@ HELD_OUT = 48
 
 def test_sft_raises_well_formed_calls_and_exact_match_on_held_out_triples(embedded_dir, tmp_path):
     from flows.synthesize import run as synthesize
-    from flows.train import run_sft
+    from flows.train import run as train
     from flows.validate import run as validate
     from generators.corpus.build import WorldConfig, write
     from generators.llm.registry import BackendConfig
@@ -62,9 +62,9 @@ def test_sft_raises_well_formed_calls_and_exact_match_on_held_out_triples(embedd
     before = measure(embedded_dir)
     print("before", before, flush=True)
     out = tmp_path / "run"
-    summary = run_sft(SFTConfig(data="w", model=str(embedded_dir), out=str(out), max_len=2048, train_layers=10),
-                      TrainConfig(max_steps=25, batch_size=4, lr=3e-4, warmup_steps=3, checkpoint_every=0),
-                      root, progress=False)
+    sft = SFTConfig(data="w", model=str(embedded_dir), out=str(out), max_len=2048, train_layers=10)
+    summary = train("sft", sft, TrainConfig(max_steps=25, batch_size=4, lr=3e-4, warmup_steps=3, checkpoint_every=0),
+                    root, progress=False)
     assert summary["counts"]["kept"] >= 0.9 * v["rows_out"], summary["counts"]
     after = measure(summary["final_model"])
     (tmp_path / "figures.json").write_text(json.dumps({"before": before, "after": after, "sft": summary["counts"]}))

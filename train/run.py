@@ -1,0 +1,119 @@
+"""The one way to run a training stage of any registered kind (train/stages.py): check the
+process count, write the run folder's config.json, then either launch N data-parallel ranks
+(`--nproc N` outside torchrun: `python -m train KIND` under torch.distributed.run, train/
+dist.py) or build and train in this process (alone, or as one rank under torchrun), write the
+curves and the final model on rank 0 and tear the process group down. `resume` continues from
+the run folder's latest complete checkpoint (train/trainer.py).
+
+    summary = run_stage("sft", SFTConfig(data="demo", out="runs/s1"), TrainConfig(max_steps=50))
+    summary["final_model"], summary["last"]["loss"], summary["stages"]
+
+`python -m train KIND` (train/__main__.py) and the Prefect flow `train` (flows/train.py,
+`forgeplay train KIND`) both call `run_stage`. The summary: run_dir, final_model, curves,
+steps, first and last metrics records, counts, and `stages` (name, rows in and out, seconds,
+notes of the load and train stages, for the flow's report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from train.configs import TrainConfig
+from train.stages import StageKind, get_kind
+
+
+def prepare_run(kind: str, cfg, tcfg: TrainConfig) -> Path:
+    """Check --data/--out, create the run folder and write the resolved config.json."""
+    if not cfg.data or not cfg.out:
+        raise ValueError("--data and --out are required")
+    run_dir = Path(cfg.out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps({kind: asdict(cfg), "train": asdict(tcfg)}, indent=2))
+    return run_dir
+
+
+def run_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None, progress: bool = True) -> dict:
+    """Train stage `kind` with its config `cfg` (module docstring); returns the summary.
+    Raises dist.LaunchFailed when a rank of a launched multi-process run fails."""
+    from storage import resolve_root
+    from train import dist
+
+    stage, root = get_kind(kind), resolve_root(data_root)
+    dist.check_nproc(tcfg.nproc)
+    if "WORLD_SIZE" in os.environ:  # a rank under torchrun: the process count is torchrun's
+        return _train_here(stage, cfg, replace(tcfg, nproc=int(os.environ["WORLD_SIZE"])), root, progress)
+    if tcfg.nproc > 1:
+        return _launch(stage, cfg, tcfg, root)
+    return _train_here(stage, cfg, tcfg, root, progress)
+
+
+def _row(name: str, rows_in, rows_out, since: float, notes: str = "") -> dict:
+    return {"stage": name, "rows_in": rows_in, "rows_out": rows_out, "seconds": time.perf_counter() - since,
+            "notes": notes}
+
+
+def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
+    """Count the rows here (no model), train in `tcfg.nproc` ranks, report from what rank 0 wrote."""
+    from train import checkpoint, dist
+    from train.trainer import read_metrics
+
+    run_dir, t = prepare_run(stage.name, cfg, tcfg), time.perf_counter()
+    n, counts = stage.count(root, cfg) if stage.count else (None, {})
+    rows = [_row("load", counts.get("rows"), n, t, "counted; each rank loads the model")]
+    start = 0  # a resumed run restarts after its latest checkpoint (later records are dropped)
+    if tcfg.resume and (path := checkpoint.latest(run_dir)) is not None:
+        start = int(path.name.split("-")[1])
+    t = time.perf_counter()
+    dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc)
+    recs = [r for r in read_metrics(run_dir) if r["step"] > start]
+    rows.append(_row("train", n, len(recs), t, f"{tcfg.nproc} processes"))
+    final = run_dir / "final"
+    if not (final / "config.json").exists():
+        raise RuntimeError(f"the training processes wrote no final model in {final}")
+    return _summary(run_dir, final, run_dir / "curves.png", counts, rows)
+
+
+def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) -> dict:
+    """Build and train in this process (one rank's share under torchrun); rank 0 writes the
+    config, curves and final model. A failing rank prints one line the launcher reports."""
+    from train import dist
+    from train.sft import save_final
+    from train.trainer import Trainer, plot_metrics
+
+    under_torchrun, rank = "WORLD_SIZE" in os.environ, int(os.environ.get("RANK", "0"))
+    run_dir, png, final = Path(cfg.out), None, None
+    try:
+        device = dist.init_from_env()
+        if rank == 0:
+            run_dir = prepare_run(stage.name, cfg, tcfg)
+        t = time.perf_counter()
+        built = stage.build(cfg, tcfg, root, device)
+        rows = [_row("load", built.counts.get("rows"), len(built.data), t, built.notes)]
+        t = time.perf_counter()
+        trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight)
+        recs = trainer.fit(built.data, progress=progress)
+        rows.append(_row("train", len(built.data), len(recs), t, f"{tcfg.nproc} processes"))
+        if rank == 0:
+            png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir)
+    except BaseException as e:
+        if under_torchrun and not isinstance(e, (SystemExit, KeyboardInterrupt)):
+            print(dist.rank_error_line(e), file=sys.stderr, flush=True)
+        raise
+    finally:
+        dist.teardown()
+    return _summary(run_dir, final, png, built.counts, rows, rank)
+
+
+def _summary(run_dir: Path, final, png, counts: dict, stages: list[dict], rank: int = 0) -> dict:
+    from train.trainer import read_metrics
+
+    recs = read_metrics(run_dir)
+    return {"run_dir": str(run_dir), "final_model": str(final) if final else None,
+            "curves": str(png) if png and Path(png).exists() else None,
+            "steps": recs[-1]["step"] if recs else 0, "first": recs[0] if recs else None,
+            "last": recs[-1] if recs else None, "counts": counts, "stages": stages, "rank": rank}

@@ -1,0 +1,179 @@
+"""The registry of training stage kinds. A kind is a name, a config class (its fields are the
+command's options), a `build` that loads the model and the data and makes the Trainer step
+function, an optional cheap `count` of the training rows (no model loaded; the launcher of a
+multi-process run reports and checks it before starting the ranks) and the metrics drawn in
+curves.png. train/run.py runs any kind; `python -m train KIND` and `forgeplay train KIND` are
+generated from this registry (`add_stage_commands`), so a new kind needs no CLI code:
+
+    def build_toy(cfg, tcfg, root, device) -> Built:
+        path, tok, model = load_model(cfg.model, device)
+        return Built(model, tok, toy_step, load_toy_rows(root, cfg), loss_weight=None)
+
+    register(StageKind("toy", ToyConfig, build_toy, help="Train the toy objective."))
+
+This module imports no torch (the CLI builds its options from it); `build` and `count` import
+what they need when called.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from storage.configcli import USER_ERRORS, config_command
+from train.configs import GRPOConfig, SFTConfig, TrainConfig
+
+# the stat each step function reports whose count its loss is a mean over (train/trainer.py)
+SFT_LOSS_WEIGHT = "trained_tokens"  # cross entropy is a mean over the labelled tokens
+GRPO_LOSS_WEIGHT = "tokens"  # the token-mean objective is a mean over the policy's tokens
+
+
+@dataclass
+class Built:
+    """What a kind's `build` returns: the Trainer's model, step function and data, the stat
+    the step's loss is a mean over (None: micro-batches weigh the same), counts for the
+    report ("rows": rows read, when it differs from len(data)) and a note on the load."""
+
+    model: Any
+    tokenizer: Any
+    step: Callable[[Any, list], tuple[Any, dict]]
+    data: Sequence
+    loss_weight: str | None
+    counts: dict = field(default_factory=dict)
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """One registered kind of training stage (module docstring)."""
+
+    name: str
+    config: type  # a dataclass with at least `data`, `model` and `out`
+    build: Callable[[Any, TrainConfig, Any, Any], Built]  # (cfg, train_cfg, root, device)
+    count: Callable[[Any, Any], tuple[int, dict]] | None = None  # (root, cfg) -> (rows, counts)
+    curves: tuple[str, ...] = ("loss", "lr", "tokens_per_s")
+    help: str = ""
+
+
+KINDS: dict[str, StageKind] = {}
+
+
+def register(kind: StageKind) -> StageKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def get_kind(name: str) -> StageKind:
+    if name not in KINDS:
+        raise ValueError(f"unknown training stage {name!r}; known: {', '.join(KINDS)}")
+    return KINDS[name]
+
+
+def add_stage_commands(app, call: Callable[[str, Any, TrainConfig, Any], None]) -> None:
+    """Add one command per registered kind to the Typer `app`: options from the kind's config
+    and TrainConfig, then `call(kind_name, cfg, train_cfg, data_root)`."""
+    for kind in KINDS.values():
+        _add_command(app, kind, call)
+
+
+def _add_command(app, kind: StageKind, call) -> None:
+    def command(cfg, train: TrainConfig, data_root=None) -> None:
+        call(kind.name, cfg, train, data_root)
+
+    command.__name__ = kind.name
+    config_command(app, kind.name, kind.config, TrainConfig, help=kind.help, errors=USER_ERRORS,
+                   label=f"train {kind.name}")(command)
+
+
+# ---- what the built-in kinds load --------------------------------------------------------
+
+def load_model(name: str | None, device=None):
+    """(path, tokenizer, float32 model on `device`; default: cuda when there is one)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from generators.llm.model_store import resolve_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = resolve_model(name)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return path, tok, model.to(device)
+
+
+def sft_examples(root, cfg: SFTConfig, tokenizer) -> tuple[list, dict]:
+    """Tokenized trajectories and their counts; ValueError when none is trainable."""
+    from train.sft import load_examples
+
+    examples, counts = load_examples(root, cfg.data, tokenizer, cfg)
+    if not examples:
+        raise ValueError(f"no trainable trajectories in {cfg.data!r}: {counts}")
+    return examples, counts
+
+
+def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
+    """The model with only its last `cfg.train_layers` blocks trainable (0 = all), the tokenized
+    trajectories and the SFT step (cross entropy on assistant tokens)."""
+    from train.sft import make_step, train_last_layers
+
+    path, tok, model = load_model(cfg.model, device)
+    params = train_last_layers(model, cfg.train_layers)
+    examples, counts = sft_examples(root, cfg, tok)
+    counts.update(trainable_params=params["trainable"], params=params["total"])
+    return Built(model, tok, make_step(tok.pad_token_id), examples, SFT_LOSS_WEIGHT, counts, f"model {path}")
+
+
+def count_sft(root, cfg: SFTConfig) -> tuple[int, dict]:
+    """The trainable trajectories, tokenized with the model's tokenizer only."""
+    from transformers import AutoTokenizer
+
+    from generators.llm.model_store import resolve_model
+
+    path = resolve_model(cfg.model)
+    examples, counts = sft_examples(root, cfg, AutoTokenizer.from_pretrained(path))
+    return len(examples), counts
+
+
+def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
+    """GRPO: each rank rolls out its own share of the prompts (a whole group stays on one rank)."""
+    from train.grpo import build_session
+
+    path, tok, model = load_model(cfg.model, device)
+    session = build_session(root, cfg, path, model)
+    return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
+                 {"prompts": len(session.prompts)}, f"model {path}")
+
+
+def grpo_loss_weight(cfg: GRPOConfig) -> str | None:
+    """Policy tokens for the token-mean objective; other aggregates weigh micro-batches equally."""
+    return GRPO_LOSS_WEIGHT if getattr(cfg, "aggregate", "token-mean") == "token-mean" else None
+
+
+def count_grpo(root, cfg: GRPOConfig) -> tuple[int, dict]:
+    """How many prompts GRPO will train on (without loading the model); ValueError when none."""
+    from storage import load_table
+
+    n = load_table(cfg.data, "triples", root, columns=["triple_id"]).num_rows
+    n = min(n, cfg.limit) if cfg.limit else n
+    if not n:
+        raise ValueError(f"dataset {cfg.data!r} has no triples")
+    return n, {"prompts": n}
+
+
+register(StageKind(
+    "sft", SFTConfig, build_sft, count_sft, curves=("loss", "lr", "tokens_per_s"),
+    help="""Fine-tune a model on a dataset's validated trajectories (loss on assistant tokens
+    only, rendered with the model's chat template). Writes checkpoints, metrics.jsonl,
+    curves.png and the trained model (OUT/final); --resume continues after a kill; --nproc N
+    trains data-parallel in N processes (one per GPU, or gloo on CPU)."""))
+
+register(StageKind(
+    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"),
+    help="""GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
+    virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final <answer>
+    plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and OUT/final;
+    --resume continues after a kill; --nproc N trains data-parallel, each process rolling out
+    its own prompts (a whole group stays on one process)."""))
