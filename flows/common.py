@@ -1,7 +1,7 @@
-"""Helpers every flow uses: `Stages`, which times each stage of a flow and counts its rows
-in and out, and the end-of-flow artifact it publishes (that table plus counts such as
-reject reasons). Run records (a run's resolved config and its hash, which names the run)
-are storage/runs.py. (Prefect's defaults for running with no server are set in
+"""Helpers every flow uses: `Stages` (storage/runs.py: times each stage of a flow and counts
+its rows in and out) and the end-of-flow artifact it publishes (that table plus counts such
+as reject reasons). Run records (a run's resolved config and its hash, which names the run)
+are storage/runs.py too. (Prefect's defaults for running with no server are set in
 flows/__init__.py, before prefect is imported.)
 
     stages = Stages()
@@ -13,54 +13,15 @@ flows/__init__.py, before prefect is imported.)
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator
+from storage import runs
 
 
-@dataclass
-class Stage:
-    """One stage of a flow: its rows in and out, wall seconds and a note."""
-
-    stage: str
-    rows_in: int | None = None
-    rows_out: int | None = None
-    seconds: float = 0.0
-    notes: str = ""
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in vars(self).items() if v is not None}
-
-
-class Stages:
-    """The stages of one flow run, in order (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.rows: list[Stage] = []
-
-    @contextmanager
-    def stage(self, name: str, rows_in: int | None = None, notes: str = "") -> Iterator[Stage]:
-        """Time a block as a stage; the block may set rows_in, rows_out and notes."""
-        st = Stage(name, rows_in, notes=notes)
-        t = time.perf_counter()
-        try:
-            yield st
-        finally:
-            st.seconds += time.perf_counter() - t
-            self.rows.append(st)
-
-    def add(self, name: str, rows_in: int | None = None, rows_out: int | None = None, seconds: float = 0.0,
-            notes: str = "") -> Stage:
-        """A stage timed elsewhere (e.g. summed over chunks)."""
-        self.rows.append(st := Stage(name, rows_in, rows_out, seconds, notes))
-        return st
-
-    def as_dicts(self) -> list[dict]:
-        return [s.as_dict() for s in self.rows]
+class Stages(runs.Stages):
+    """storage.runs.Stages that also publishes itself as the flow's artifact."""
 
     def publish(self, key: str, title: str, counts: dict[str, dict] | None = None) -> str:
         return publish_artifact(key, title, self.as_dicts(), counts)
+
 
 def stage_table(stages: list[dict]) -> str:
     """A markdown table of stages: name, rows in, rows out, seconds, notes."""

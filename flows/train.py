@@ -27,7 +27,7 @@ from dataclasses import asdict
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
-from flows.common import Stages
+from flows.common import publish_artifact
 from storage import resolve_root
 from train.configs import TrainConfig
 from train.run import run_stage
@@ -44,10 +44,8 @@ def train_flow(kind: str, config: dict, train: dict, data_root: str | None = Non
     """Train stage `kind` with `config` (the kind's config fields) and `train` (TrainConfig fields)."""
     cfg = get_kind(kind).config(**config)
     summary = stage_task(kind, cfg, TrainConfig(**train), str(resolve_root(data_root)), progress)
-    stages = Stages()
-    for r in summary["stages"]:
-        stages.add(r["stage"], r["rows_in"], r["rows_out"], r["seconds"], r["notes"])
-    summary["report"] = stages.publish(f"train-{kind}", f"train-{kind} {cfg.data}", {"data": summary["counts"]})
+    summary["report"] = publish_artifact(f"train-{kind}", f"train-{kind} {cfg.data}", summary["stages"],
+                                         {"data": summary["counts"]})
     return summary
 
 

@@ -2,11 +2,18 @@
 asked to do (its resolved config) and what it did (counts, timing). A run id is derived
 from a hash of the config, so rerunning the same config resumes the same run and writes
 nothing twice. Other per-run files (the importer's `<run_id>.rejects.jsonl`) go in the
-same folder.
+same folder. `Stages` times the stages of a run and counts their rows in and out (the
+table of a flow's artifact and of a training summary).
 
     run_id = f"synth-{config_hash({'synth': asdict(cfg)})}"
     save_run_config(root, "demo", run_id, {"synth": asdict(cfg)}, extra={"summary": {...}})
     read_run(root, "demo", run_id)["config"]
+
+    stages = Stages()
+    with stages.stage("load") as st:
+        rows = load(...)
+        st.rows_out = len(rows)
+    stages.as_dicts()    # [{"stage": "load", "rows_out": 500, "seconds": 0.8, "notes": ""}]
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from storage import manifest
 from storage.files import write_json
@@ -59,3 +69,44 @@ def read_run(root, dataset: str, run_id: str) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"no run {run_id!r} in dataset {dataset!r} ({path})")
     return json.loads(path.read_text())
+
+
+@dataclass
+class Stage:
+    """One stage of a run: its rows in and out, wall seconds and a note."""
+
+    stage: str
+    rows_in: int | None = None
+    rows_out: int | None = None
+    seconds: float = 0.0
+    notes: str = ""
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+
+class Stages:
+    """The stages of one run, in order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.rows: list[Stage] = []
+
+    @contextmanager
+    def stage(self, name: str, rows_in: int | None = None, notes: str = "") -> Iterator[Stage]:
+        """Time a block as a stage; the block may set rows_in, rows_out and notes."""
+        st = Stage(name, rows_in, notes=notes)
+        t = time.perf_counter()
+        try:
+            yield st
+        finally:
+            st.seconds += time.perf_counter() - t
+            self.rows.append(st)
+
+    def add(self, name: str, rows_in: int | None = None, rows_out: int | None = None, seconds: float = 0.0,
+            notes: str = "") -> Stage:
+        """A stage timed elsewhere (e.g. summed over chunks)."""
+        self.rows.append(st := Stage(name, rows_in, rows_out, seconds, notes))
+        return st
+
+    def as_dicts(self) -> list[dict]:
+        return [s.as_dict() for s in self.rows]

@@ -16,13 +16,13 @@ notes of the load and train stages, for the flow's report).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from storage.files import write_json
+from storage.runs import Stages
 from train.configs import TrainConfig
 from train.stages import StageKind, get_kind
 
@@ -33,7 +33,7 @@ def prepare_run(kind: str, cfg, tcfg: TrainConfig) -> Path:
         raise ValueError("--data and --out are required")
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps({kind: asdict(cfg), "train": asdict(tcfg)}, indent=2))
+    write_json(run_dir / "config.json", {kind: asdict(cfg), "train": asdict(tcfg)})
     return run_dir
 
 
@@ -52,30 +52,25 @@ def run_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None, progress: bool 
     return _train_here(stage, cfg, tcfg, root, progress)
 
 
-def _row(name: str, rows_in, rows_out, since: float, notes: str = "") -> dict:
-    return {"stage": name, "rows_in": rows_in, "rows_out": rows_out, "seconds": time.perf_counter() - since,
-            "notes": notes}
-
-
 def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
     """Count the rows here (no model), train in `tcfg.nproc` ranks, report from what rank 0 wrote."""
     from train import checkpoint, dist
     from train.trainer import read_metrics
 
-    run_dir, t = prepare_run(stage.name, cfg, tcfg), time.perf_counter()
-    n, counts = stage.count(root, cfg) if stage.count else (None, {})
-    rows = [_row("load", counts.get("rows"), n, t, "counted; each rank loads the model")]
+    run_dir, stages = prepare_run(stage.name, cfg, tcfg), Stages()
+    with stages.stage("load", notes="counted; each rank loads the model") as st:
+        n, counts = stage.count(root, cfg) if stage.count else (None, {})
+        st.rows_in, st.rows_out = counts.get("rows"), n
     start = 0  # a resumed run restarts after its latest checkpoint (later records are dropped)
     if tcfg.resume and (path := checkpoint.latest(run_dir)) is not None:
         start = int(path.name.split("-")[1])
-    t = time.perf_counter()
-    dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc)
-    recs = [r for r in read_metrics(run_dir) if r["step"] > start]
-    rows.append(_row("train", n, len(recs), t, f"{tcfg.nproc} processes"))
+    with stages.stage("train", rows_in=n, notes=f"{tcfg.nproc} processes") as st:
+        dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc)
+        st.rows_out = len([r for r in read_metrics(run_dir) if r["step"] > start])
     final = run_dir / "final"
     if not (final / "config.json").exists():
         raise RuntimeError(f"the training processes wrote no final model in {final}")
-    return _summary(run_dir, final, run_dir / "curves.png", counts, rows)
+    return _summary(run_dir, final, run_dir / "curves.png", counts, stages)
 
 
 def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) -> dict:
@@ -86,18 +81,17 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
     from train.trainer import Trainer, plot_metrics
 
     under_torchrun, rank = "WORLD_SIZE" in os.environ, int(os.environ.get("RANK", "0"))
-    run_dir, png, final = Path(cfg.out), None, None
+    run_dir, png, final, stages = Path(cfg.out), None, None, Stages()
     try:
         device = dist.init_from_env()
         if rank == 0:
             run_dir = prepare_run(stage.name, cfg, tcfg)
-        t = time.perf_counter()
-        built = stage.build(cfg, tcfg, root, device)
-        rows = [_row("load", built.counts.get("rows"), len(built.data), t, built.notes)]
-        t = time.perf_counter()
-        trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight)
-        recs = trainer.fit(built.data, progress=progress)
-        rows.append(_row("train", len(built.data), len(recs), t, f"{tcfg.nproc} processes"))
+        with stages.stage("load") as st:
+            built = stage.build(cfg, tcfg, root, device)
+            st.rows_in, st.rows_out, st.notes = built.counts.get("rows"), len(built.data), built.notes
+        with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
+            trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight)
+            st.rows_out = len(trainer.fit(built.data, progress=progress))
         if rank == 0:
             png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir)
     except BaseException as e:
@@ -106,14 +100,14 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
         raise
     finally:
         dist.teardown()
-    return _summary(run_dir, final, png, built.counts, rows, rank)
+    return _summary(run_dir, final, png, built.counts, stages, rank)
 
 
-def _summary(run_dir: Path, final, png, counts: dict, stages: list[dict], rank: int = 0) -> dict:
+def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int = 0) -> dict:
     from train.trainer import read_metrics
 
     recs = read_metrics(run_dir)
     return {"run_dir": str(run_dir), "final_model": str(final) if final else None,
             "curves": str(png) if png and Path(png).exists() else None,
             "steps": recs[-1]["step"] if recs else 0, "first": recs[0] if recs else None,
-            "last": recs[-1] if recs else None, "counts": counts, "stages": stages, "rank": rank}
+            "last": recs[-1] if recs else None, "counts": counts, "stages": stages.as_dicts(), "rank": rank}
