@@ -189,10 +189,11 @@ class ShardWriter:
         return table
 
     def _known_array(self) -> pa.Array:
-        arrays = [a for a in self._seen_arrays if len(a)]
-        if len(arrays) > 1:
-            self._seen_arrays = [pa.concat_arrays(arrays)]
-        return self._seen_arrays[0] if arrays else pa.array([], pa.string())
+        arrays = [a for a in self._seen_arrays if len(a)]  # (the first may be empty: nothing committed)
+        if not arrays:
+            return pa.array([], pa.string())
+        self._seen_arrays = [pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]]
+        return self._seen_arrays[0]
 
     def _known_set(self) -> set[str]:
         if self._seen_set is None:
