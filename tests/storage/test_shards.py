@@ -162,4 +162,4 @@ def test_many_chunks_through_one_writer_write_each_id_once(data_root):
         w.write(pa.Table.from_pylist(rows, schema=s.arrow))
         w.close()
     ids = load_table("demo", "documents").column("id").to_pylist()
-    assert len(ids) == len(set(ids)) == 42_000
+    assert len(ids) == len(set(ids)) == 42_000 and len(w.known_ids()) == 42_000
