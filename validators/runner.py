@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from validators.check import Check, CheckContext
 from validators.context import rule_context
-from validators.records import Records, raw_id, read_input
+from validators.records import Records, gc_paused, raw_id, read_input
 from validators.registry import CHECKS, LAYERS, checks_for, layer_list
 from validators.trajectory_rules import RuleContext
 from validators.verdict import Verdict, verdict_id
@@ -114,9 +114,10 @@ def check_records(records: Records, kind: str, layers: list[str], ctx: CheckCont
                   registry: tuple[Check, ...] = CHECKS) -> Checked:
     """The per-record checks of `layers` for `kind` over `records`."""
     out = Checked(records.ids, kind)
-    for check in checks_for(layers, kind, registry):
-        if check.per_record:
-            run_check(check, records, out, ctx, all_layers)
+    with gc_paused():  # a chunk's rows are thousands of live objects each collection would walk
+        for check in checks_for(layers, kind, registry):
+            if check.per_record:
+                run_check(check, records, out, ctx, all_layers)
     return out
 
 

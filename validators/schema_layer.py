@@ -3,7 +3,9 @@ user brings without our shared columns are judged the same way as committed ones
 
 The schema is compiled once per kind with fastjsonschema (generated Python code, ~10x
 faster than jsonschema's interpreter), with the project's "json" string format. `SchemaCheck`
-is the layer's check (validators/check.py).
+is the layer's check: rows read from a dataset's shards that validators/schema_arrow.py
+proves valid from their Arrow columns get the same passing verdict without the per-row
+check; every other row is checked here.
 
     from validators.schema_layer import check_schema
     check_schema(row, "trajectories")  -> Verdict
@@ -18,8 +20,9 @@ from functools import lru_cache
 
 import fastjsonschema
 
-from storage.schema import SHARED_COLUMNS, load_json
+from storage.schema import KINDS, SHARED_COLUMNS, load_json
 from validators.check import CheckContext, PerRecordCheck
+from validators.schema_arrow import surely_valid
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "schema"
@@ -89,3 +92,13 @@ class SchemaCheck(PerRecordCheck):
 
     def one(self, value, ctx: CheckContext) -> list[Verdict]:
         return [check_schema(value, ctx.kind)]
+
+    def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
+        sure = None
+        if records.table is not None and ctx.kind in KINDS:
+            sure = surely_valid(records.table, content_schema(ctx.kind), {"json": _is_json})
+        if sure is None or not sure.any():
+            return super().run(records, ctx)
+        passed = ok(LAYER, "json_schema")  # what check_schema gives every row that fits
+        values = None if sure.all() else records.values
+        return [[passed] if s else self.guarded(values[i], ctx) for i, s in enumerate(sure.tolist())]

@@ -1,11 +1,13 @@
 """A chunk's records: converted once, sent to a worker process with only its own rows,
-taken by index."""
+taken by index, and the collector pause around bulk work restores the collector's state."""
 
+import gc
 import pickle
+import threading
 
 import pyarrow as pa
 
-from validators.records import Records
+from validators.records import Records, gc_paused
 
 
 def big_table(n=5000):
@@ -34,3 +36,31 @@ def test_take_fields_and_accepted_rows():
     plain = Records.of_values([{"id": "a", "run_id": "x", "q": 1}, "not json"])
     assert plain.ids[0] == "a" and len(plain.ids[1]) == 32 and not plain.is_object(1)
     assert plain.accepted([0]) == [{"q": 1, "id": "a"}]
+
+
+def test_gc_pause_nests_across_threads_and_restores_the_collector():
+    assert gc.isenabled()
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def other():
+        with gc_paused():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other)
+    with gc_paused():
+        t.start()
+        inside.wait(10)
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread is still inside
+    leave.set()
+    t.join(10)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
