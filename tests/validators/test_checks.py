@@ -1,12 +1,14 @@
 """The Check protocol and its registry: every reason code a check gives is one it declares
 and validators/reasons.py describes; per-record checks run first; a new check is a class
-and a registry line; and an error inside a check rejects the record instead of crashing."""
+and a registry line; an error inside a check rejects the record instead of crashing; and
+`forgeplay validate --list-checks` lists every check with its kinds and codes."""
 
 import copy
 import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from tests.validators.test_flow_models import Scripted
 from tests.validators.test_property_dedup import records as random_records
@@ -134,3 +136,13 @@ def test_an_error_inside_a_check_rejects_that_record_only():
     assert by["a"]["reason"] == "check_crashed" and not by["a"]["passed"]
     assert json.loads(by["a"]["detail"])["error"] == "RuntimeError: a bug in a check"
     assert by["b"]["passed"] and [a["id"] for a in accepted] == ["b"]
+
+
+def test_cli_lists_every_check_with_its_kinds_and_codes():
+    from flows.cli import app
+
+    out = CliRunner().invoke(app, ["validate", "--list-checks"])
+    assert out.exit_code == 0, out.output
+    for row in listing():
+        assert row["check"] in out.output and row["kinds"].split(",")[0] in out.output
+        assert all(code in out.output for code in row["reasons"]), row["check"]
