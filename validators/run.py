@@ -23,7 +23,6 @@ skips the accepted rows it has: no duplicates.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -49,7 +48,6 @@ class Chunk:
     """A chunk's records still to check (`todo`), and those this run accepted before a
     restart (`kept`, for the shared checks' state)."""
 
-    index: int
     size: int
     todo: Records
     kept: Records | None
@@ -132,7 +130,7 @@ class ValidationRun:
     def chunks(self) -> Iterator[Chunk]:
         """The chunks in record order; records with committed verdicts are left out of `todo`."""
         parts = self._parts()
-        for j in itertools.count():
+        while True:
             with self.phase("read"):
                 recs = next(parts, None)
                 if recs is None:
@@ -140,7 +138,7 @@ class ValidationRun:
                 todo = [i for i, rid in enumerate(recs.ids) if rid not in self.done]
                 kept = [i for i, rid in enumerate(recs.ids) if rid in self.done and rid in self.kept]
             self.skipped += len(recs) - len(todo)
-            yield Chunk(j, len(recs), recs.take(todo), recs.take(kept) if kept else None)
+            yield Chunk(len(recs), recs.take(todo), recs.take(kept) if kept else None)
 
     def finish(self, chunk: Chunk, checked: Checked | None) -> Commit | None:
         """The shared checks over a chunk whose per-record checks are done, in record order
