@@ -79,12 +79,15 @@ def main() -> None:
 def committed_root(rows: list[dict]) -> str:
     """A data root with `rows` committed as dataset "b" (passed to the writer as Arrow: the
     rows are schema-valid by construction, so the writer checks only types)."""
-    from flows.validate import checked_table
-    from storage import ShardWriter
+    import pyarrow as pa
 
+    from storage import ShardWriter, load_schema
+    from storage.shards import stamp
+
+    schema = load_schema("trajectories")
     root = tempfile.mkdtemp()
     with ShardWriter(root, "b", "trajectories", "bench") as w:
-        w.write(checked_table(rows, "trajectories", "bench", {}))
+        w.write(pa.Table.from_pylist(stamp(rows, schema, "bench"), schema=schema.arrow))
     return root
 
 

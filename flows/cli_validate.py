@@ -1,7 +1,14 @@
 """`forgeplay validate`: multi-layer validation (schema, rules, judge, answerability, dedup)
-as a Prefect flow. Options come from ValidateConfig and BackendConfig (the judge model)."""
+as a Prefect flow. Options come from ValidateConfig and BackendConfig (the judge model);
+`--list-checks` prints the registered checks (validators/registry.py) instead.
+
+    forgeplay validate --dataset demo --workers 2
+    forgeplay validate --list-checks
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import typer
 from rich.console import Console
@@ -9,7 +16,25 @@ from rich.table import Table
 
 from storage.configcli import config_command
 from generators.llm.registry import BackendConfig
+from validators.registry import listing
 from validators.runner import ValidateConfig
+
+
+@dataclass
+class CommandOptions:
+    """Options of the command that are no part of a run's config (nor of its run id)."""
+
+    list_checks: bool = field(default=False, metadata={
+        "help": "Print every check: its layer, the record kinds it applies to and its reason codes; then exit."})
+
+
+def checks_table() -> Table:
+    t = Table(title="validation checks, in layer order (validators/registry.py; codes: python -m validators.reasons)")
+    for c in ("check", "layer", "kinds", "runs", "reason codes"):
+        t.add_column(c)
+    for row in listing():
+        t.add_row(row["check"], row["layer"], row["kinds"], row["runs"], ", ".join(row["reasons"]))
+    return t
 
 
 def funnel_table(summary: dict) -> Table:
@@ -23,13 +48,16 @@ def funnel_table(summary: dict) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    @config_command(app, "validate", ValidateConfig, BackendConfig, errors=(ValueError, KeyError))
-    def validate(cfg: ValidateConfig, backend: BackendConfig, data_root=None) -> None:
+    @config_command(app, "validate", ValidateConfig, BackendConfig, CommandOptions, errors=(ValueError, KeyError))
+    def validate(cfg: ValidateConfig, backend: BackendConfig, opts: CommandOptions, data_root=None) -> None:
         """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,
         answerability and dedup layers; writes `verdicts` (every check, with a reason code)
         and the accepted records to <dataset>_valid (or --out), and prints the funnel.
-        `--workers N` runs the schema and rule layers in N processes.
-        `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""
+        `--workers N` runs the schema and rule layers in N processes; `--list-checks` lists
+        the checks. `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""
+        if opts.list_checks:
+            Console(width=max(Console().width, 150)).print(checks_table())
+            return
         from flows.validate import run
 
         cfg.layer_list()  # a bad --layers fails before any work

@@ -109,6 +109,15 @@ class Catalog:
         """Run a query and return the first column of its first row."""
         return self.con.execute(query, params or []).fetchone()[0]
 
+    def funnel(self, dataset: str, run_id: str | None = None) -> list[dict]:
+        """The funnel of `dataset`'s verdicts (storage/funnel.py), optionally of one run: one
+        dict per row (layer, check, reason, rejected, rows_in, rows_out); [] without verdicts."""
+        view = view_name(dataset, "verdicts")
+        if view not in self.views:
+            return []
+        cols = ["layer", "check", "reason", "rejected", "rows_in", "rows_out"]
+        return [dict(zip(cols, r[:6])) for r in self.rows(funnel_sql(dataset, run_id, view=view))]
+
     def close(self) -> None:
         """Close the connection and drop it: a Catalog object that outlives its use (a frame
         kept by a traceback) then holds no DuckDB object at interpreter exit."""

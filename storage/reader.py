@@ -6,6 +6,7 @@ unified by column name (columns a shard lacks read as null).
 
     from storage import load_table, load_hf, data_files
     table = load_table("demo", "trajectories")            # pyarrow.Table
+    for t in iter_tables("demo", "trajectories", rows=2000): ...   # the same rows, chunk by chunk
     ds = load_hf("demo", "trajectories")                  # datasets.Dataset
     bad = rejected_ids("demo", "trajectories")            # ids that failed validation
 """
@@ -13,6 +14,7 @@ unified by column name (columns a shard lacks read as null).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,11 +44,40 @@ def load_table(dataset: str, kind: str, root=None, run_id: str | None = None,
         return load(kind).arrow.empty_table()
     tables = []
     for f in files:
-        t = pq.read_table(f)
-        if columns is not None:
-            t = t.select([c for c in columns if c in t.column_names])
-        tables.append(t)
+        if columns is None:
+            tables.append(pq.read_table(f))
+        else:  # only the asked columns a shard has (older schema versions may lack some)
+            names = pq.read_schema(f).names
+            tables.append(pq.read_table(f, columns=[c for c in columns if c in names]))
     return pa.concat_tables(tables, promote_options="default")
+
+
+def iter_tables(dataset: str, kind: str, root=None, rows: int = 2000, drop: Sequence[str] = (),
+                run_id: str | None = None) -> Iterator[pa.Table]:
+    """The rows `load_table` gives, as tables of `rows` rows each (the last may be shorter),
+    in the same order and with the same unified schema but without the columns in `drop`,
+    reading each shard batch by batch: memory stays at about one chunk and one row group
+    whatever the dataset's size."""
+    files = data_files(dataset, kind, root, run_id)
+    if not files:
+        return
+    schemas = [pq.read_schema(f) for f in files]
+    unified = pa.unify_schemas(schemas, promote_options="default")
+    unified = pa.schema([f for f in unified if f.name not in drop], metadata=unified.metadata)
+    buffer: list[pa.Table] = []
+    held = 0
+    for f, s in zip(files, schemas):
+        names = [c for c in unified.names if c in s.names]
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=rows, columns=names):
+            t = pa.Table.from_batches([batch])
+            buffer.append(pa.concat_tables([unified.empty_table(), t], promote_options="default"))
+            held += t.num_rows
+            while held >= rows:
+                whole = pa.concat_tables(buffer)
+                yield whole.slice(0, rows)
+                buffer, held = [whole.slice(rows)], held - rows
+    if held:
+        yield pa.concat_tables(buffer)
 
 
 def load_hf(dataset: str, kind: str, root=None, run_id: str | None = None):

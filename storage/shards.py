@@ -55,6 +55,33 @@ def stamp(rows: Iterable[dict], schema: KindSchema, run_id: str, lineage: dict |
     return out
 
 
+def stamp_table(table: pa.Table, schema: KindSchema, run_id: str, lineage: dict | None = None,
+                parents: bool = False) -> pa.Table:
+    """`stamp` for an Arrow table of content columns and `id`: adds run_id, created_at (now),
+    schema_version and lineage (with `parents`, each row's parent_ids is [its id]), in the
+    schema's column order and types (columns the schema lacks are left out, as
+    `Table.from_pylist` leaves out keys)."""
+    n = table.num_rows
+    base = {"model": None, "backend": None, "config_hash": None, "parent_ids": []}
+    base.update(lineage or {})
+    ltype = schema.arrow.field("lineage").type
+    if parents:
+        fields = [pa.repeat(pa.scalar(base[f.name], f.type), n) for f in ltype if f.name != "parent_ids"]
+        ids = table.column("id").combine_chunks().cast(pa.string())
+        fields.append(pa.ListArray.from_arrays(pa.array(range(n + 1), pa.int32()), ids))
+        lineage_col = pa.StructArray.from_arrays(fields, fields=list(ltype))
+    else:
+        lineage_col = pa.repeat(pa.scalar(base, ltype), n)
+    now = dt.datetime.now(dt.timezone.utc)
+    shared = {"run_id": pa.repeat(pa.scalar(run_id, pa.string()), n), "lineage": lineage_col,
+              "created_at": pa.repeat(pa.scalar(now, schema.arrow.field("created_at").type), n),
+              "schema_version": pa.repeat(pa.scalar(schema.version, pa.int32()), n)}
+    names = set(table.column_names)
+    cols = [shared[f.name] if f.name in shared else table.column(f.name).cast(f.type) if f.name in names
+            else pa.nulls(n, f.type) for f in schema.arrow]
+    return pa.Table.from_arrays(cols, schema=schema.arrow)
+
+
 def committed_ids(root: Path, dataset: str, kind: str, run_id: str) -> pa.Array:
     """Ids already committed for (dataset, kind, run)."""
     ddir = manifest.dataset_dir(root, dataset)
@@ -105,6 +132,10 @@ class ShardWriter:
         while self._buffered >= self.rows_per_shard:
             self._flush(self.rows_per_shard)
         return table.num_rows
+
+    def known_ids(self) -> pa.Array:
+        """Ids committed for this (dataset, kind, run) or written by this writer so far."""
+        return self._known_array()
 
     def close(self) -> list[manifest.Entry]:
         """Commit what is buffered; returns every entry this writer committed."""
@@ -162,9 +193,13 @@ class ShardWriter:
 
     def _drop_seen(self, table: pa.Table) -> pa.Table:
         """Drop rows whose id is committed or already buffered, and repeats inside the batch.
-        Large batches are checked in Arrow (C++ hash tables), small ones against a Python set."""
+        A large batch against few known ids is checked in Arrow (C++ hash tables); else the
+        ids are checked against a Python set of the known ones, built once and kept up to
+        date (a writer used chunk by chunk would otherwise hash every known id per chunk)."""
         ids = table.column("id").combine_chunks()
-        if table.num_rows >= 10_000 and pc.count_distinct(ids).as_py() == table.num_rows:
+        if table.num_rows >= 10_000 and self._seen_set is None and \
+                sum(len(a) for a in self._seen_arrays) <= table.num_rows and \
+                pc.count_distinct(ids).as_py() == table.num_rows:
             known = self._known_array()
             keep = pc.invert(pc.is_in(ids, value_set=known)) if len(known) else None
             if keep is not None and not pc.all(keep).as_py():
@@ -189,10 +224,11 @@ class ShardWriter:
         return table
 
     def _known_array(self) -> pa.Array:
-        arrays = [a for a in self._seen_arrays if len(a)]
-        if len(arrays) > 1:
-            self._seen_arrays = [pa.concat_arrays(arrays)]
-        return self._seen_arrays[0] if arrays else pa.array([], pa.string())
+        arrays = [a for a in self._seen_arrays if len(a)]  # (the first may be empty: nothing committed)
+        if not arrays:
+            return pa.array([], pa.string())
+        self._seen_arrays = [pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]]
+        return self._seen_arrays[0]
 
     def _known_set(self) -> set[str]:
         if self._seen_set is None:

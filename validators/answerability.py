@@ -2,6 +2,7 @@
 context mixed with distractor passages, and must NOT be answerable with no context at all
 (leakage or a trivial question). Works for trajectories, triples and tasks; calls the model
 only through the backend protocol, both prompts of all records in one batched call.
+`AnswerabilityCheck` is the layer's check (validators/check.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from generators.answers import match
 from generators.llm.base import ChatRequest
 from generators.llm.toolcalls import extract_answer
 from storage.schema import meta_of
+from validators.check import Check, CheckContext
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "answerability"
@@ -77,3 +79,17 @@ def check_answerability(rows: list[dict], kind: str, backend, documents: dict[st
         else:
             verdicts.append(ok(LAYER, "ssp", score=with_m.f1, detail=detail))
     return verdicts
+
+
+class AnswerabilityCheck(Check):
+    name, layer, per_record, uses_backend = "ssp", LAYER, False, True
+    reasons = ("answerable_without_context", "not_answerable_with_context", "no_context")
+
+    def start(self, ctx: CheckContext) -> None:
+        if not ctx.documents and ctx.corpus is not None:
+            ctx.documents = ctx.corpus().documents or {}
+
+    def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
+        o = ctx.options
+        return [[v] for v in check_answerability(records.values, ctx.kind, ctx.backend, ctx.documents,
+                                                  o.answer_distractors, o.answer_check_f1, o.seed)]

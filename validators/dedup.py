@@ -7,6 +7,9 @@ hashes over 64-bit xxhash shingle hashes) -> LSH bands for candidates -> estimat
 >= threshold. The first record seen wins; later copies are rejected.
 
     d = Deduper(threshold=0.8); d.add_heldout(["q1", ...]); d.check("some question text")
+
+`DedupCheck` is the layer's check (validators/check.py): its index lives for the run, in
+the flow process, and records are checked in record order.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import xxhash
 
 from generators.answers import normalize
 from storage.userfiles import iter_records
+from validators.check import Check, CheckContext
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "dataset"
@@ -106,3 +110,30 @@ def read_heldout(path: str) -> list[str]:
             raise ValueError(f"{path} {r.where}: {r.error}")
         out.append(record_text(r.record, "tasks") if r.record is not None else str(r.value))
     return out
+
+
+class DedupCheck(Check):
+    name, layer, verdict_layer, per_record = "dedup", "dedup", LAYER, False
+    reasons = ("exact_duplicate", "near_duplicate", "heldout_overlap", "check_crashed")
+    columns = ("question", "answer", "title", "text")  # what record_text reads
+
+    def start(self, ctx: CheckContext) -> None:
+        o = ctx.options
+        ctx.state[self.name] = d = Deduper(o.dedup_threshold, o.dedup_ngram)
+        for f in o.heldout:
+            d.add_heldout(read_heldout(f), name=f"heldout:{Path(f).name}")
+
+    def remember(self, records, ctx: CheckContext) -> None:
+        d = ctx.state[self.name]
+        for rid, row in zip(records.ids, records.fields(self.columns)):
+            if isinstance(row, dict):
+                d.check(rid, record_text(row, ctx.kind))
+
+    def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
+        d, out = ctx.state[self.name], []
+        for rid, row in zip(records.ids, records.fields(self.columns)):
+            try:
+                out.append([d.check(rid, record_text(row, ctx.kind))])
+            except Exception as e:  # data is data: reject, never crash
+                out.append([Verdict(LAYER, "dedup", False, "check_crashed", detail=f"{type(e).__name__}: {e}"[:300])])
+        return out

@@ -4,13 +4,17 @@ One request per assistant turn (the conversation so far, the turn, and the messa
 it), all turns of all records in one batched `backend.generate` call. The judge answers
 `SCORE: <0-10>` and a reason; the record's score is its lowest turn score / 10. The model,
 the prompt template, and every turn's filled prompt and raw reply are kept in the verdict detail.
+`JudgeCheck` is the layer's check (validators/check.py): it judges the records a sample rate
+picks (deterministic by seed and record id); the others get no judge verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from generators.llm.base import ChatRequest
+from validators.check import Check, CheckContext
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "judge"
@@ -77,3 +81,25 @@ def judge_records(rows: list[dict], backend, threshold: float = 0.5, strict: boo
         else:
             verdicts.append(ok(LAYER, "turns", score=min(known) / 10, detail=detail))
     return verdicts
+
+
+def sampled(record_id: str, seed: int, rate: float) -> bool:
+    """Whether the judge looks at this record (a deterministic fraction `rate` of ids)."""
+    if rate >= 1.0:
+        return True
+    return int(hashlib.sha256(f"{seed}|{record_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < rate
+
+
+class JudgeCheck(Check):
+    name, layer, kinds, per_record, uses_backend = "turns", LAYER, ("trajectories",), False, True
+    reasons = ("judge_low_score", "judge_unparseable")
+
+    def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
+        o = ctx.options
+        chosen = [i for i, rid in enumerate(records.ids) if sampled(rid, o.seed, o.judge_sample_rate)]
+        values = records.values
+        out: list[list[Verdict]] = [[] for _ in records.ids]
+        for i, v in zip(chosen, judge_records([values[i] for i in chosen], ctx.backend, o.judge_threshold,
+                                              o.judge_strict, o.judge_max_tokens)):
+            out[i] = [v]
+        return out

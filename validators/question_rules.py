@@ -18,6 +18,8 @@ are not known (a user's --input file).
 
     from validators.question_rules import check_triple_rules, check_task_rules
     verdicts = check_triple_rules(row, RuleContext(documents={...}))
+
+`TripleRules` and `TaskRules` are the rules layer's checks for the two kinds (validators/check.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from generators.answers import normalize
 from generators.corpus.derive import check_triple
 from storage.schema import meta_of
+from validators.check import CheckContext, PerRecordCheck
 from validators.verdict import Reject, Verdict, ok, run_steps
 
 LAYER = "rules"
@@ -148,3 +151,24 @@ def check_task_rules(row: dict, ctx) -> list[Verdict]:
     return run_steps(LAYER, [("fields", lambda: _fields(row)), ("qcp", lambda: _qcp(row)), ("leak", lambda: _leak(row)),
                              ("evidence", lambda: _evidence(row, docs)),
                              ("answer_reached", lambda: _answer_reached(row, docs))])
+
+
+_SHARED_CODES = ("question_blank", "answer_blank", "answer_in_question", "hop_count_mismatch", "documents_unknown")
+
+
+class TripleRules(PerRecordCheck):
+    name, layer, kinds = "triple_rules", LAYER, ("triples",)
+    reasons = _SHARED_CODES + ("no_golden_docs", "golden_doc_duplicate", "support_not_golden", "golden_doc_missing",
+                               "support_sentence_missing", "derivation_failed", "derived_answer_mismatch", "no_program")
+
+    def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
+        return check_triple_rules(row, ctx.rules)
+
+
+class TaskRules(PerRecordCheck):
+    name, layer, kinds = "task_rules", LAYER, ("tasks",)
+    reasons = _SHARED_CODES + ("qcp_empty", "qcp_step_no_query", "qcp_step_no_evidence", "evidence_doc_missing",
+                               "answer_not_in_last_step")
+
+    def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
+        return check_task_rules(row, ctx.rules)

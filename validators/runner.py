@@ -1,10 +1,13 @@
-"""Chain the layers over records: schema -> rules -> judge -> answerability -> dataset (dedup).
+"""Run the registered checks (validators/registry.py) over records: schema -> rules -> judge
+-> answerability -> dedup, in layer order, with no per-layer code here.
 
-A record stops at its first failing layer unless `all_layers` is set; every check's verdict
-is kept as a `verdicts` row. Records that pass every enabled layer are "accepted".
-The per-record layers (`check_records`: schema, rules) need only plain inputs, so the flow
-runs them in parallel tasks; `Validator.finish` then runs the model layers with one backend
-and dedup in record order, so results do not depend on how the records were split.
+A record leaves the running at its first failing check unless `all_layers` is set; every
+check's verdict is kept as a `verdicts` row. Records that pass every enabled check are
+"accepted". The per-record checks (`check_records`: schema, rules) are pure, so the flow
+runs them in parallel tasks (`check_chunk` in any process); `Validator.finish` then runs
+the shared checks (model layers with one backend, dedup) in record order, so results do
+not depend on how the records were split. A chunk's verdicts are kept as plain tuples
+(`Checked`, cheap to send back from a worker) and become one Arrow table for the commit.
 
     v = Validator(ValidateConfig(dataset="demo"), kind="trajectories", rule_ctx=RuleContext())
     verdict_rows, accepted = v.process(records)      # records: [(record_id, row_or_raw), ...]
@@ -12,21 +15,19 @@ and dedup in record order, so results do not depend on how the records were spli
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from storage.schema import SHARED_COLUMNS, record_id
-from storage.userfiles import iter_records
-from validators import answerability, judge
-from validators import trajectory_rules as rules
-from validators.dedup import Deduper, read_heldout, record_text
-from validators.schema_layer import check_schema
-from validators.verdict import Verdict
+import numpy as np
+import pyarrow as pa
 
-LAYER_ORDER = ("schema", "rules", "judge", "answerability", "dedup")
-PER_RECORD = ("schema", "rules")  # layers that look at one record at a time (run in parallel tasks)
+from validators.check import Check, CheckContext
+from validators.context import rule_context
+from validators.records import Records, gc_paused, raw_id, read_input
+from validators.registry import CHECKS, LAYERS, checks_for, layer_list
+from validators.trajectory_rules import RuleContext
+from validators.verdict import Verdict, verdict_id
+
+__all__ = ["LAYERS", "Checked", "ValidateConfig", "Validator", "check_chunk", "check_records", "raw_id", "read_input"]
 
 
 @dataclass
@@ -56,123 +57,114 @@ class ValidateConfig:
     run_id: str | None = field(default=None, metadata={"help": "Run id (default: validate-<config hash>)."})
 
     def layer_list(self) -> list[str]:
-        names = [x.strip() for x in self.layers.split(",") if x.strip()]
-        bad = [x for x in names if x not in LAYER_ORDER]
-        if bad:
-            raise ValueError(f"unknown layer(s) {bad}; choose from {', '.join(LAYER_ORDER)}")
-        return [x for x in LAYER_ORDER if x in names]
+        return layer_list(self.layers)
 
 
-def raw_id(raw) -> str:
-    """Id of a record: its `id`, else the content hash; for non-objects a hash of the text."""
-    if isinstance(raw, dict):
-        rid = raw.get("id")
-        if isinstance(rid, str) and rid:
-            return rid
-        try:
-            return record_id(raw)
-        except (TypeError, ValueError):
-            pass
-    return hashlib.sha256(repr(raw).encode()).hexdigest()[:32]
-
-
-def read_input(path: str) -> list:
-    """Records of a user file (storage/userfiles.py); what is not a record (a line that is
-    not JSON, a JSON value that is not an object) stays as read, for the schema layer to reject."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"no such input file: {path}")
-    return [r.record if r.record is not None else r.value if r.text is None else r.text for r in iter_records(p)]
-
-
-@dataclass
 class Checked:
-    """Verdict rows so far per record id, and whether each record is still in the running.
-    Plain data, so the per-record layers can run in another process and send it back."""
+    """The verdicts of one chunk so far (one tuple per verdict, in COLUMNS order; `pos` is
+    its record's position in the chunk), and whether each record is still in the running.
+    Plain data, cheap to send back from a worker process."""
 
-    rows: dict[str, list[dict]]
-    alive: dict[str, bool]
+    COLUMNS = ("pos", "id", "layer", "check", "passed", "reason", "score", "detail")
 
-    def add(self, rid: str, kind: str, vs: list[Verdict]) -> None:
-        """Keep the verdicts of one layer; a failed one takes the record out of the running."""
-        self.rows[rid].extend(v.row(rid, kind) for v in vs)
-        if vs and not all(v.passed for v in vs):
-            self.alive[rid] = False
+    def __init__(self, ids: list[str], kind: str):
+        self.ids, self.kind = ids, kind
+        self.alive = [True] * len(ids)
+        self.verdicts: list[tuple] = []
+
+    def add(self, pos: int, vs: list[Verdict]) -> None:
+        """Keep the verdicts of one check; a failed one takes the record out of the running."""
+        rid, kind, keep = self.ids[pos], self.kind, self.verdicts.append
+        for v in vs:
+            keep((pos, verdict_id(rid, kind, v.layer, v.check), v.layer, v.check, bool(v.passed), v.code,
+                  None if v.score is None else float(v.score), v.detail_text()))
+            if not v.passed:
+                self.alive[pos] = False
+
+    def accepted(self) -> list[int]:
+        return [i for i, a in enumerate(self.alive) if a]
+
+    def table(self) -> pa.Table:
+        """The verdict rows (content columns and id), record by record in chunk order."""
+        n = len(self.verdicts)
+        pos, vid, layer, check, passed, reason, score, detail = zip(*self.verdicts) if n else [()] * 8
+        t = pa.table({"id": pa.array(vid, pa.string()), "record_id": pa.array([self.ids[p] for p in pos], pa.string()),
+                      "record_kind": pa.repeat(pa.scalar(self.kind, pa.string()), n),
+                      "layer": pa.array(layer, pa.string()), "check": pa.array(check, pa.string()),
+                      "passed": pa.array(passed, pa.bool_()), "reason": pa.array(reason, pa.string()),
+                      "score": pa.array(score, pa.float64()), "detail": pa.array(detail, pa.string())})
+        order = np.argsort(np.asarray(pos, dtype=np.int64), kind="stable")
+        return t if np.array_equal(order, np.arange(n)) else t.take(pa.array(order))
+
+    def rows(self) -> list[dict]:
+        """The verdict rows as dicts (Verdict.row's form)."""
+        return self.table().to_pylist()
 
 
-def check_records(records: list[tuple[str, object]], kind: str, layers: list[str], ctx: rules.RuleContext,
-                  all_layers: bool = False) -> Checked:
-    """The per-record layers (schema, rules) of `layers` over `records`."""
-    out = Checked({rid: [] for rid, _ in records}, {rid: True for rid, _ in records})
-    for rid, r in records:
-        for layer in (x for x in PER_RECORD if x in layers):
-            if not (out.alive[rid] or all_layers):
-                break
-            if layer == "schema":
-                vs = [check_schema(r, kind)]
-            elif isinstance(r, dict):
-                vs = rules.check_record(r, kind, ctx)
-            else:
-                continue
-            out.add(rid, kind, vs)
+def run_check(check: Check, records: Records, checked: Checked, ctx: CheckContext, all_layers: bool) -> None:
+    """One check over the records still in the running (all with `all_layers`) that it takes."""
+    pos = [i for i, alive in enumerate(checked.alive)
+           if (alive or all_layers) and (check.any_value or records.is_object(i))]
+    if pos:
+        for i, vs in zip(pos, check.run(records.take(pos), ctx)):
+            checked.add(i, vs)
+
+
+def check_records(records: Records, kind: str, layers: list[str], ctx: CheckContext, all_layers: bool = False,
+                  registry: tuple[Check, ...] = CHECKS) -> Checked:
+    """The per-record checks of `layers` for `kind` over `records`."""
+    out = Checked(records.ids, kind)
+    with gc_paused():  # a chunk's rows are thousands of live objects each collection would walk
+        for check in checks_for(layers, kind, registry):
+            if check.per_record:
+                run_check(check, records, out, ctx, all_layers)
     return out
 
 
+def check_chunk(records: Records, config: dict, root: str, fingerprint: str) -> Checked:
+    """`check_records` for a run's config (ValidateConfig fields) in whatever process runs
+    it: the RuleContext comes from this process's cache (validators/context.py)."""
+    cfg = ValidateConfig(**config)
+    ctx = CheckContext(cfg.kind, cfg, rules=rule_context(root, cfg.dataset, fingerprint, cfg.answer_min_f1, cfg.replay))
+    return check_records(records, cfg.kind, cfg.layer_list(), ctx, cfg.all_layers)
+
+
 class Validator:
-    def __init__(self, cfg: ValidateConfig, kind: str, rule_ctx: rules.RuleContext | None = None,
-                 backend=None, documents: dict[str, tuple[str, str]] | None = None):
-        self.cfg, self.kind = cfg, kind
+    """The checks of a config's layers for one record kind, with what they need; the
+    shared checks are started once (e.g. the dedup index with its held-out files)."""
+
+    def __init__(self, cfg: ValidateConfig, kind: str, rule_ctx: RuleContext | None = None, backend=None,
+                 documents: dict[str, tuple[str, str]] | None = None, corpus=None,
+                 registry: tuple[Check, ...] = CHECKS):
+        self.cfg, self.kind, self.registry = cfg, kind, registry
         self.layers = cfg.layer_list()
-        self.ctx = rule_ctx or rules.RuleContext(answer_min_f1=cfg.answer_min_f1, replay=cfg.replay)
-        self.backend, self.documents = backend, documents or {}
-        if ("judge" in self.layers or "answerability" in self.layers) and backend is None:
-            raise ValueError("the judge and answerability layers need a backend")
-        self.deduper = Deduper(cfg.dedup_threshold, cfg.dedup_ngram) if "dedup" in self.layers else None
-        if self.deduper is not None:
-            for f in cfg.heldout:
-                self.deduper.add_heldout(read_heldout(f), name=f"heldout:{Path(f).name}")
-        self.funnel: Counter = Counter()
+        needs = [x for x in self.layers if any(c.layer == x and c.uses_backend for c in registry)]
+        if needs and backend is None:
+            raise ValueError(f"the {' and '.join(needs)} layer(s) need a backend")
+        checks = checks_for(self.layers, kind, registry)
+        self.shared = [c for c in checks if not c.per_record]
+        self.ctx = CheckContext(kind, cfg, rules=rule_ctx or RuleContext(answer_min_f1=cfg.answer_min_f1, replay=cfg.replay),
+                                backend=backend, documents=documents or {}, corpus=corpus)
+        for c in self.shared:
+            c.start(self.ctx)
 
-    def _sampled(self, rid: str) -> bool:
-        if self.cfg.judge_sample_rate >= 1.0:
-            return True
-        h = int(hashlib.sha256(f"{self.cfg.seed}|{rid}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-        return h < self.cfg.judge_sample_rate
+    def check(self, records: Records) -> Checked:
+        """The per-record checks, in this process."""
+        return check_records(records, self.kind, self.layers, self.ctx, self.cfg.all_layers, self.registry)
 
-    def remember(self, rid: str, row: dict) -> None:
-        """Add an already accepted record to the dedup index (used when resuming)."""
-        if self.deduper is not None and isinstance(row, dict):
-            self.deduper.check(rid, record_text(row, self.kind))
+    def remember(self, records: Records) -> None:
+        """Records this run accepted before a restart join the shared checks' state (dedup index)."""
+        for c in self.shared:
+            c.remember(records, self.ctx)
+
+    def finish(self, records: Records, checked: Checked) -> Checked:
+        """The shared checks after the per-record ones, in record order."""
+        for c in self.shared:
+            run_check(c, records, checked, self.ctx, self.cfg.all_layers)
+        return checked
 
     def process(self, records: list[tuple[str, object]]) -> tuple[list[dict], list[dict]]:
         """Verdict rows for `records` and the accepted rows (content fields, original id)."""
-        return self.finish(records, check_records(records, self.kind, self.layers, self.ctx, self.cfg.all_layers))
-
-    def finish(self, records: list[tuple[str, object]], checked: Checked) -> tuple[list[dict], list[dict]]:
-        """The model layers (judge, answerability) and the dataset layer (dedup, in record
-        order) after `check_records`; returns verdict rows and accepted rows."""
-        rows, alive, kind = checked.rows, checked.alive, self.kind
-        for layer in (x for x in self.layers if x not in PER_RECORD):
-            batch = [(rid, r) for rid, r in records if (alive[rid] or self.cfg.all_layers) and isinstance(r, dict)]
-            if layer == "judge" and self.kind == "trajectories":
-                chosen = [(rid, r) for rid, r in batch if self._sampled(rid)]
-                for (rid, _), v in zip(chosen, judge.judge_records([r for _, r in chosen], self.backend,
-                                                                   self.cfg.judge_threshold, self.cfg.judge_strict,
-                                                                   self.cfg.judge_max_tokens)):
-                    checked.add(rid, kind, [v])
-            elif layer == "answerability":
-                for (rid, _), v in zip(batch, answerability.check_answerability(
-                        [r for _, r in batch], self.kind, self.backend, self.documents, self.cfg.answer_distractors,
-                        self.cfg.answer_check_f1, self.cfg.seed)):
-                    checked.add(rid, kind, [v])
-            elif layer == "dedup":
-                for rid, r in batch:
-                    try:
-                        checked.add(rid, kind, [self.deduper.check(rid, record_text(r, kind))])
-                    except Exception as e:  # data is data: reject, never crash
-                        checked.add(rid, kind, [Verdict("dataset", "dedup", False, "check_crashed",
-                                                        detail=f"{type(e).__name__}: {e}"[:300])])
-        out_rows = [row for rid, _ in records for row in rows[rid]]
-        accepted = [{**{k: v for k, v in r.items() if k not in SHARED_COLUMNS}, "id": rid}
-                    for rid, r in records if alive[rid]]
-        return out_rows, accepted
+        recs = Records([rid for rid, _ in records], values=[r for _, r in records])
+        checked = self.finish(recs, self.check(recs))
+        return checked.rows(), recs.accepted(checked.accepted())

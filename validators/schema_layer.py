@@ -2,7 +2,10 @@
 user brings without our shared columns are judged the same way as committed ones).
 
 The schema is compiled once per kind with fastjsonschema (generated Python code, ~10x
-faster than jsonschema's interpreter), with the project's "json" string format.
+faster than jsonschema's interpreter), with the project's "json" string format. `SchemaCheck`
+is the layer's check: rows read from a dataset's shards that validators/schema_arrow.py
+proves valid from their Arrow columns get the same passing verdict without the per-row
+check; every other row is checked here.
 
     from validators.schema_layer import check_schema
     check_schema(row, "trajectories")  -> Verdict
@@ -17,7 +20,9 @@ from functools import lru_cache
 
 import fastjsonschema
 
-from storage.schema import SHARED_COLUMNS, load_json
+from storage.schema import KINDS, SHARED_COLUMNS, load_json
+from validators.check import CheckContext, PerRecordCheck
+from validators.schema_arrow import surely_valid
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "schema"
@@ -38,14 +43,21 @@ def _is_json(value) -> bool:
 
 
 @lru_cache(maxsize=None)
-def content_validator(kind: str):
-    """A compiled validator of the kind's content fields (shared columns left out), cached."""
+def content_schema(kind: str) -> dict:
+    """The kind's JSON Schema of its content fields (shared columns left out); KeyError for
+    an unknown kind. Do not modify the returned dict (it is cached)."""
     js = copy.deepcopy(load_json(kind))
     js.pop("$schema", None)
     for name in SHARED_COLUMNS:
         js["properties"].pop(name, None)
     js["required"] = [r for r in js.get("required", []) if r not in SHARED_COLUMNS]
-    return fastjsonschema.compile(js, formats={"json": _is_json})
+    return js
+
+
+@lru_cache(maxsize=None)
+def content_validator(kind: str):
+    """A compiled validator of the kind's content fields, cached."""
+    return fastjsonschema.compile(copy.deepcopy(content_schema(kind)), formats={"json": _is_json})
 
 
 def content(row: dict) -> dict:
@@ -69,3 +81,24 @@ def check_schema(row, kind: str) -> Verdict:
     except (TypeError, ValueError, RecursionError) as e:
         return fail(LAYER, "json_schema", "schema_violation", detail={"message": f"{type(e).__name__}: {e}"[:300]})
     return ok(LAYER, "json_schema")
+
+
+class SchemaCheck(PerRecordCheck):
+    """The schema layer: one `json_schema` verdict per record, of any kind, also for values
+    that are not JSON objects (rejected as `not_an_object`)."""
+
+    name, layer, any_value = "json_schema", LAYER, True
+    reasons = ("not_an_object", "schema_violation", "unknown_kind")
+
+    def one(self, value, ctx: CheckContext) -> list[Verdict]:
+        return [check_schema(value, ctx.kind)]
+
+    def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
+        sure = None
+        if records.table is not None and ctx.kind in KINDS:
+            sure = surely_valid(records.table, content_schema(ctx.kind), {"json": _is_json})
+        if sure is None or not sure.any():
+            return super().run(records, ctx)
+        passed = ok(LAYER, "json_schema")  # what check_schema gives every row that fits
+        values = None if sure.all() else records.values
+        return [[passed] if s else self.guarded(values[i], ctx) for i, s in enumerate(sure.tolist())]

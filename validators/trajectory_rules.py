@@ -14,6 +14,8 @@ no corpus is known) and `answer` (normalized EM / token F1 against gold and alia
     verdicts = check_trajectory(row, RuleContext())
 
 Triples and tasks have their own rules (validators.question_rules); `check_record` picks by kind.
+`TrajectoryRules` is the rules layer's check for trajectories, `NoRules` the one for kinds
+without rules (validators/check.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import fastjsonschema
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
 from storage.schema import meta_of
+from validators.check import CheckContext, PerRecordCheck
 from validators.question_rules import check_task_rules, check_triple_rules
 from validators.verdict import Reject, Verdict, fail, ok, run_steps
 
@@ -323,3 +326,32 @@ def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[V
     if kind in ("triples", "tasks"):
         return (check_triple_rules if kind == "triples" else check_task_rules)(row, ctx or RuleContext())
     return [ok(LAYER, "rules", reason="no_rules_for_kind")]
+
+
+class TrajectoryRules(PerRecordCheck):
+    name, layer, kinds = "trajectory_rules", LAYER, ("trajectories",)
+    reasons = ("no_messages", "role_order", "empty_message", "think_missing", "think_malformed", "text_outside_calls",
+               "no_tool_calls", "tool_call_bad_json", "tool_call_malformed", "tool_calls_mismatch",
+               "tool_message_mismatch", "final_not_answer", "answer_missing", "answer_multiple", "answer_empty",
+               "unknown_tool", "bad_tool_schema", "arguments_invalid", "injected_error_not_an_error",
+               "injected_error_not_repaired", "repair_changed_tool", "repair_changed_other_arguments",
+               "tool_not_needed", "route_mismatch", "unknown_route", "replay_mismatch", "replay_failed",
+               "replay_skipped_no_corpus", "wrong_answer")
+
+    def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
+        return check_trajectory(row, ctx.rules)
+
+
+RULED_KINDS = ("trajectories", "triples", "tasks")
+
+
+class NoRules(PerRecordCheck):
+    """Kinds the rules layer has no checks for pass it with `no_rules_for_kind`."""
+
+    name, layer, reasons = "no_rules", LAYER, ("no_rules_for_kind",)
+
+    def applies_to(self, kind: str) -> bool:
+        return kind not in RULED_KINDS
+
+    def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
+        return [ok(LAYER, "rules", reason="no_rules_for_kind")]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 LAYERS = ("schema", "rules", "judge", "answerability", "dataset")
+_DETAIL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str)  # what json.dumps builds per call
 
 
 @dataclass
@@ -30,14 +31,27 @@ class Verdict:
     score: float | None = None
     detail: Any = field(default=None)
 
+    @property
+    def code(self) -> str | None:
+        """The reason code a verdict row keeps: the reason, else "ok" for a pass."""
+        return self.reason if self.reason else ("ok" if self.passed else None)
+
+    def detail_text(self) -> str | None:
+        """The detail as a verdict row keeps it: text as is, anything else as sorted JSON."""
+        d = self.detail
+        return d if d is None or isinstance(d, str) else _DETAIL.encode(d)
+
     def row(self, record_id: str, record_kind: str) -> dict:
-        detail = self.detail
-        if detail is not None and not isinstance(detail, str):
-            detail = json.dumps(detail, ensure_ascii=False, sort_keys=True, default=str)
-        key = f"{record_id}\x1f{record_kind}\x1f{self.layer}\x1f{self.check}"
-        return {"id": hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32], "record_id": record_id, "record_kind": record_kind, "layer": self.layer, "check": self.check,
-                "passed": bool(self.passed), "reason": self.reason if self.reason else ("ok" if self.passed else None),
-                "score": None if self.score is None else float(self.score), "detail": detail}
+        return {"id": verdict_id(record_id, record_kind, self.layer, self.check), "record_id": record_id,
+                "record_kind": record_kind, "layer": self.layer, "check": self.check, "passed": bool(self.passed),
+                "reason": self.code, "score": None if self.score is None else float(self.score),
+                "detail": self.detail_text()}
+
+
+def verdict_id(record_id: str, record_kind: str, layer: str, check: str) -> str:
+    """A verdict row's id: the hash of (record id, kind, layer, check)."""
+    key = f"{record_id}\x1f{record_kind}\x1f{layer}\x1f{check}"
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def ok(layer: str, check: str, **kw) -> Verdict:

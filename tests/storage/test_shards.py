@@ -10,6 +10,7 @@ import pytest
 from storage import Catalog, RowError, ShardWriter, data_files, load_hf, load_table, write_rows
 from storage import manifest
 from storage.schema import load
+from storage.shards import stamp
 
 
 def docs(n, start=0, text="x"):
@@ -149,3 +150,16 @@ def test_bulk_table_path_dedups_like_the_row_path(data_root):
     ids = load_table("demo", "documents").column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 12_500
     assert not list((data_root / "demo").rglob("*.tmp"))
+
+
+def test_many_chunks_through_one_writer_write_each_id_once(data_root):
+    """One writer, written to and closed again and again (how a flow commits chunk by
+    chunk): the writer used to forget the first batch's ids when nothing was committed before."""
+    s = load("documents")
+    w = ShardWriter(None, "demo", "documents", "r1")
+    for k in range(6):  # large batches that overlap the ones before
+        rows = stamp([dict(r, id=f"id{i}") for i, r in enumerate(docs(12_000, start=k * 6_000), start=k * 6_000)], s, "r1")
+        w.write(pa.Table.from_pylist(rows, schema=s.arrow))
+        w.close()
+    ids = load_table("demo", "documents").column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 42_000 and len(w.known_ids()) == 42_000

@@ -12,7 +12,7 @@ import pytest
 
 import flows.validate as fv
 from generators.llm.registry import BackendConfig, make_backend
-from storage import Catalog, load_table
+from storage import Catalog, load_table, resumable
 from storage.funnel import funnel_sql
 from validators.runner import ValidateConfig, Validator
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_flow_kill_rerun_input_file_and_funnel(world, tmp_path, monkeypatch):
     root, rows, _, _ = world
     cfg = ValidateConfig(dataset="w", chunk=15, run_id="v1")
-    real = fv.ShardWriter
+    real = resumable.ShardWriter
     state = {"n": 0}
 
     class Dying(real):  # the process "dies" after the 2nd chunk's accepted commit, before its verdicts
@@ -33,10 +33,10 @@ def test_flow_kill_rerun_input_file_and_funnel(world, tmp_path, monkeypatch):
                     raise KeyboardInterrupt("killed")
             return super().close()
 
-    monkeypatch.setattr(fv, "ShardWriter", Dying)
+    monkeypatch.setattr(resumable, "ShardWriter", Dying)
     with pytest.raises(KeyboardInterrupt):
         fv.run(cfg, data_root=root, progress=False)
-    monkeypatch.setattr(fv, "ShardWriter", real)
+    monkeypatch.setattr(resumable, "ShardWriter", real)
     s = fv.run(cfg, data_root=root, progress=False)
     assert s["skipped_committed"] == 15 and s["rows_in"] == 40
     ver = load_table("w", "verdicts", root, run_id="v1").to_pylist()

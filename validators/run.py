@@ -1,0 +1,197 @@
+"""One `validate` run, without Prefect: what it reads, skips, checks in record order and
+commits. The flow (flows/validate.py) only orchestrates: it takes `chunks()` in order, runs
+`check_chunk(chunk.todo, *run.task_args)` on its task runner, then `finish` (the shared
+checks, in record order) and `commit` (the accepted shard first, then the verdicts).
+
+Chunks are read lazily from the dataset's shards (storage.reader.iter_tables) and stay
+Arrow tables to the commit: the checks see Python rows converted once per chunk, and the
+accepted rows are taken from the chunk's table by index. A user's --input file is read
+whole, as before.
+
+Resume: the run id is a hash of the config (workers left out), so a rerun of the same
+config finds what it committed (storage.resumable.RunWriter): records with committed
+verdicts are skipped, and those it accepted join the shared checks' state (the dedup index)
+in record order, just before the rest of their chunk is checked. A kill between a chunk's
+two commits leaves its verdicts uncommitted, so the rerun redoes the chunk and the writer
+skips the accepted rows it has: no duplicates.
+
+    run = ValidationRun(ValidateConfig(dataset="demo"), BackendConfig(), root)
+    for chunk in run.chunks():
+        run.commit(run.finish(chunk, check_chunk(chunk.todo, *run.task_args)))
+    summary = run.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from generators.llm.registry import BackendConfig, make_backend
+from storage import Catalog
+from storage.reader import entries, iter_tables
+from storage.resumable import RunWriter
+from storage.runs import config_hash, save_run_config
+from storage.schema import SHARED_COLUMNS
+from validators.context import corpus_fingerprint, rule_context
+from validators.records import Records, read_input
+from validators.registry import CHECKS, uses_backend
+from validators.runner import Checked, ValidateConfig, Validator
+
+
+@dataclass
+class Chunk:
+    """A chunk's records still to check (`todo`), and those this run accepted before a
+    restart (`kept`, for the shared checks' state)."""
+
+    size: int
+    todo: Records
+    kept: Records | None
+
+
+@dataclass
+class Commit:
+    """What `finish` hands to `commit`: the chunk's verdict rows and its accepted rows."""
+
+    verdicts: pa.Table
+    accepted: pa.Table | list[dict]
+    trusted: bool  # the accepted rows passed the schema layer
+
+
+class ValidationRun:
+    """One run of the validate flow (see the module docstring)."""
+
+    def __init__(self, cfg: ValidateConfig, bcfg: BackendConfig, root: str):
+        self.t0 = time.perf_counter()
+        self.cfg, self.bcfg, self.root = cfg, bcfg, str(root)
+        self.layers = cfg.layer_list()
+        if cfg.chunk < 1 or cfg.workers < 1:
+            raise ValueError(f"--chunk and --workers must be >= 1, got {cfg.chunk} and {cfg.workers}")
+        model = uses_backend(self.layers)
+        identity = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # results do not depend on workers
+        self.run_id = cfg.run_id or f"validate-{config_hash({'v': identity, 'b': bcfg.config_hash() if model else None})}"
+        if cfg.input:
+            if not cfg.out:
+                raise ValueError("--input needs --out (the dataset that receives verdicts and accepted records)")
+            self.values = read_input(cfg.input)
+            self.rows_in = len(self.values)
+            self.verdict_ds = self.accepted_ds = cfg.out
+        else:
+            if not cfg.dataset:
+                raise ValueError("give --dataset or --input")
+            self.rows_in = sum(e.rows for e in entries(self.root, cfg.dataset, cfg.kind))
+            if not self.rows_in:
+                raise ValueError(f"dataset {cfg.dataset!r} has no {cfg.kind} rows under {self.root}")
+            self.verdict_ds, self.accepted_ds = cfg.dataset, cfg.out or f"{cfg.dataset}_valid"
+        self.fingerprint = corpus_fingerprint(self.root, cfg.dataset)
+        self.backend = make_backend(bcfg) if model else None
+        try:
+            self.validator = Validator(cfg, cfg.kind, backend=self.backend, corpus=lambda: rule_context(
+                self.root, cfg.dataset, self.fingerprint, cfg.answer_min_f1, cfg.replay))
+        except BaseException:
+            self.close_backend()
+            raise
+        self.writer = RunWriter(self.root, self.run_id, {
+            "model": str(getattr(self.backend, "model", None)) if self.backend else None,
+            "backend": bcfg.backend if self.backend else None, "config_hash": config_hash(identity)})
+        self.done = set(self.writer.committed(self.verdict_ds, "verdicts", "record_id").to_pylist())
+        self.kept = set(self.writer.committed(self.accepted_ds, cfg.kind).to_pylist()) if self.done else set()
+        self.seconds: Counter = Counter()
+        self.skipped = self.written = self.accepted = 0
+
+    @property
+    def task_args(self) -> tuple:
+        """What `check_chunk` needs besides the records (plain values, for any process)."""
+        return asdict(self.cfg), self.root, self.fingerprint
+
+    @contextmanager
+    def phase(self, name: str):
+        """Wall seconds of the flow process per phase (in the summary)."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t
+
+    def _parts(self) -> Iterator[Records]:
+        cfg = self.cfg
+        if cfg.input:
+            for i in range(0, len(self.values), cfg.chunk):
+                yield Records.of_values(self.values[i:i + cfg.chunk])
+            return
+        unused = [c for c in SHARED_COLUMNS if c != "id"]  # no check reads them; records keep their id
+        for table in iter_tables(cfg.dataset, cfg.kind, self.root, rows=cfg.chunk, drop=unused):
+            yield Records.of_table(table)
+
+    def chunks(self) -> Iterator[Chunk]:
+        """The chunks in record order; records with committed verdicts are left out of `todo`."""
+        parts = self._parts()
+        while True:
+            with self.phase("read"):
+                recs = next(parts, None)
+                if recs is None:
+                    return
+                todo = [i for i, rid in enumerate(recs.ids) if rid not in self.done]
+                kept = [i for i, rid in enumerate(recs.ids) if rid in self.done and rid in self.kept]
+            self.skipped += len(recs) - len(todo)
+            yield Chunk(len(recs), recs.take(todo), recs.take(kept) if kept else None)
+
+    def finish(self, chunk: Chunk, checked: Checked | None) -> Commit | None:
+        """The shared checks over a chunk whose per-record checks are done, in record order
+        (after the records this run accepted before a restart join their state)."""
+        with self.phase("shared checks"):
+            if chunk.kept is not None:
+                self.validator.remember(chunk.kept)
+            if not len(chunk.todo):
+                return None
+            self.validator.finish(chunk.todo, checked)
+            trusted = "schema" in self.layers
+            accepted = chunk.todo.accepted(checked.accepted())
+            if not trusted and isinstance(accepted, pa.Table):
+                accepted = accepted.to_pylist()  # unchecked: the writer checks them against the JSON Schema
+            return Commit(checked.table(), accepted, trusted)
+
+    def commit(self, c: Commit) -> tuple[int, int]:
+        """The accepted shard first, then the verdict shard; (verdict rows, accepted rows)."""
+        with self.phase("commit"):
+            n_acc = len(c.accepted)
+            if n_acc:
+                self.writer.commit(self.accepted_ds, self.cfg.kind, c.accepted, parents=True, trusted=c.trusted)
+            self.writer.commit(self.verdict_ds, "verdicts", c.verdicts)
+            self.written, self.accepted = self.written + c.verdicts.num_rows, self.accepted + n_acc
+            return c.verdicts.num_rows, n_acc
+
+    def close_backend(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+    def close(self) -> dict:
+        """Save the run record and return the summary (with the run's funnel)."""
+        self.close_backend()
+        with Catalog(self.root) as cat:
+            funnel = cat.funnel(self.verdict_ds, self.run_id)
+        wall = time.perf_counter() - self.t0
+        summary = {"run_id": self.run_id, "verdict_dataset": self.verdict_ds, "accepted_dataset": self.accepted_ds,
+                   "kind": self.cfg.kind, "rows_in": self.rows_in,
+                   "rows_out": self.writer.count(self.accepted_ds, self.cfg.kind),
+                   "accepted_this_run": self.accepted, "skipped_committed": self.skipped,
+                   "verdicts_written": self.written, "funnel": funnel, "workers": self.cfg.workers,
+                   "seconds_by_phase": {k: round(v, 3) for k, v in self.seconds.items()}, "seconds": wall,
+                   "records_per_s": (self.rows_in - self.skipped) / wall if wall else 0.0}
+        save_run_config(self.root, self.verdict_ds, self.run_id, {"validate": asdict(self.cfg), "backend": self.bcfg.to_dict()},
+                        extra={"summary": {k: v for k, v in summary.items() if k != "funnel"}})
+        return summary
+
+    def layer_rows(self, funnel: list[dict]) -> list[dict]:
+        """Rows in and out of each chosen layer, from the funnel (first row per verdict layer)."""
+        first: dict[str, dict] = {}
+        for f in funnel:
+            first.setdefault(f["layer"], f)
+        verdict_layer = {c.layer: c.verdict_layer or c.layer for c in CHECKS}
+        return [{"stage": layer, **{k: first.get(verdict_layer[layer], {}).get(k, 0) for k in ("rows_in", "rows_out")}}
+                for layer in self.layers]
