@@ -31,17 +31,23 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # a fallback: PYTHONPATH decides the code measured
 
 
+OPTIONS = [  # (flag, type, default, help); the defaults are the slow test's
+    ("--seed", int, 0, "training seed: data order and torch (the slow test uses 0)"),
+    ("--world-seed", int, 5, "seed of the world corpus"),
+    ("--entities", int, 1000, "entities in the world"),
+    ("--synth-seed", int, 5, "synthesis seed (fixes the data and the held-out set)"),
+    ("--n", int, 240, "trajectories to synthesize"),
+    ("--held-out", int, 48, "held-out triples to evaluate"),
+    ("--steps", int, 25, "SFT optimizer steps (batch 4)"),
+    ("--work", str, None, "folder for data and the trained model (default: a temporary one)"),
+    ("--json", str, None, "also write the figures to this JSON file"),
+]
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, default=0, help="training seed: data order and torch (the slow test uses 0)")
-    p.add_argument("--world-seed", type=int, default=5, help="seed of the world corpus")
-    p.add_argument("--entities", type=int, default=1000, help="entities in the world")
-    p.add_argument("--synth-seed", type=int, default=5, help="synthesis seed (fixes the data and the held-out set)")
-    p.add_argument("--n", type=int, default=240, help="trajectories to synthesize")
-    p.add_argument("--held-out", type=int, default=48, help="held-out triples to evaluate")
-    p.add_argument("--steps", type=int, default=25, help="SFT optimizer steps (batch 4)")
-    p.add_argument("--work", default=None, help="folder for data and the trained model (default: a temporary one)")
-    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    for flag, kind, default, text in OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=text)
     return p.parse_args(argv)
 
 
@@ -88,11 +94,10 @@ def main(argv=None) -> int:
     from generators.corpus.build import WorldConfig, write
     from generators.llm.model_store import embedded_model_path
     from generators.llm.registry import BackendConfig
-    from generators.llm.transformers_backend import TransformersBackend
     from generators.synth.synthesize import SynthConfig
     from storage import load_table
     from train.configs import SFTConfig, TrainConfig
-    from train.evaluate import EvalConfig, evaluate, held_out_triples
+    from train.evaluate import EvalConfig, held_out_triples, run_eval
     from validators.runner import ValidateConfig
 
     import storage
@@ -109,17 +114,13 @@ def main(argv=None) -> int:
     v = validate(ValidateConfig(dataset="w"), None, root, progress=False)
     print(f"synthesized {s['written']}, validated {v['rows_out']}/{v['rows_in']}", flush=True)
 
-    ecfg = EvalConfig(data="w", limit=args.held_out, tool_style="compact", max_turns=5, max_new_tokens=160)
     held = [t["triple_id"] for t in held_out_triples(root, "w", True, args.held_out)]
-    trained_on = set(load_table("w", "trajectories", root, columns=["triple_id"]).column("triple_id").to_pylist())
-    assert not set(held) & trained_on
+    trained_on = load_table("w", "trajectories", root, columns=["triple_id"]).column("triple_id").to_pylist()
+    assert not set(held) & set(trained_on)
 
-    def measure(model_dir):
-        be = TransformersBackend(model_dir, batch_size=16)
-        try:
-            return evaluate(be, root, ecfg)[0]
-        finally:
-            be.close()
+    def measure(model_dir) -> dict:  # greedy rollouts, as the slow test's
+        return run_eval(EvalConfig(data="w", model=str(model_dir), limit=args.held_out, tool_style="compact",
+                                   max_turns=5, max_new_tokens=160, batch_size=16), root, progress=False)
 
     before = measure(embedded_model_path())
     print(f"before em {before['em']:.3f}", flush=True)
