@@ -2,8 +2,9 @@
 
 A text's mentions are its numbers and its capitalised names:
 
-  numbers  digit groups ("1861", "1,654,300", "3.5"; "1920s" is 1920) and number words from
-           "three" to "ninety-nine" ("sixteen" is 16; "one" and "two" are ordinary words)
+  numbers  digit groups ("1861", "1,654,300", "3.5"; "1920s" is 1920) and number words up to
+           "ninety-nine" ("sixteen" is 16); whole numbers below 10 are not checked, they are
+           too common in the language of reasoning itself ("step 1", "two pages", "top 3")
   names    runs of capitalised words, joined by "of", "the", "de", "van", "von" or "la"
            ("Treaty of Stozoth"), without a leading "The" or a possessive "'s". A capitalised
            word is not part of a name when the sources or the text also use it (or its plural
@@ -34,7 +35,7 @@ WORD_NUMBER_RE = re.compile(r"\b(" + "|".join(sorted(WORD_NUMBERS, key=len, reve
 TOKEN_RE = re.compile(r"[^\W\d_][^\W_]*(?:['’\-][^\W\d_]+)*['’]?")
 CONNECTORS = {"of", "the", "de", "van", "von", "la"}
 SENTENCE_END = re.compile(r"[.!?:;\n]")
-MIN_WORD_NUMBER = 3  # "one" and "two" are too common as plain words to count as numbers
+SMALL = 10  # whole numbers below this are not checked (module docstring)
 COMMON = set("""
 a an the this that these those there here it its he she his her him they their them we our us i my me you
 your in on at of for from to by with as after before between among into about over under during without
@@ -89,12 +90,14 @@ def _num(raw: str) -> str:
     return str(float(raw)) if "." in raw else str(int(raw))
 
 
-def numbers_in(text: str, min_word: int = 0) -> list[str]:
-    """Number values of `text` in order (digits, then number words of at least `min_word`)."""
+def numbers_in(text: str) -> list[str]:
+    """Number values of `text` in order (digits, then number words)."""
     out = [_num(m.group(1)) for m in NUMBER_RE.finditer(text)]
-    out += [str(WORD_NUMBERS[m.group(1).lower()]) for m in WORD_NUMBER_RE.finditer(text)
-            if WORD_NUMBERS[m.group(1).lower()] >= min_word]
-    return out
+    return out + [str(WORD_NUMBERS[m.group(1).lower()]) for m in WORD_NUMBER_RE.finditer(text)]
+
+
+def _small(n: str) -> bool:
+    return "." not in n and int(n) < SMALL
 
 
 def _lower_words(text: str) -> set[str]:
@@ -175,10 +178,10 @@ class Sources:
     def ungrounded(self, text: str) -> list[tuple[str, str]]:
         """("number" | "name", mention) for every mention of `text` no source holds."""
         bad: list[tuple[str, str]] = []
-        nums = numbers_in(text, MIN_WORD_NUMBER)
+        nums = numbers_in(text)
         grounded = [n for n in nums if n in self.numbers]
         for n in dict.fromkeys(nums):
-            if n not in self.numbers and not _derived(n, grounded):
+            if n not in self.numbers and not _small(n) and not _derived(n, grounded):
                 bad.append(("number", n))
             elif n not in grounded:
                 grounded.append(n)

@@ -120,6 +120,7 @@ GROUNDING_CASES = [  # (text, ungrounded mentions)
     ("Gaiwick was founded by Quentin Zarvox.", [("name", "Quentin Zarvox")]),
     ("Dounor Thilfas studied at the University of Marl.", [("name", "University of Marl")]),
     ("Yonesia has twelve provinces.", [("number", "12")]),
+    ("Step 1: the top 3 results; two pages are enough.", []),
     ("Gaiwick lies in Velmora, next to Yonesia.", [("name", "Velmora")]),
 ]
 
