@@ -198,7 +198,7 @@ def token_logprobs_at(model, inputs: dict, rows: torch.Tensor, cols: torch.Tenso
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     targets = targets.to(rows.device)
     if head is None or any(getattr(model.config, k, None) for k in SCALED_LOGITS):
-        logits = model(**inputs).logits[rows, cols].float()
+        logits = model(**inputs, use_cache=False).logits[rows, cols].float()
         return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
-    hidden = model.base_model(**inputs).last_hidden_state
+    hidden = model.base_model(**inputs, use_cache=False).last_hidden_state
     return chunked_token_logprobs(hidden[rows, cols], head, targets)
