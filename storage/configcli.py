@@ -106,7 +106,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                 built = [cls(**values) for cls, values in zip(classes, built)]
                 return fn(*built, data_root=data_root)
             except errors as e:
-                _err.print(f"[red]{label or name} failed:[/red] {e}")
+                _err.print(f"[red]{label or name} failed:[/red] {e}", soft_wrap=True)
                 raise typer.Exit(2) from None
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -15,8 +15,17 @@ class TrainConfig:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps"})
     schedule: str = field(default="cosine", metadata={"help": "after warmup: constant, linear or cosine decay"})
-    batch_size: int = field(default=4, metadata={"help": "examples per micro-batch (per process)"})
+    batch_size: int = field(default=4, metadata={"help": "examples per micro-batch (per process); with "
+                                                     "--max-batch-tokens, examples per optimizer step (x --grad-accum)"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    max_batch_tokens: int = field(default=8192, metadata={
+        "help": "SFT: pack each step's conversations into micro-batches of at most this many tokens, one row "
+                "each without padding (a longer conversation alone); 0 = --batch-size padded examples"})
+    activation_checkpointing: str = field(default="auto", metadata={
+        "help": "recompute each block's activations in the backward pass: auto (when activations would "
+                "outweigh weights and optimizer state, or to fit), on or off"})
+    memory_gb: float = field(default=0.0, metadata={"help": "GB the run may use; a plan needing more stops it "
+                                                            "before training (0 = what is available)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
     seed: int = field(default=0, metadata={"help": "seed of the data order and of torch"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})

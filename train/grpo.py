@@ -8,7 +8,16 @@ term to a frozen copy of the starting model (`kl_coef` > 0). A stage that needs 
 its own `Objective` (more terms, per-prompt weights) and keeps this step. One update per batch
 of rollouts, so the "old" log-probabilities are the current policy's, detached (no separate
 scoring pass). With `prefix_grouping` each group's shared prompt is encoded once
-(train/prefix.py).
+(train/prefix.py). Rollouts are sampled with the policy in eval mode (activation checkpointing,
+which would turn the KV cache off, applies to training passes only).
+
+Memory: `workload` is the largest step for the plan made before the first step
+(train/memory.py): batch_size x group_size rollouts of at most the longest prompt plus
+`max_turns` replies of `max_new_tokens` and tool turns of `TOOL_TURN_TOKENS`, in one
+log-probability pass (packed into one row with `--max-batch-tokens` > 0), plus the frozen
+reference and teacher of the objective and the KV cache of sampling. Rollouts longer than planned
+are checked again before their pass (`set_plan`), so a step that would not fit stops with the
+plan's one-line error.
 
     session = build_session(root, GRPOConfig(data="demo"), model_path, model)
     Trainer(model, TrainConfig(), run_dir, session.step).fit(session.prompts)
@@ -23,11 +32,13 @@ import time
 import torch
 
 from train.configs import GRPOConfig  # noqa: F401  (re-exported)
-from train.objective import Objective, RolloutBatch, grpo_objective
+from train.memory import ModelShape, Workload, make_plan
+from train.objective import KLToReference, Objective, ReverseKLToTeacher, RolloutBatch, grpo_objective
 from train.prefix import grouped_token_logprobs, plain_token_logprobs
 from train.rollout import Prompt, rollout
 
-
+TOOL_TURN_TOKENS = 1024  # a tool turn in the plan (the simulator's results for a call: up to ~900 tokens)
+SETTINGS = "--batch-size, --group-size, --max-turns or --max-new-tokens"
 
 
 def make_prompts(triples: list[dict], tools: list[dict], tool_style: str = "full") -> list[Prompt]:
@@ -50,9 +61,10 @@ class GRPOSession:
 
     def __init__(self, cfg: GRPOConfig, backend, simulator, prompts: list[Prompt], model,
                  objective: Objective | None = None) -> None:
-        self.cfg, self.backend, self.simulator, self.prompts = cfg, backend, simulator, prompts
+        self.cfg, self.backend, self.simulator, self.prompts, self.model = cfg, backend, simulator, prompts, model
         self.objective = objective if objective is not None else grpo_objective(cfg, model)
         self.calls = 0
+        self.plan = None  # train/memory.py Plan of the first step (set_plan); rollouts are checked against it
         from train.trainer import dist_info
 
         # ranks sample different continuations of their (different) prompts
@@ -73,9 +85,15 @@ class GRPOSession:
         else:
             self.backend.lm = model  # rollouts with the current weights
         group = [p for p in prompts for _ in range(self.cfg.group_size)]
-        outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.seed_base + self.calls,
-                       logprobs=False)
+        was = model.training
+        model.eval()
+        try:
+            outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.seed_base + self.calls,
+                           logprobs=False)
+        finally:
+            model.train(was)
         self.calls += 1
+        self.check_memory(model, outs)
         width = max(len(o.token_ids) for o in outs)
         mask = _pad([[float(m) for m in o.mask] for o in outs], width)
         rewards = torch.tensor([o.reward for o in outs])
@@ -94,6 +112,50 @@ class GRPOSession:
                       "tokens": sum(o.stats["policy_tokens"] for o in outs),
                       "rollout_s": time.perf_counter() - started})
         return loss, stats
+
+
+    # ---- memory (train/memory.py) ------------------------------------------------------------
+
+    def workload(self, batch_size: int, tokenizer) -> Workload:
+        """The largest step: `batch_size` prompts x group_size rollouts of the planned length."""
+        from train.sft import template_messages
+
+        render = lambda p: tokenizer.apply_chat_template(template_messages(p.messages), tokenize=False,  # noqa: E731
+                                                         add_generation_prompt=True)
+        prompt = max(len(tokenizer(render(p), add_special_tokens=False)["input_ids"]) for p in self.prompts)
+        turns, new = self.cfg.max_turns, self.cfg.max_new_tokens
+        row = prompt + turns * (new + 8) + (turns - 1) * TOOL_TURN_TOKENS
+        rows = batch_size * self.cfg.group_size
+        return self._work(rows, [row] * rows, rows * turns * new)
+
+    def _work(self, rows: int, lengths: list[int], policy: int) -> Workload:
+        tokens = sum(lengths) if self.packed else rows * max(lengths)
+        teacher = [t for t in self.objective.terms if isinstance(t, ReverseKLToTeacher)]
+        frozen = [(ModelShape.of(t.reference), tokens) for t in self.objective.terms if isinstance(t, KLToReference)]
+        frozen += [(ModelShape.of(t.teacher), tokens) for t in teacher]
+        gen = min(rows, getattr(self.backend, "batch_size", rows)) * max(lengths)
+        return Workload(tokens, policy, f"{rows} rollouts of up to {max(lengths)} tokens a micro-batch", SETTINGS,
+                        passes=1 + len(teacher), full_logits=policy if teacher else 0, frozen=frozen,
+                        generation_tokens=gen, checkpointing_blocked=self.cfg.prefix_grouping and
+                        "--prefix-grouping needs the KV cache in training passes")
+
+    @property
+    def packed(self) -> bool:
+        from train.packing import is_packed
+
+        return is_packed(self.model)
+
+    def set_plan(self, plan) -> None:
+        self.plan = plan
+
+    def check_memory(self, model, outs) -> None:
+        """Stop with the plan's one-line error when these rollouts' pass would not fit."""
+        if self.plan is None:
+            return
+        lengths = [len(o.token_ids) for o in outs]
+        work = self._work(len(outs), lengths, sum(o.stats["policy_tokens"] for o in outs))
+        if work.tokens > self.plan.work.tokens or work.logit_positions > self.plan.work.logit_positions:
+            make_plan(model, work, None, limit=self.plan.limit, checkpointing=self.plan.checkpointing).check()
 
 
 def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective | None = None) -> GRPOSession:

@@ -1,7 +1,8 @@
 """Training losses as pure torch functions (no model, no state): GRPO group advantages, HRPO
 hop-grouped advantages, the token-level clipped surrogate with a k3 KL-to-reference term,
-per-token reverse KL(student || teacher) over the full vocabulary, and CARE per-prompt
-advantage weights. train/objective.py composes them into the policy-gradient objective of
+per-token reverse KL(student || teacher) over the full vocabulary, CARE per-prompt
+advantage weights, and token log-probabilities from hidden states in chunks (the logits of a
+long sequence never exist at once). train/objective.py composes them into the policy-gradient objective of
 train/grpo.py (and of the stages that add terms to it).
 
 Shapes: B prompts, G samples per prompt (a group), T tokens, V vocabulary. Masks are 1 for
@@ -152,6 +153,23 @@ def reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     if mask is not None:
         kl = kl * mask.to(kl.dtype)
     return kl
+
+
+def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """log softmax(head(hidden))[target] for M positions ([M, H] hidden states, [M] targets),
+    `chunk` positions at a time: each chunk's [chunk, V] logits are recomputed in the backward
+    pass (activation checkpointing) instead of kept, so memory does not grow with M. Same values
+    and gradients as projecting all M positions at once."""
+    from torch.utils.checkpoint import checkpoint
+
+    def one(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        logits = head(h).float()
+        return logits.gather(-1, t[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+
+    parts = [checkpoint(one, hidden[a:a + chunk], targets[a:a + chunk], use_reentrant=False)
+             if torch.is_grad_enabled() else one(hidden[a:a + chunk], targets[a:a + chunk])
+             for a in range(0, hidden.shape[0], chunk)]
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
 def weighted_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

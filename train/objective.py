@@ -35,7 +35,7 @@ import torch
 
 from train.losses import (aggregate_tokens, clipped_pg, group_advantages, hop_grouped_advantages, k3_kl,
                           masked_mean, pg_stats, reverse_kl, weighted_advantages)
-from train.prefix import pad_ids
+from train.packing import SCALED_LOGITS, model_inputs
 from train.rollout import Prompt
 
 
@@ -170,25 +170,23 @@ class ReverseKLToTeacher:
         return per_token, {"teacher_kl": float(kl.detach().mean()) if kl.numel() else 0.0}
 
 
-SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # the head is not the whole story
-
-
 def masked_logits(model, seqs: list[list[int]], mask: torch.Tensor, pad_id: int) -> torch.Tensor:
     """[M, V] logits predicting each token where `mask` ([N, T]) is 1, in row-major order: the
-    vocabulary projection is applied to those M positions' hidden states only. Models whose
-    logits are more than the output layer (soft-capping, scaling) project every position."""
+    vocabulary projection is applied to those M positions' hidden states only (the rows packed
+    into one when the model runs packed attention, train/packing.py). Models whose logits are
+    more than the output layer (soft-capping, scaling) project every position."""
     dev = next(model.parameters()).device
     sel = mask.to(dev).bool()
     if bool(sel[:, 0].any()):
         raise ValueError("token 0 has no logits predicting it")
-    ids, att = pad_ids(seqs, pad_id, sel.shape[1])
-    ids, att = ids.to(dev), att.to(dev)
-    rows, cols = sel.nonzero(as_tuple=True)
+    inputs = model_inputs(model, seqs, pad_id)
+    rows, cols = inputs.at(*sel.nonzero(as_tuple=True))
+    cols = cols - 1
     head = model.get_output_embeddings()
     if head is None or any(getattr(model.config, k, None) for k in SCALED_LOGITS):
-        return model(input_ids=ids, attention_mask=att).logits[rows, cols - 1]
-    hidden = model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
-    return head(hidden[rows, cols - 1])
+        return model(**inputs.kwargs).logits[rows, cols]
+    hidden = model.base_model(**inputs.kwargs).last_hidden_state
+    return head(hidden[rows, cols])
 
 
 # ---- the objective -------------------------------------------------------------------------------

@@ -57,19 +57,25 @@ def _zero_padding(lp: torch.Tensor, seqs: list[list[int]], start: int) -> torch.
 
 def plain_token_logprobs(model, seqs: list[list[int]], pad_id: int, start: int = 1) -> torch.Tensor:
     """[B, T] log-probability of token t given tokens < t for t >= `start`, right-padded; 0 before
-    `start` and on padding. One forward pass; logits only from position `start - 1` on."""
+    `start` and on padding. One forward pass (the rows packed into one when the model runs packed
+    attention, train/packing.py); only the positions from `start - 1` on are projected to the
+    vocabulary, in chunks."""
+    from train.packing import model_inputs, token_logprobs_at
+
     if start < 1:
         raise ValueError("start must be >= 1 (token 0 has no log-probability)")
     dev = next(model.parameters()).device
     width = max(len(s) for s in seqs)
     ids, att = pad_ids(seqs, pad_id, width)
-    ids, att = ids.to(dev), att.to(dev)
-    if start >= width:
-        return torch.zeros(ids.shape, dtype=torch.float32, device=dev)
-    logits = model(input_ids=ids, attention_mask=att, logits_to_keep=width - start + 1).logits[:, :-1]
-    lp = _gather_logprobs(logits, ids[:, start:])
-    lp = torch.cat([torch.zeros((len(seqs), start), dtype=lp.dtype, device=dev), lp], dim=1)
-    return _zero_padding(lp, seqs, start)
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=dev)
+    cols = torch.arange(width)
+    rows, cols = ((cols[None, :] >= start) & att.bool()).nonzero(as_tuple=True)  # the predicted tokens
+    if rows.numel() == 0:
+        return out
+    inputs = model_inputs(model, seqs, pad_id)
+    r, c = inputs.at(rows.to(dev), cols.to(dev) - 1)
+    lp = token_logprobs_at(model, inputs.kwargs, r, c, ids[rows, cols].to(dev))
+    return out.index_put((rows.to(dev), cols.to(dev)), lp)
 
 
 def _group_logprobs(model, seqs: list[list[int]], pad_id: int, start: int) -> torch.Tensor:

@@ -1,8 +1,10 @@
 """The one way to run a training stage of any registered kind (train/stages.py): check the
-process count, write the run folder's config.json, then either launch N data-parallel ranks
-(`--nproc N` outside torchrun: `python -m train KIND` under torch.distributed.run, train/
-dist.py) or build and train in this process (alone, or as one rank under torchrun), write the
-curves and the final model on rank 0 and tear the process group down. `resume` continues from
+process count, then either launch N data-parallel ranks (`--nproc N` outside torchrun: `python
+-m train KIND` under torch.distributed.run, train/dist.py) or build and train in this process
+(alone, or as one rank under torchrun): build, make the memory plan (train/memory.py: print the
+expected peak, decide activation checkpointing, stop with one line when it cannot fit, before
+anything is written), write the run folder's config.json, train, write the curves and the
+final model on rank 0 and tear the process group down. `resume` continues from
 the run folder's latest complete checkpoint (train/trainer.py).
 
     summary = run_stage("sft", SFTConfig(data="demo", out="runs/s1"), TrainConfig(max_steps=50))
@@ -10,8 +12,9 @@ the run folder's latest complete checkpoint (train/trainer.py).
 
 `python -m train KIND` (train/__main__.py) and the Prefect flow `train` (flows/train.py,
 `forgeplay train KIND`) both call `run_stage`. The summary: run_dir, final_model, curves,
-steps, first and last metrics records, counts, and `stages` (name, rows in and out, seconds,
-notes of the load and train stages, for the flow's report).
+steps, first and last metrics records, counts, `stages` (name, rows in and out, seconds, notes
+of the load and train stages, for the flow's report) and `memory_plan` (GB per part, the peak,
+the limit, whether checkpointing is on; None for a kind without a workload).
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ from train.configs import TrainConfig
 from train.stages import StageKind, get_kind
 
 
-def prepare_run(kind: str, cfg, tcfg: TrainConfig) -> Path:
-    """Check --data/--out, create the run folder and write the resolved config.json."""
+def check_args(cfg) -> None:
     if not cfg.data or not cfg.out:
         raise ValueError("--data and --out are required")
+
+
+def prepare_run(kind: str, cfg, tcfg: TrainConfig) -> Path:
+    """Check --data/--out, create the run folder and write the resolved config.json."""
+    check_args(cfg)
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "config.json", {kind: asdict(cfg), "train": asdict(tcfg)})
@@ -57,7 +64,8 @@ def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
     from train import checkpoint, dist
     from train.trainer import read_metrics
 
-    run_dir, stages = prepare_run(stage.name, cfg, tcfg), Stages()
+    check_args(cfg)  # rank 0 writes the run folder once its memory plan passes
+    run_dir, stages = Path(cfg.out), Stages()
     with stages.stage("load", notes="counted; each rank loads the model") as st:
         n, counts = stage.count(root, cfg) if stage.count else (None, {})
         st.rows_in, st.rows_out = counts.get("rows"), n
@@ -84,13 +92,17 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
     run_dir, png, final, stages = Path(cfg.out), None, None, Stages()
     try:
         device = dist.init_from_env()
-        if rank == 0:
-            run_dir = prepare_run(stage.name, cfg, tcfg)
+        check_args(cfg)
         with stages.stage("load") as st:
             built = stage.build(cfg, tcfg, root, device)
             st.rows_in, st.rows_out, st.notes = built.counts.get("rows"), len(built.data), built.notes
+            if built.workload is not None:
+                st.notes += "; " + plan_memory(built, tcfg, device, rank)
+        if rank == 0:
+            run_dir = prepare_run(stage.name, cfg, tcfg)
         with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
-            trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight)
+            trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight,
+                              lengths=built.lengths)
             st.rows_out = len(trainer.fit(built.data, progress=progress))
         if rank == 0:
             png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir)
@@ -100,14 +112,32 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
         raise
     finally:
         dist.teardown()
-    return _summary(run_dir, final, png, built.counts, stages, rank)
+    return _summary(run_dir, final, png, built.counts, stages, rank, getattr(built, "plan", None))
 
 
-def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int = 0) -> dict:
+def plan_memory(built, tcfg: TrainConfig, device, rank: int) -> str:
+    """Make the memory plan of `built` (train/memory.py), print it on rank 0, stop with
+    MemoryPlanError when it cannot fit, switch checkpointing as planned; returns its line."""
+    from train.memory import make_plan
+
+    plan = make_plan(built.model, built.workload, tcfg, device)
+    line = plan.line()
+    if rank == 0:
+        print(line, flush=True)
+    plan.check()
+    plan.apply(built.model)
+    if built.on_plan is not None:
+        built.on_plan(plan)
+    built.plan = plan.as_dict()
+    return line
+
+
+def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int = 0, plan=None) -> dict:
     from train.trainer import read_metrics
 
     recs = read_metrics(run_dir)
     return {"run_dir": str(run_dir), "final_model": str(final) if final else None,
             "curves": str(png) if png and Path(png).exists() else None,
             "steps": recs[-1]["step"] if recs else 0, "first": recs[0] if recs else None,
-            "last": recs[-1] if recs else None, "counts": counts, "stages": stages.as_dicts(), "rank": rank}
+            "last": recs[-1] if recs else None, "counts": counts, "stages": stages.as_dicts(), "rank": rank,
+            "memory_plan": plan}

@@ -120,23 +120,22 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross entropy over the labelled (assistant) tokens.
+    """Mean next-token cross entropy over the labelled (assistant) tokens of a padded batch
+    (`collate`: input_ids, labels, attention_mask) or a packed one (train/packing.py `pack`:
+    input_ids, labels, position_ids; the model runs packed attention).
 
-    Logits are computed only at positions that predict a labelled token in some row
-    (`logits_to_keep` with an index tensor): the vocabulary projection of the prompt and
-    tool tokens, most of a tool-use conversation, is skipped. Same loss and gradients."""
+    Only positions that predict a labelled token are projected to the vocabulary, in chunks
+    (train.packing.token_logprobs_at): the prompt and tool tokens, most of a tool-use
+    conversation, get no logits. Same loss and gradients as projecting every position."""
+    from train.packing import token_logprobs_at
+
     dev = next(model.parameters()).device
     target = batch["labels"][:, 1:].to(dev)
-    keep = (target != IGNORE).any(dim=0).nonzero()[:, 0]  # position t predicts token t + 1
-    if keep.numel() == 0:
+    rows, cols = (target != IGNORE).nonzero(as_tuple=True)  # position t predicts token t + 1
+    if rows.numel() == 0:
         raise ValueError("a micro-batch with no labelled (assistant) tokens")
-    ids, att = batch["input_ids"].to(dev), batch["attention_mask"].to(dev)
-    try:
-        logits = model(input_ids=ids, attention_mask=att, logits_to_keep=keep).logits
-    except TypeError:  # a model without logits_to_keep: project every position
-        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1][:, keep]
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                             target[:, keep].reshape(-1), ignore_index=IGNORE)
+    inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+    return -token_logprobs_at(model, inputs, rows, cols, target[rows, cols]).mean()
 
 
 def train_last_layers(model, n: int) -> dict:
@@ -160,14 +159,17 @@ def train_last_layers(model, n: int) -> dict:
     return {"trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "total": total}
 
 
-def make_step(pad_id: int):
-    """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"})."""
+def make_step(pad_id: int, packed: bool = False):
+    """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"}); the
+    examples of a micro-batch packed into one row (`packed`; the model runs packed attention,
+    train/packing.py) or padded to the longest."""
+    from train.packing import pack
 
     def step(model, examples: list[dict]):
-        batch = collate(examples, pad_id)
+        batch = pack(examples) if packed else collate(examples, pad_id)
         loss = sft_loss(model, batch)
-        return loss, {"tokens": int(batch["attention_mask"].sum()),
-                      "trained_tokens": int((batch["labels"] != IGNORE).sum())}
+        tokens = batch["input_ids"].numel() if packed else int(batch["attention_mask"].sum())
+        return loss, {"tokens": tokens, "trained_tokens": int((batch["labels"] != IGNORE).sum())}
 
     return step
 

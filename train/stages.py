@@ -42,6 +42,9 @@ class Built:
     loss_weight: str | None
     counts: dict = field(default_factory=dict)
     notes: str = ""
+    lengths: list[int] | None = None  # tokens of each example: token-budget micro-batches (train/trainer.py)
+    workload: Any = None  # train.memory.Workload of the largest step: the memory plan (None: no plan)
+    on_plan: Callable[[Any], None] | None = None  # gets the train.memory.Plan once it is made
 
 
 @dataclass(frozen=True)
@@ -116,14 +119,37 @@ def sft_examples(root, cfg: SFTConfig, tokenizer) -> tuple[list, dict]:
 
 def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     """The model with only its last `cfg.train_layers` blocks trainable (0 = all), the tokenized
-    trajectories and the SFT step (cross entropy on assistant tokens)."""
+    trajectories and the SFT step (cross entropy on assistant tokens); with `max_batch_tokens`
+    the step packs each micro-batch into one row (train/packing.py)."""
+    from train.packing import use_packed_attention
     from train.sft import make_step, train_last_layers
 
     path, tok, model = load_model(cfg.model, device)
     params = train_last_layers(model, cfg.train_layers)
     examples, counts = sft_examples(root, cfg, tok)
     counts.update(trainable_params=params["trainable"], params=params["total"])
-    return Built(model, tok, make_step(tok.pad_token_id), examples, SFT_LOSS_WEIGHT, counts, f"model {path}")
+    packed = tcfg.max_batch_tokens > 0
+    if packed:
+        use_packed_attention(model)
+    return Built(model, tok, make_step(tok.pad_token_id, packed), examples, SFT_LOSS_WEIGHT, counts,
+                 f"model {path}", [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg))
+
+
+def sft_workload(examples: list[dict], tcfg: TrainConfig):
+    """The largest SFT micro-batch: a packed row of at most `max_batch_tokens` tokens (a longer
+    conversation alone), or `batch_size` conversations padded to the longest."""
+    from train.memory import Workload
+    from train.sft import IGNORE
+
+    lens = sorted((len(e["input_ids"]) for e in examples), reverse=True)
+    share = max(sum(x != IGNORE for x in e["labels"]) / max(1, len(e["labels"])) for e in examples)
+    if tcfg.max_batch_tokens > 0:
+        tokens = min(max(tcfg.max_batch_tokens, lens[0]), sum(lens[:tcfg.batch_size * tcfg.grad_accum]))
+        return Workload(tokens, int(share * tokens) + 1, f"{tokens} tokens a micro-batch",
+                        "--max-batch-tokens (or --max-len), train fewer blocks (--train-layers)")
+    tokens = min(tcfg.batch_size, len(lens)) * lens[0]
+    return Workload(tokens, int(share * tokens) + 1, f"{tcfg.batch_size} x {lens[0]} padded tokens a micro-batch",
+                    "--batch-size (or --max-len), use --max-batch-tokens, train fewer blocks (--train-layers)")
 
 
 def count_sft(root, cfg: SFTConfig) -> tuple[int, dict]:
@@ -138,13 +164,18 @@ def count_sft(root, cfg: SFTConfig) -> tuple[int, dict]:
 
 
 def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
-    """GRPO: each rank rolls out its own share of the prompts (a whole group stays on one rank)."""
+    """GRPO: each rank rolls out its own share of the prompts (a whole group stays on one rank);
+    with `max_batch_tokens` > 0 the rollouts' log-probability pass is packed into one row."""
     from train.grpo import build_session
+    from train.packing import use_packed_attention
 
     path, tok, model = load_model(cfg.model, device)
+    if tcfg.max_batch_tokens > 0:
+        use_packed_attention(model)
     session = build_session(root, cfg, path, model)
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
-                 {"prompts": len(session.prompts)}, f"model {path}")
+                 {"prompts": len(session.prompts)}, f"model {path}",
+                 workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan)
 
 
 def grpo_loss_weight(cfg: GRPOConfig) -> str | None:

@@ -8,7 +8,10 @@ and atomic checkpoints (train/checkpoint.py) with exact resume.
 
 `step_fn(model, examples) -> (loss, stats)` computes the loss of one micro-batch. Each
 optimizer step consumes `batch_size * grad_accum` examples per process; with N processes
-each takes every N-th example of the global batch. The data order is a permutation per
+each takes every N-th example of the global batch. Micro-batches are `batch_size` examples,
+or, given the examples' token `lengths` and `max_batch_tokens`, a process's examples of the
+step packed by length into micro-batches of at most that many tokens (train/packing.py
+`token_batches`), so memory is bounded by tokens, not examples. The data order is a permutation per
 epoch drawn from (seed, epoch), so the data position is just the count of examples
 consumed: a resumed run takes exactly the batches the uninterrupted run would have taken.
 Every step's record in `metrics.jsonl` lists the dataset indices it used (`batch`).
@@ -20,8 +23,10 @@ divides by the global count. The gradient is then that of the mean over every un
 global batch, whatever the split into processes and micro-batches: N processes with batch B
 give the same step as 1 process with batch N*B (up to float rounding). Without
 `loss_weight` every micro-batch weighs the same. The logged `loss` is the same global mean;
-stats ending in "tokens" are summed over micro-batches and ranks, other stats averaged.
-Rank 0 alone writes metrics.jsonl and checkpoints; every rank restores on resume.
+stats ending in "tokens" are summed over micro-batches and ranks, other stats averaged;
+`tokens_per_s` and `peak_mem_gb` (the largest process's peak so far, train/memory.py) are
+added to every record. Rank 0 alone writes metrics.jsonl and checkpoints; every rank restores
+on resume.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import torch
 
 from train import checkpoint, dist
 from train.configs import TrainConfig  # noqa: F401  (re-exported)
+from train.memory import peak_memory_gb
+from train.packing import token_batches
 
 
 
@@ -69,10 +76,14 @@ class Trainer:
 
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, run_dir: str | Path,
                  step_fn: Callable[[torch.nn.Module, list], tuple[torch.Tensor, dict]],
-                 on_step: Callable[[dict], None] | None = None, loss_weight: str | None = None) -> None:
+                 on_step: Callable[[dict], None] | None = None, loss_weight: str | None = None,
+                 lengths: Sequence[int] | None = None) -> None:
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.max_steps < 1:
             raise ValueError("batch_size, grad_accum and max_steps must be >= 1")
+        if cfg.max_batch_tokens < 0:
+            raise ValueError(f"--max-batch-tokens must be >= 0, not {cfg.max_batch_tokens}")
         self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
+        self.lengths = list(lengths) if lengths is not None and cfg.max_batch_tokens else None
         self.loss_weight = loss_weight  # the stat the step's loss is a mean over (module docstring)
         self.run_dir = Path(run_dir)
         self.rank, self.world = dist_info()
@@ -120,6 +131,14 @@ class Trainer:
             metrics.write_text("".join(ln + "\n" for ln in keep))
         return True
 
+    def micro_batches(self, mine: list[int]) -> list[list[int]]:
+        """This process's examples of a step, split into micro-batches (module docstring)."""
+        if self.lengths is not None:
+            groups = token_batches([self.lengths[i] for i in mine], self.cfg.max_batch_tokens)
+            return [[mine[j] for j in g] for g in groups]
+        bs = self.cfg.batch_size
+        return [mine[m * bs:(m + 1) * bs] for m in range(self.cfg.grad_accum)]
+
     # ---- loop --------------------------------------------------------------------------
 
     def train_step(self, examples: Sequence) -> dict:
@@ -131,10 +150,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         loss_sum = weight = 0.0  # sum of loss * weight, sum of weights (this rank)
-        bs = self.cfg.batch_size
         use_bf16 = self.cfg.bf16 and self.device.type == "cuda"
-        for m in range(self.cfg.grad_accum):
-            micro = [examples[i] for i in mine[m * bs:(m + 1) * bs]]
+        micros = self.micro_batches(mine)
+        for part in micros:
+            micro = [examples[i] for i in part]
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 loss, stats = self.step_fn(self.model, micro)
             w = float(stats[self.loss_weight]) if self.loss_weight else 1.0
@@ -144,7 +163,7 @@ class Trainer:
                 weight += w
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
-        parts = dist.gather_all((loss_sum, weight, totals))
+        parts = dist.gather_all((loss_sum, weight, totals, len(micros), peak_memory_gb(self.device)))
         total_weight = sum(p[1] for p in parts)
         dist.reduce_grads(list(self.model.parameters()), 1.0 / total_weight if total_weight else 0.0)
         norm = 0.0
@@ -158,11 +177,13 @@ class Trainer:
         loss_mean = sum(p[0] for p in parts) / total_weight if total_weight else float("nan")
         rec = {"step": self.step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "seconds": secs, "batch": idx}
         keys = dict.fromkeys(k for p in parts for k in p[2])  # every rank's stats, in order
+        n_micro = sum(p[3] for p in parts)
         for k in keys:  # "tokens" and other counts are summed, the rest averaged
             v = sum(p[2].get(k, 0.0) for p in parts)
-            rec[k] = v if k.endswith("tokens") else v / (self.cfg.grad_accum * len(parts))
+            rec[k] = v if k.endswith("tokens") else v / n_micro
         if "tokens" in rec:
             rec["tokens_per_s"] = rec["tokens"] / secs if secs else 0.0
+        rec["micro_batches"], rec["peak_mem_gb"] = n_micro, round(max(p[4] for p in parts), 3)
         return rec
 
     def fit(self, examples: Sequence, progress: bool = True, stop_after: int | None = None) -> list[dict]:
@@ -187,7 +208,7 @@ class Trainer:
                 with open(self.run_dir / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(rec) + "\n")
             post = {"loss": f"{rec['loss']:.4f}"}
-            for k in ("reward", "tokens_per_s"):
+            for k in ("reward", "tokens_per_s", "peak_mem_gb"):
                 if k in rec:
                     post[k] = f"{rec[k]:.3g}"
             bar.set_postfix(post)

@@ -1,7 +1,8 @@
 """Data-parallel training (train/dist.py, gloo on CPU, tiny random Llama): 2 processes with
 batch B give the same losses and weights as 1 process with batch 2B (and as 1 process with
-batch B and 2 accumulation steps) on examples of different lengths, because the loss is
-normalised by the global count of labelled tokens; and `forgeplay train sft --nproc 2`
+batch B and 2 accumulation steps, and as 2 processes packing their examples into token-budget
+micro-batches) on examples of different lengths, because the loss is normalised by the global
+count of labelled tokens; and `forgeplay train sft --nproc 2`
 runs end to end, resumes, and reports a failing rank in one readable line."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from storage import write_rows
 from tests.train.test_sft import traj_root  # noqa: F401 (fixture: synthesized trajectories)
 from train import checkpoint, dist
 from train.configs import SFTConfig, TrainConfig
+from train.packing import use_packed_attention
 from train.sft import IGNORE, collate, make_step, sft_loss
 from train.stages import SFT_LOSS_WEIGHT
 from train.trainer import Trainer, read_metrics
@@ -43,18 +45,23 @@ def sft_examples(n: int = 12) -> list[dict]:
     return out
 
 
-def _train(model_dir, run_dir, cfg: dict) -> tuple[Trainer, dict]:
-    """Train on sft_examples(); returns the trainer and the synced gradients of step 1."""
+def _train(model_dir, run_dir, cfg: dict, packed: bool = False) -> tuple[Trainer, dict]:
+    """Train on sft_examples() (`packed`: micro-batches of at most 30 tokens, one packed row
+    each); returns the trainer and the synced gradients of step 1."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if packed:
+        use_packed_attention(model)
+        cfg = {**cfg, "max_batch_tokens": 30}
     grads: dict = {}
 
     def keep_first_grads(rec: dict) -> None:
         if rec["step"] == 1:
             grads.update({n: p.grad.clone() for n, p in model.named_parameters()})
 
-    t = Trainer(model, TrainConfig(**cfg), run_dir, make_step(0), on_step=keep_first_grads,
-                loss_weight=SFT_LOSS_WEIGHT)
-    t.fit(sft_examples(), progress=False)
+    data = sft_examples()
+    t = Trainer(model, TrainConfig(**cfg), run_dir, make_step(0, packed), on_step=keep_first_grads,
+                loss_weight=SFT_LOSS_WEIGHT, lengths=[len(e["input_ids"]) for e in data] if packed else None)
+    t.fit(data, progress=False)
     return t, grads
 
 
@@ -62,8 +69,10 @@ def _rank(rank: int, world: int, port: int, model_dir: str, run_dir: str, cfg: d
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        t, grads = _train(model_dir, run_dir, cfg)
-        torch.save({"weights": t.model.state_dict(), "grads": grads}, os.path.join(run_dir, f"rank{rank}.pt"))
+        for packed in (False, True):
+            out = run_dir + ("-packed" if packed else "")
+            t, grads = _train(model_dir, out, cfg, packed)
+            torch.save({"weights": t.model.state_dict(), "grads": grads}, os.path.join(out, f"rank{rank}.pt"))
     finally:
         dist.teardown()
 
@@ -77,15 +86,18 @@ def test_two_processes_equal_one_process_with_double_batch(tiny_llama_dir, tmp_p
     accum, grads_a = _train(tiny_llama_dir, tmp_path / "accum", {**CFG, "batch_size": 2, "grad_accum": 2})
 
     r2, r1, ra = read_metrics(two), read_metrics(tmp_path / "one"), read_metrics(tmp_path / "accum")
-    assert [r["batch"] for r in r2] == [r["batch"] for r in r1] == [r["batch"] for r in ra]
+    rp = read_metrics(tmp_path / "two-packed")
+    assert [r["batch"] for r in r2] == [r["batch"] for r in r1] == [r["batch"] for r in ra] == [r["batch"] for r in rp]
     assert all(len(r["batch"]) == 4 for r in r2)
-    for recs in (r2, ra):
+    assert any(r["micro_batches"] > 2 for r in rp)  # some rank split its two examples by the token budget
+    for recs in (r2, ra, rp):
         assert [r["loss"] for r in recs] == pytest.approx([r["loss"] for r in r1], rel=1e-5)
         assert [r["trained_tokens"] for r in recs] == [r["trained_tokens"] for r in r1]
     # the same gradient at step 1 (same start weights), on both ranks
     r0, r1_ = torch.load(two / "rank0.pt"), torch.load(two / "rank1.pt")
+    p0 = torch.load(tmp_path / "two-packed" / "rank0.pt")
     for name, g in grads1.items():
-        for other in (r0["grads"][name], r1_["grads"][name], grads_a[name]):
+        for other in (r0["grads"][name], r1_["grads"][name], grads_a[name], p0["grads"][name]):
             assert torch.allclose(other, g, rtol=1e-4, atol=1e-6), name  # |g| up to ~0.06
     # the same weights after 3 AdamW steps: Adam divides by sqrt(v), which turns rounding-level
     # differences of near-zero gradient entries into steps of up to ~lr/10, hence atol 1e-4
@@ -94,6 +106,7 @@ def test_two_processes_equal_one_process_with_double_batch(tiny_llama_dir, tmp_p
         assert torch.equal(weights[name], r1_["weights"][name]), name  # ranks stay in lockstep
         assert torch.allclose(weights[name], p, atol=1e-4), name
         assert torch.allclose(accum.model.state_dict()[name], p, atol=1e-4), name
+        assert torch.allclose(p0["weights"][name], p, atol=1e-4), name
     assert not torch.allclose(weights["model.norm.weight"], AutoModelForCausalLM.from_pretrained(
         tiny_llama_dir).state_dict()["model.norm.weight"])  # it trained
 
