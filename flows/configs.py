@@ -16,3 +16,5 @@ class PipelineConfig:
     n: int = field(default=16, metadata={"help": "trajectories to synthesize"})
     max_think_tokens: int = field(default=48, metadata={"help": "token budget of one reasoning text"})
     chunk: int = field(default=16, metadata={"help": "trajectories per LLM batch and per shard"})
+    texts: str = field(default="llm", metadata={"help": "who writes reasoning and answer wording: llm (the model), "
+                                                       "or template (the program; no model is loaded, much faster)"})

@@ -53,7 +53,7 @@ def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> 
         st.rows_out, st.notes = world["documents"] + world["triples"], f"new rows; run {world['run_id']}"
     with stages.stage("synthesize") as st:
         synth = SynthConfig(dataset=cfg.dataset, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk,
-                            max_think_tokens=cfg.max_think_tokens)
+                            max_think_tokens=cfg.max_think_tokens, texts=cfg.texts)
         summary = synthesize_flow(asdict(synth), bcfg.to_dict(), root)
         st.rows_in, st.rows_out = summary["planned"], summary["written"]
         st.notes = f"{summary['skipped_committed']} already committed"
