@@ -12,10 +12,7 @@ Cases (the error is injected at one hop, chosen per triple):
                second lookup is skipped
 
 Every call records what the simulator needs to replay it byte for byte (tool, arguments,
-mode, golden ids, supporting sentences, answers). Slots carry the evidence their reasoning
-states (generators/synth/evidence.py): a `next` or `early_stop` slot the facts of the pages
-just read, the final slot every fact and the derivation; and every slot its sources, the
-question and the tool results before it, against which model text is checked.
+mode, golden ids, supporting sentences, answers).
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL
@@ -55,7 +51,6 @@ class Slot:
 
     kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | final | answer
     facts: dict
-    sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
 
 @dataclass
@@ -75,11 +70,6 @@ class Skeleton:
     answer: Slot
     seed: int
     needed: list[str] = field(default_factory=list)  # names of the right tool per needed domain
-
-
-def _read(ev: Evidence, hops: list[Hop]) -> list[str]:
-    """What the pages of `hops` state for the reasoning, in page order."""
-    return [s for h in hops for s in ev.read.get(h.doc_id, [])]
 
 
 def _rng(seed: int, *parts) -> random.Random:
@@ -136,8 +126,7 @@ class SkeletonBuilder:
             args["top_k"] = rng.choice(self.top_k_choices)
         return args
 
-    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None) -> Skeleton:
-        ev = evidence or Evidence()
+    def build(self, plan: Plan, triple: dict) -> Skeleton:
         rng = _rng(self.seed, plan.triple_id, plan.case)
         rounds, hops = plan.rounds, plan.hops
         needed = list(dict.fromkeys(h.domain for h in hops))
@@ -193,20 +182,13 @@ class SkeletonBuilder:
             found = [c.hop.query for c in calls]
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
-                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
-                                           "read": _read(ev, rounds[0] + rounds[1])})
+                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri)})
             else:
                 ri += 1
-                slot = Slot("next", {"found": found, "queries": queries(ri), "read": _read(ev, rounds[ri - 1])})
+                slot = Slot("next", {"found": found, "queries": queries(ri)})
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
-                               "skipped": skipped, "question": triple["question"], "facts": ev.facts,
-                               "steps": ev.steps, "required": ev.required, "quoted": ev.quoted})
+                               "skipped": skipped, "question": triple["question"]})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
-        sources = [triple["question"]]
-        for turn in turns:
-            turn.slot.sources = list(sources)
-            sources += [c.result for c in turn.calls]
-        final.sources = sources
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])
