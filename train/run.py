@@ -93,11 +93,13 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
     try:
         device = dist.init_from_env()
         check_args(cfg)
+        plan = None
         with stages.stage("load") as st:
             built = stage.build(cfg, tcfg, root, device)
             st.rows_in, st.rows_out, st.notes = built.counts.get("rows"), len(built.data), built.notes
             if built.workload is not None:
-                st.notes += "; " + plan_memory(built, tcfg, device, rank)
+                plan = plan_memory(built, tcfg, device, rank)
+                st.notes += "; " + plan.line()
         if rank == 0:
             run_dir = prepare_run(stage.name, cfg, tcfg)
         with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
@@ -112,12 +114,12 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
         raise
     finally:
         dist.teardown()
-    return _summary(run_dir, final, png, built.counts, stages, rank, getattr(built, "plan", None))
+    return _summary(run_dir, final, png, built.counts, stages, rank, plan.as_dict() if plan else None)
 
 
-def plan_memory(built, tcfg: TrainConfig, device, rank: int) -> str:
+def plan_memory(built, tcfg: TrainConfig, device, rank: int):
     """Make the memory plan of `built` (train/memory.py), print it on rank 0, stop with
-    MemoryPlanError when it cannot fit, switch checkpointing as planned; returns its line."""
+    MemoryPlanError when it cannot fit, switch checkpointing as planned; returns the plan."""
     from train.memory import make_plan
 
     plan = make_plan(built.model, built.workload, tcfg, device)
@@ -128,8 +130,7 @@ def plan_memory(built, tcfg: TrainConfig, device, rank: int) -> str:
     plan.apply(built.model)
     if built.on_plan is not None:
         built.on_plan(plan)
-    built.plan = plan.as_dict()
-    return line
+    return plan
 
 
 def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int = 0, plan=None) -> dict:
