@@ -3,7 +3,8 @@ synthesized ones with new ids; replay is off (no corpus). Three ways, in the sam
 a raw loop in one process, a raw ProcessPoolExecutor, and the real `validate` flow
 (flows.validate.run: reads the shards, runs the chunk tasks on its task runner, commits
 verdicts and accepted shards) with --workers 1 and with --workers N; each with records/s
-and its ratio to the raw one-process loop. With --judge K, also the judge layer on K records
+and its ratio to the raw one-process loop. The raw loop and the one-worker flow run
+--repeat times alternately; the medians and their ratio come last. With --judge K, also the judge layer on K records
 with the embedded model: records/s and tokens/s against the same backend generating the
 same judge prompts raw (the peer).
 
@@ -19,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import json
 import shutil
+import statistics
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -55,22 +57,31 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=2000, help="records per chunk task in the flow runs")
     ap.add_argument("--judge", type=int, default=0, help="records for the judge-layer run (0 = skip)")
     ap.add_argument("--judge-max-tokens", type=int, default=48, help="tokens per judge reply")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="pairs of (raw loop, one-worker flow) run alternately; medians and their ratio are printed")
     a = ap.parse_args()
     rows = make_rows(a.n)
-    t = time.perf_counter()
-    passed = _work(rows)
-    one = a.n / (time.perf_counter() - t)
-    parts = [rows[i::a.workers] for i in range(a.workers)]
-    t = time.perf_counter()
-    with ProcessPoolExecutor(a.workers) as ex:
-        passed_pool = sum(ex.map(_work, parts))
-    pool = a.n / (time.perf_counter() - t)
-    print(json.dumps({"n": a.n, "passed": passed, "passed_pool": passed_pool, "records_per_s_one_process": round(one),
-                      "records_per_s_pool": round(pool), "workers": a.workers,
-                      "pool_vs_one_process": round(pool / one, 3)}), flush=True)
     root = committed_root(rows)
-    for workers in sorted({1, a.workers}):
-        print(json.dumps(flow_bench(root, a.n, workers, one, a.chunk)), flush=True)
+    ones, flows = [], []
+    for r in range(a.repeat):  # alternating, so a slower spell of the machine hits both sides
+        t = time.perf_counter()
+        passed = _work(rows)
+        ones.append(a.n / (time.perf_counter() - t))
+        flows.append(flow_bench(root, a.n, 1, ones[-1], a.chunk))
+        print(json.dumps({"repeat": r, "passed": passed, "records_per_s_one_process": round(ones[-1]), **flows[-1]}), flush=True)
+    one, flow_1 = statistics.median(ones), statistics.median(f["records_per_s_flow"] for f in flows)
+    print(json.dumps({"n": a.n, "repeats": a.repeat, "median_records_per_s_one_process": round(one),
+                      "median_records_per_s_flow_1_worker": round(flow_1),
+                      "flow_1_worker_vs_one_process": round(flow_1 / one, 3)}), flush=True)
+    if a.workers > 1:
+        parts = [rows[i::a.workers] for i in range(a.workers)]
+        t = time.perf_counter()
+        with ProcessPoolExecutor(a.workers) as ex:
+            passed_pool = sum(ex.map(_work, parts))
+        pool = a.n / (time.perf_counter() - t)
+        print(json.dumps({"passed_pool": passed_pool, "records_per_s_pool": round(pool), "workers": a.workers,
+                          "pool_vs_one_process": round(pool / one, 3)}), flush=True)
+        print(json.dumps(flow_bench(root, a.n, a.workers, one, a.chunk)), flush=True)
     shutil.rmtree(root, ignore_errors=True)
     if a.judge:
         print(json.dumps(judge_bench(rows[:a.judge], a.judge_max_tokens)))

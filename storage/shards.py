@@ -210,8 +210,13 @@ class ShardWriter:
                 self._seen_set.update(ids.to_pylist())
             return table
         seen = self._known_set()
+        id_list = ids.to_pylist()
+        if seen.isdisjoint(id_list) and len(set(id_list)) == len(id_list):  # the usual case: all new
+            seen.update(id_list)
+            self._seen_arrays.append(ids)
+            return table
         keep, new = [], []
-        for i in ids.to_pylist():
+        for i in id_list:
             fresh = i not in seen
             keep.append(fresh)
             if fresh:

@@ -114,6 +114,13 @@ class Records:
                 self._values = self.table.to_pylist()
         return self._values
 
+    def release(self) -> None:
+        """Drop the Python values when the table can give them again: freed now by their
+        reference counts, they are never walked by a garbage collection (which would visit
+        every dict of the chunk once it survived into an older generation)."""
+        if self.table is not None:
+            self._values = None
+
     def is_object(self, i: int) -> bool:
         return self.table is not None or isinstance(self._values[i], dict)
 

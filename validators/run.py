@@ -38,7 +38,7 @@ from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config
 from storage.schema import SHARED_COLUMNS
 from validators.context import corpus_fingerprint, rule_context
-from validators.records import Records, read_input
+from validators.records import Records, gc_paused, read_input
 from validators.registry import CHECKS, uses_backend
 from validators.runner import Checked, ValidateConfig, Validator
 
@@ -143,7 +143,7 @@ class ValidationRun:
     def finish(self, chunk: Chunk, checked: Checked | None) -> Commit | None:
         """The shared checks over a chunk whose per-record checks are done, in record order
         (after the records this run accepted before a restart join their state)."""
-        with self.phase("shared checks"):
+        with self.phase("shared checks"), gc_paused():
             if chunk.kept is not None:
                 self.validator.remember(chunk.kept)
             if not len(chunk.todo):
@@ -157,7 +157,7 @@ class ValidationRun:
 
     def commit(self, c: Commit) -> tuple[int, int]:
         """The accepted shard first, then the verdict shard; (verdict rows, accepted rows)."""
-        with self.phase("commit"):
+        with self.phase("commit"), gc_paused():
             n_acc = len(c.accepted)
             if n_acc:
                 self.writer.commit(self.accepted_ds, self.cfg.kind, c.accepted, parents=True, trusted=c.trusted)

@@ -118,6 +118,7 @@ def check_records(records: Records, kind: str, layers: list[str], ctx: CheckCont
         for check in checks_for(layers, kind, registry):
             if check.per_record:
                 run_check(check, records, out, ctx, all_layers)
+        records.release()  # before the collector runs again
     return out
 
 

@@ -64,3 +64,14 @@ def test_gc_pause_nests_across_threads_and_restores_the_collector():
         assert not gc.isenabled()  # left as the caller had it
     finally:
         gc.enable()
+
+
+def test_release_drops_values_only_when_the_table_can_give_them_again():
+    recs = Records.of_table(big_table(4))
+    first = recs.values
+    recs.release()
+    again = recs.values
+    assert again == first and again is not first  # converted anew from the table
+    plain = Records.of_values([{"q": 1}])
+    plain.release()
+    assert plain.values == [{"q": 1}]  # nothing else holds them: kept
