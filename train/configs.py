@@ -32,6 +32,8 @@ class TrainConfig:
     keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
     resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})
     bf16: bool = field(default=True, metadata={"help": "bf16 autocast on GPU (ignored on CPU)"})
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads per process (default: the cores "
+                                                              "divided among the model processes running on this machine)"})
     nproc: int = field(default=1, metadata={"help": "data-parallel processes (torchrun; one per GPU, gloo on CPU); "
                                                     "batch_size is per process"})
 

@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from generators.llm.cores import CoreShare
 from train import checkpoint, dist
 from train.configs import TrainConfig  # noqa: F401  (re-exported)
 from train.memory import peak_memory_gb
@@ -87,6 +88,7 @@ class Trainer:
         self.loss_weight = loss_weight  # the stat the step's loss is a mean over (module docstring)
         self.run_dir = Path(run_dir)
         self.rank, self.world = dist_info()
+        self.cores = CoreShare.claim(cfg.threads)  # each rank is one model process of the machine
         torch.manual_seed(cfg.seed)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -144,6 +146,7 @@ class Trainer:
     def train_step(self, examples: Sequence) -> dict:
         """One optimizer step over the next global batch; returns its metrics record."""
         started = time.perf_counter()
+        self.cores.refresh()
         idx = self.next_indices(len(examples))
         mine = idx[self.rank::self.world]
         self.model.train()

@@ -41,7 +41,7 @@ class BackendConfig:
         "help": "transformers only: float32 (CPU), bfloat16 or float16 (GPU)."})
     device: str = field(default="cpu", metadata={"help": "transformers only: torch device, e.g. cpu or cuda."})
     threads: int | None = field(default=None, metadata={
-        "help": "transformers only: torch CPU threads for the process (default: torch's choice)."})
+        "help": "transformers only: torch CPU threads for the process (default: the cores divided among the model processes running on this machine)."})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "transformers only: keep at most this many prompt tokens (the end)."})
     engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata={

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from generators.llm.base import ChatRequest, Completion, Usage
+from generators.llm.cores import CoreShare
 from generators.llm.model_store import resolve_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -94,8 +95,7 @@ class TransformersBackend:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        if threads:
-            torch.set_num_threads(threads)  # process-wide
+        self.cores = CoreShare.claim(threads)  # torch threads, shared with other model processes
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         self.path = resolve_model(model)
@@ -142,6 +142,7 @@ class TransformersBackend:
     def generate(self, requests: Sequence[ChatRequest], progress: bool = False) -> list[list[Completion]]:
         """One list of `request.n` completions per request, in request order."""
         with self._lock:
+            self.cores.refresh()
             return self._generate(requests, progress)
 
     def _generate(self, requests: Sequence[ChatRequest], progress: bool) -> list[list[Completion]]:
