@@ -143,12 +143,13 @@ class ValidationRun:
     def finish(self, chunk: Chunk, checked: Checked | None) -> Commit | None:
         """The shared checks over a chunk whose per-record checks are done, in record order
         (after the records this run accepted before a restart join their state)."""
-        with self.phase("shared checks"), gc_paused():
+        with self.phase("shared checks"):
             if chunk.kept is not None:
                 self.validator.remember(chunk.kept)
             if not len(chunk.todo):
                 return None
-            self.validator.finish(chunk.todo, checked)
+            self.validator.finish(chunk.todo, checked)  # (model layers: the collector stays on)
+        with self.phase("shared checks"), gc_paused():  # thousands of verdict rows, no cycles
             trusted = "schema" in self.layers
             accepted = chunk.todo.accepted(checked.accepted())
             if not trusted and isinstance(accepted, pa.Table):
