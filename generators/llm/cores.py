@@ -24,6 +24,7 @@ import math
 import os
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 ENV_THREADS = "FORGEPLAY_THREADS"
@@ -91,12 +92,15 @@ class CoreShare:
     _lock = threading.Lock()
 
     def __init__(self, threads: int | None, folder: Path):
-        self.fixed, self.folder = threads, folder
-        self.file = folder / f"{os.getpid()}.pid"
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{os.getpid()}.tmp"
-        tmp.write_text(start_time(os.getpid()) or "")
-        os.replace(tmp, self.file)
+        self.fixed, self.folder, self.pid = threads, folder, os.getpid()
+        self.file = folder / f"{self.pid}.pid"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{self.pid}.tmp"
+            tmp.write_text(start_time(self.pid) or "")
+            os.replace(tmp, self.file)
+        except OSError as e:  # a folder we cannot write: count the others, stay unseen
+            warnings.warn(f"cannot register this model process in {folder} ({e}); set {ENV_DIR} to a writable folder")
         atexit.register(self.release)
 
     @classmethod
@@ -118,10 +122,6 @@ class CoreShare:
             mine = cls._mine
         mine.refresh()
         return mine
-
-    @property
-    def pid(self) -> int:
-        return int(self.file.stem)
 
     def threads(self) -> int:
         """The threads this process should use now."""
