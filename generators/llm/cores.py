@@ -5,11 +5,13 @@ test) share the cores instead of oversubscribing them.
 Each such process claims a share: it registers in a folder of the machine's model processes
 (one file per process, named by its pid and holding its start time, so a dead process or a
 reused pid is not counted), and its torch threads are the cores available to it divided by
-the live model processes, at least 1. `refresh()` counts again (a directory listing) and is
-called before each batch or optimizer step, so a process that started alone gives up
-threads when another starts and takes them back when it ends. A fixed count (`threads=`,
-the `--threads` options, or FORGEPLAY_THREADS) turns the sharing off for that process; it is
-still counted by the others.
+the registered processes that are computing, itself included, at least 1. A registered
+process that waits (a test runner between models, the client of a model server) uses under
+a tenth of a core and takes no share. `refresh()` counts again (a directory listing and the
+others' CPU times) and is called before each batch or optimizer step, so a process that
+started alone gives up threads when another starts computing and takes them back when it
+ends or waits. A fixed count (`threads=`, the `--threads` options, or FORGEPLAY_THREADS)
+turns the sharing off for that process; the others still count it.
 
     share = CoreShare.claim()      # once per process; sets torch's threads
     share.refresh()                # before each batch: follow the other model processes
@@ -24,11 +26,14 @@ import math
 import os
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
 ENV_THREADS = "FORGEPLAY_THREADS"
 ENV_DIR = "FORGEPLAY_RUNTIME_DIR"
+IDLE_BELOW = 0.1  # of a core: a model process using less is waiting, not computing
+FIRST_LOOK = 0.2  # seconds a newly seen process is watched before it is judged
 
 
 def available_cores() -> int:
@@ -68,6 +73,15 @@ def start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22 of stat; the name in () may hold spaces
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) the process has used so far; None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def live_processes(folder: Path | None = None) -> list[int]:
     """Pids of the registered model processes still running; stale files are removed."""
     folder = folder or registry_dir()
@@ -93,6 +107,7 @@ class CoreShare:
 
     def __init__(self, threads: int | None, folder: Path):
         self.fixed, self.folder, self.pid = threads, folder, os.getpid()
+        self._cpu: dict[int, tuple[float, float, bool]] = {}  # other pid -> (CPU seconds, when, busy)
         self.file = folder / f"{self.pid}.pid"
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -127,8 +142,32 @@ class CoreShare:
         """The threads this process should use now."""
         if self.fixed:
             return self.fixed
-        others = len([p for p in live_processes(self.folder) if p != self.pid])
-        return max(1, available_cores() // (others + 1))
+        return max(1, available_cores() // (self.busy_others() + 1))
+
+    def busy_others(self) -> int:
+        """The other live model processes that use the CPU: at least IDLE_BELOW of a core
+        between this look and the previous one (a process seen for the first time is
+        watched for FIRST_LOOK seconds), so a registered process that waits (a test runner
+        between models, a client of a model server) takes no share."""
+        pids = [p for p in live_processes(self.folder) if p != self.pid]
+        for gone in set(self._cpu) - set(pids):
+            del self._cpu[gone]
+        new = [p for p in pids if p not in self._cpu]
+        for p in new:
+            self._cpu[p] = (cpu_seconds(p) or 0.0, time.monotonic(), True)
+        if new:
+            time.sleep(FIRST_LOOK)
+        busy = 0
+        for p in pids:
+            used, (used0, t0, was) = cpu_seconds(p), self._cpu[p]
+            if used is None:
+                continue
+            now = time.monotonic()
+            if now - t0 >= FIRST_LOOK:  # else too short a look: keep what was seen
+                was = (used - used0) / (now - t0) >= IDLE_BELOW
+                self._cpu[p] = (used, now, was)
+            busy += was
+        return busy
 
     def refresh(self) -> int:
         """Set torch's threads to `threads()` when they differ; returns the count."""

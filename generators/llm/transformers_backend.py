@@ -199,7 +199,9 @@ class TransformersBackend:
         temps = torch.tensor([s.request.temperature for s in batch], dtype=torch.float32, device=self.device)
         top_ps = torch.tensor([s.request.top_p for s in batch], dtype=torch.float32, device=self.device)
         max_steps = max(s.request.max_tokens for s in batch)
-        for _ in range(max_steps):
+        for step in range(max_steps):
+            if step % 32 == 31:  # long batches follow the other model processes too
+                self.cores.refresh()
             idx = torch.tensor(active, device=self.device)
             tokens, logps = self._sample(logits.float(), [rows[i] for i in active], temps[idx], top_ps[idx])
             still: list[int] = []

@@ -1,5 +1,6 @@
 """Model processes on one machine share its cores: real processes register, each one's torch
-threads follow how many are alive, dead or reused pids are not counted, a fixed count wins."""
+threads follow how many are alive and computing, a waiting one takes no share, dead or
+reused pids are not counted, a fixed count wins."""
 
 import os
 import subprocess
@@ -11,8 +12,10 @@ import pytest
 from generators.llm.cores import CoreShare, available_cores, live_processes, start_time
 
 CHILD = textwrap.dedent("""
-    import sys, torch
+    import sys, threading, torch
     from generators.llm.cores import CoreShare
+    if "compute" in sys.argv:       # uses a core, as a process running a model does
+        threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
     share = CoreShare.claim()
     print(torch.get_num_threads(), flush=True)
     for line in sys.stdin:          # each line asks for a refresh; EOF ends the process
@@ -20,8 +23,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def child(env):
-    p = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+def child(env, *args):
+    p = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          env=env, cwd=os.getcwd())
     return p, int(p.stdout.readline())
 
@@ -42,11 +45,11 @@ def env(tmp_path, monkeypatch):
 
 def test_threads_follow_the_live_model_processes(env, tmp_path):
     cores = available_cores()
-    a, first = child(env)
-    b = None
+    a, first = child(env, "compute")
+    b = c = None
     try:
         assert first == cores  # alone
-        b, b_first = child(env)
+        b, b_first = child(env, "compute")
         assert b_first == max(1, cores // 2)
         assert ask(a) == (max(1, cores // 2),) * 2  # a gives threads up to b
         assert len(live_processes(tmp_path / "reg")) == 2
@@ -54,8 +57,12 @@ def test_threads_follow_the_live_model_processes(env, tmp_path):
         assert b.wait(timeout=60) == 0
         assert ask(a) == (cores, cores)  # and takes them back when b is gone
         assert live_processes(tmp_path / "reg") == [a.pid]
+        c, c_first = child(env)  # registered, but waiting: counted by nobody
+        assert c_first == max(1, cores // 2)  # a computes
+        assert ask(a) == (cores, cores)
+        assert len(live_processes(tmp_path / "reg")) == 2
     finally:
-        for p in (a, b):
+        for p in (a, b, c):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
