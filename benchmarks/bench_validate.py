@@ -4,9 +4,9 @@ a raw loop in one process, a raw ProcessPoolExecutor, and the real `validate` fl
 (flows.validate.run: reads the shards, runs the chunk tasks on its task runner, commits
 verdicts and accepted shards) with --workers 1 and with --workers N; each with records/s
 and its ratio to the raw one-process loop. The raw loop and the one-worker flow run
---repeat times alternately; the medians and their ratio come last. With --judge K, also the judge layer on K records
-with the embedded model: records/s and tokens/s against the same backend generating the
-same judge prompts raw (the peer).
+--repeat times alternately; the medians and their ratio come last. With --judge K, also
+the judge layer on K records with the embedded model: records/s and tokens/s against the
+same backend generating the same judge prompts raw (the peer).
 
     .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2 --judge 8
 """
