@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from generators.llm.cores import available_cores  # noqa: E402
 CHILD = """
 import sys, time
 from generators.llm.base import ChatRequest
@@ -64,7 +66,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per prompt")
     ap.add_argument("--repeat", type=int, default=2, help="rounds; medians are printed")
     a = ap.parse_args()
-    cores = str(len(os.sched_getaffinity(0)))
+    cores = str(available_cores())  # "default threads": every process takes every core
     ways = {"one_alone": (1, None), "two_default_threads": (2, cores), "two_shared": (2, None)}
     walls: dict[str, list[float]] = {k: [] for k in ways}
     tokens: dict[str, int] = {}

@@ -53,33 +53,34 @@ def registry_dir() -> Path:
     return Path(d) if d else Path(tempfile.gettempdir()) / f"forgeplay-{os.getuid()}" / "model-processes"
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the process name (which may hold spaces and
+    parentheses), so field k of proc(5) is index k - 3; None if the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux /proc), None if it is gone;
     "" where /proc is missing (then a live pid is trusted)."""
+    if Path("/proc/self/stat").exists():
+        fields = _stat(pid)
+        return fields[19] if fields else None  # field 22: starttime
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return ""
-    except OSError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of stat; the name in () may hold spaces
+    except PermissionError:
+        pass
+    return ""
 
 
 def cpu_seconds(pid: int) -> float | None:
     """CPU seconds (user + system) the process has used so far; None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None  # fields 14, 15
 
 
 def live_processes(folder: Path | None = None) -> list[int]:
