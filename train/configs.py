@@ -80,8 +80,13 @@ class GRPOConfig(RolloutConfig):
     limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
     tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
     rollout_backend: str = field(default="transformers", metadata={
-        "help": "what samples rollouts: transformers (the policy module itself) or vllm (an in-process "
-                "vLLM engine, the policy's weights loaded into it after every optimizer step; needs vllm)"})
+        "help": "what samples rollouts: transformers (the policy module itself), vllm (an in-process vLLM "
+                "engine, the policy's weights loaded into it after every optimizer step; needs vllm) or "
+                "vllm-server (vLLM's server from .venv-vllm, or --rollout-url; weights published after every "
+                "optimizer step, every rollout in flight at once)"})
+    rollout_url: str = field(default="", metadata={
+        "help": "vllm-server: a running server started with `python -m generators.llm.vllm_server` "
+                "(default: start one on a free port of 127.0.0.1)"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "vllm: share of GPU memory for the engine's weights and KV cache (the trainer uses the rest; "
                 "on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB)"})

@@ -35,6 +35,12 @@ class EvalConfig(RolloutConfig):
     tool_seed: int = field(default=0, metadata={"help": "seed of the simulator"})
     batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
     seed: int = field(default=0, metadata={"help": "sampling seed (when temperature > 0)"})
+    backend: str = field(default="transformers", metadata={
+        "help": "what samples: transformers (in this process, turns in lockstep), vllm-server (vLLM's server "
+                "from .venv-vllm, or the one at --url; every conversation in flight at once) or openai "
+                "(any OpenAI-compatible server at --url)"})
+    url: str = field(default="", metadata={"help": "vllm-server / openai: the server's address (http://host:port)"})
+    served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
 
 
 def held_out_triples(root, dataset: str, held_out: bool = True, limit: int = 0) -> list[dict]:
@@ -98,20 +104,66 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
     outs = []
     from tqdm.auto import tqdm
 
-    for i in tqdm(range(0, len(prompts), cfg.batch_size), desc="eval", unit="batch", disable=not progress):
-        outs += rollout(backend, sim, prompts[i:i + cfg.batch_size], cfg, seed=cfg.seed + i, logprobs=False)
+    step = len(prompts) if getattr(backend, "concurrent", False) else cfg.batch_size  # a server takes them all
+    for i in tqdm(range(0, len(prompts), step), desc="eval", unit="batch", disable=not progress or step >= len(prompts)):
+        outs += rollout(backend, sim, prompts[i:i + step], cfg, seed=cfg.seed + i, logprobs=False,
+                        progress=progress and step >= len(prompts))
     return {**summarize(outs), "by_qtype": by_qtype(triples, outs)}, outs
 
 
+class ServedClient:
+    """An HTTP backend with the model's tokenizer, as rollouts need it: every conversation
+    sends its own requests (`concurrent`); `close` also stops a server started for it."""
+
+    concurrent = True
+
+    def __init__(self, client, tokenizer, path, server=None) -> None:
+        self.client, self.tokenizer, self.path, self.server = client, tokenizer, path, server
+        self.max_concurrency = client.max_concurrency
+
+    def generate(self, requests, progress: bool = False):
+        return self.client.generate(requests, progress=progress)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.server is not None:
+            self.server.close()
+
+
+def eval_backend(cfg: EvalConfig):
+    """The backend `cfg.backend` names, holding `cfg.model` (module docstring of each)."""
+    from generators.llm.model_store import resolve_model
+
+    if cfg.backend == "transformers":
+        from generators.llm.transformers_backend import TransformersBackend
+
+        return TransformersBackend(cfg.model, batch_size=cfg.batch_size)
+    if cfg.backend not in ("vllm-server", "openai"):
+        raise ValueError(f"--backend must be transformers, vllm-server or openai, not {cfg.backend!r}")
+    from transformers import AutoTokenizer
+
+    path = resolve_model(cfg.model)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if cfg.backend == "openai":
+        if not cfg.url:
+            raise ValueError("--backend openai needs --url (the server's address)")
+        from generators.llm.openai_backend import OpenAIBackend
+
+        return ServedClient(OpenAIBackend(cfg.url, cfg.served_model, max_concurrency=64), tokenizer, path)
+    from generators.llm.vllm_server import VLLMServer
+
+    server = VLLMServer(path, url=cfg.url or None).start()
+    return ServedClient(server.backend(), tokenizer, path, server if not cfg.url else None)
+
+
 def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
-    """Load `cfg.model` with the transformers backend and evaluate it; the summary dict."""
-    from generators.llm.transformers_backend import TransformersBackend
+    """Load `cfg.model` with `cfg.backend` and evaluate it; the summary dict."""
     from storage import resolve_root
 
     if not cfg.data:
         raise ValueError("--data is required")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    backend = TransformersBackend(cfg.model, batch_size=cfg.batch_size)
+    backend = eval_backend(cfg)
     try:
         summary, _ = evaluate(backend, resolve_root(data_root), cfg, progress)
     finally:

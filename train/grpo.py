@@ -65,6 +65,7 @@ class GRPOSession:
         self.objective = objective if objective is not None else grpo_objective(cfg, model)
         self.calls = 0
         self.plan = None  # train/memory.py Plan of the first step (set_plan); rollouts are checked against it
+        self.trainer = None  # the Trainer (attach): its step is the policy version rollouts record
         from train.trainer import dist_info
 
         # ranks sample different continuations of their (different) prompts
@@ -80,10 +81,12 @@ class GRPOSession:
     def step(self, model, prompts: list[Prompt]) -> tuple[torch.Tensor, dict]:
         started = time.perf_counter()
         sync = getattr(self.backend, "sync", None)
+        step = self.trainer.step if self.trainer is not None else None
         if sync is not None:  # vLLM (train/weight_sync.py): push the weights if an optimizer step changed them
-            sync(model)
+            sync(model, step)
         else:
             self.backend.lm = model  # rollouts with the current weights
+            self.backend.policy_version = step
         group = [p for p in prompts for _ in range(self.cfg.group_size)]
         was = model.training
         model.eval()
@@ -111,6 +114,9 @@ class GRPOSession:
                       "calls": sum(o.stats["calls"] for o in outs) / n,
                       "tokens": sum(o.stats["policy_tokens"] for o in outs),
                       "rollout_s": time.perf_counter() - started})
+        if step is not None:  # the optimizer step of the weights that sampled, and turns sampled by others
+            stats.update({"policy_version": step, "stale_turns": sum(v != step for o in outs
+                                                                     for v in o.stats["policy_versions"])})
         return loss, stats
 
 
@@ -148,6 +154,9 @@ class GRPOSession:
     def set_plan(self, plan) -> None:
         self.plan = plan
 
+    def attach(self, trainer) -> None:
+        self.trainer = trainer
+
     def check_memory(self, model, outs) -> None:
         """Stop with the plan's one-line error when these rollouts' pass would not fit."""
         if self.plan is None:
@@ -166,7 +175,7 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
     from generators.tools.bank import build_bank
     from generators.tools.simulator import Simulator
     from storage import load_table
-    from train.weight_sync import SyncedVLLM, check_rollout_backend
+    from train.weight_sync import SyncedPolicy, check_rollout_backend
 
     check_rollout_backend(cfg)
     triples = load_table(cfg.data, "triples", root).to_pylist()
@@ -176,8 +185,11 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
         raise ValueError(f"dataset {cfg.data!r} has no triples")
     docs = load_table(cfg.data, "documents", root).to_pylist()
     tools = build_bank(seed=cfg.tool_seed, variants_per_tool=1)
-    if cfg.rollout_backend == "vllm":
-        backend = SyncedVLLM.from_config(model_path, model, cfg)
+    if cfg.rollout_backend in ("vllm", "vllm-server"):
+        from train.trainer import dist_info
+
+        work = cfg.out and f"{cfg.out}/served-rank{dist_info()[0]}"  # the server's log and published weights
+        backend = SyncedPolicy.from_config(model_path, model, cfg, work_dir=work or None)
     else:
         backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
         backend.lm = model

@@ -15,7 +15,10 @@ every tool call parsed and the reply ended with one answer.
 
 `backend` is a generators.llm TransformersBackend (CPU; in GRPO it wraps the policy module
 itself, so updates are visible at once) or any backend with `generate` plus a `tokenizer`
-and `score` (vLLM on GPU, weights synced by the trainer).
+and `score` (a vLLM engine or server, weights synced by the trainer: train/weight_sync.py).
+A backend with `concurrent = True` gets one request per conversation turn, all in flight at
+once; its `policy_version` (the optimizer step of the weights it holds) is recorded per turn
+in `Rollout.stats["policy_versions"]`.
 """
 
 from __future__ import annotations
@@ -63,15 +66,39 @@ def _with_stop(text: str, token_text: str) -> str:
     return text
 
 
-def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed: int = 0,
-            progress: bool = False, logprobs: bool = True) -> list[Rollout]:
-    """One rollout per prompt (repeat a prompt G times for a group), all turns batched.
-    `logprobs=False` skips the teacher-forced scoring pass (`Rollout.logprobs` stays empty)."""
-    convs = [list(p.messages) for p in prompts]
-    calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "turns": 0, "finish": "turn_limit"} for _ in prompts]
-    active = list(range(len(prompts)))
+def _take(backend, simulator, prompt: Prompt, conv: list[dict], st: dict, c) -> bool:
+    """Append completion `c` (and the results of its tool calls) to `conv`; True when the
+    conversation goes on (it called a tool), False when it ended (an answer, or no call)."""
+    text = _with_stop(c.text, backend.tokenizer.decode(c.token_ids, skip_special_tokens=True))
+    st["turns"] += 1
+    st["policy_versions"].append(getattr(backend, "policy_version", None))
+    conv.append({"role": "assistant", "content": text})
+    if "<answer>" in text:
+        st["finish"] = "answer"
+        return False
+    parsed = parse_tool_calls(text)
+    st["bad_calls"] += len(parsed.errors)
+    if not parsed.calls:
+        st["finish"] = "no_call"
+        return False
+    for call in parsed.calls:
+        st["calls"] += 1
+        result = simulator.call(call["name"], call["arguments"], golden_doc_ids=prompt.golden_doc_ids, mode="good")
+        st["tool_errors"] += '"error"' in result[:40]
+        conv.append({"role": "tool", "content": result, "name": call["name"]})
+    return True
+
+
+def _request(conv: list[dict], n: int, cfg: RolloutConfig, seed: int):
     from train.sft import template_messages
 
+    return ChatRequest(messages=template_messages(conv), n=n, temperature=cfg.temperature, top_p=cfg.top_p,
+                       max_tokens=cfg.max_new_tokens, stop=list(STOPS), seed=seed)
+
+
+def _lockstep(backend, simulator, prompts, convs, calls, cfg, seed, progress) -> None:
+    """All conversations advance one turn per batch (one `generate` call per turn)."""
+    active = list(range(len(prompts)))
     for turn in range(cfg.max_turns):
         if not active:
             break
@@ -81,38 +108,48 @@ def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed:
         for i in active:
             same.setdefault(json.dumps(convs[i], sort_keys=True), []).append(i)
         groups = list(same.values())
-        reqs = [ChatRequest(messages=template_messages(convs[g[0]]), n=len(g), temperature=cfg.temperature,
-                            top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, stop=list(STOPS),
-                            seed=seed * 100003 + g[0] * 101 + turn) for g in groups]
-        outs = backend.generate(reqs, progress=progress)
+        outs = backend.generate([_request(convs[g[0]], len(g), cfg, seed * 100003 + g[0] * 101 + turn)
+                                 for g in groups], progress=progress)
         completion = {}
         for g, out in zip(groups, outs):
             if len(out) != len(g):
                 raise RuntimeError(f"the backend returned {len(out)} samples for a request of n={len(g)}")
             completion.update(zip(g, out))
-        still = []
-        for i in active:
-            c = completion[i]
-            text = _with_stop(c.text, backend.tokenizer.decode(c.token_ids, skip_special_tokens=True))
-            st = calls[i]
-            st["turns"] += 1
-            convs[i].append({"role": "assistant", "content": text})
-            if "<answer>" in text:
-                st["finish"] = "answer"
-                continue
-            parsed = parse_tool_calls(text)
-            st["bad_calls"] += len(parsed.errors)
-            if not parsed.calls:
-                st["finish"] = "no_call"
-                continue
-            for call in parsed.calls:
-                st["calls"] += 1
-                result = simulator.call(call["name"], call["arguments"], golden_doc_ids=prompts[i].golden_doc_ids,
-                                        mode="good")
-                st["tool_errors"] += '"error"' in result[:40]
-                convs[i].append({"role": "tool", "content": result, "name": call["name"]})
-            still.append(i)
-        active = still
+        active = [i for i in active if _take(backend, simulator, prompts[i], convs[i], calls[i], completion[i])]
+
+
+def _asynchronous(backend, simulator, prompts, convs, calls, cfg, seed, progress) -> None:
+    """Each conversation in its own thread: a turn that ended goes straight to its tool call
+    and its next turn; none waits for the others (the server batches what is in flight)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(prompts), desc="rollouts", unit="rollout", disable=not progress)
+
+    def one(i: int) -> None:
+        for turn in range(cfg.max_turns):
+            out = backend.generate([_request(convs[i], 1, cfg, seed * 100003 + i * 101 + turn)])[0]
+            if not _take(backend, simulator, prompts[i], convs[i], calls[i], out[0]):
+                break
+        bar.update(1)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), getattr(backend, "max_concurrency", 64)))) as pool:
+        list(pool.map(one, range(len(prompts))))  # re-raises the first failure
+    bar.close()
+
+
+def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed: int = 0,
+            progress: bool = False, logprobs: bool = True) -> list[Rollout]:
+    """One rollout per prompt (repeat a prompt G times for a group). A backend that serves
+    concurrent requests (`backend.concurrent`, e.g. a vLLM server) runs every conversation
+    on its own; any other advances them in lockstep, one batch per turn. `logprobs=False`
+    skips the teacher-forced scoring pass (`Rollout.logprobs` stays empty)."""
+    convs = [list(p.messages) for p in prompts]
+    calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "turns": 0, "finish": "turn_limit",
+              "policy_versions": []} for _ in prompts]
+    drive = _asynchronous if getattr(backend, "concurrent", False) else _lockstep
+    drive(backend, simulator, prompts, convs, calls, cfg, seed, progress)
 
     results = []
     for p, conv, st in zip(prompts, convs, calls):

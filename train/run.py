@@ -105,6 +105,8 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
         with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
             trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight,
                               lengths=built.lengths)
+            if built.on_trainer is not None:
+                built.on_trainer(trainer)
             st.rows_out = len(trainer.fit(built.data, progress=progress))
         if rank == 0:
             png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir)

@@ -45,6 +45,7 @@ class Built:
     lengths: list[int] | None = None  # tokens of each example: token-budget micro-batches (train/trainer.py)
     workload: Any = None  # train.memory.Workload of the largest step: the memory plan (None: no plan)
     on_plan: Callable[[Any], None] | None = None  # gets the train.memory.Plan once it is made
+    on_trainer: Callable[[Any], None] | None = None  # gets the Trainer before the first step
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     session = build_session(root, cfg, path, model)
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
                  {"prompts": len(session.prompts)}, f"model {path}",
-                 workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan)
+                 workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
+                 on_trainer=session.attach)
 
 
 def grpo_loss_weight(cfg: GRPOConfig) -> str | None:

@@ -1,0 +1,168 @@
+"""GRPO with the policy served by vLLM's server (`--rollout-backend vllm-server`): a real
+server from .venv-vllm on 127.0.0.1, real HTTP, the trainer in this process.
+
+The `vllm_server` tests need .venv-vllm (`make vllm-env`); .ci/run builds it and runs them
+with FORGEPLAY_REQUIRE_VLLM=1, which turns their skip into a failure. They share one server
+on the tiny random Llama (tied LM head); the last test kills it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+from generators.llm.base import ChatRequest
+from generators.llm.vllm_server import ServerError, VLLMServer, free_port, vllm_python
+from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
+from train.configs import GRPOConfig
+from train.grpo import build_session
+from train.prefix import plain_token_logprobs
+from train.trainer import Trainer, TrainConfig, read_metrics
+from train.weight_sync import check_rollout_backend
+
+
+def test_missing_vllm_environment_says_what_to_run(tmp_path, monkeypatch):
+    with pytest.raises(ServerError, match="run `make vllm-env`") as e:
+        vllm_python(str(tmp_path / "nope" / "python"))
+    assert "\n" not in str(e.value)
+    monkeypatch.setenv("FORGEPLAY_VLLM_PYTHON", str(tmp_path / "nope" / "python"))
+    with pytest.raises(ServerError, match="make vllm-env"):  # checked before any model is loaded
+        check_rollout_backend(GRPOConfig(rollout_backend="vllm-server"))
+    check_rollout_backend(GRPOConfig(rollout_backend="vllm-server", rollout_url="http://127.0.0.1:8000"))
+
+
+def test_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        server = VLLMServer(tmp_path, port=port)
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use") as e:
+            server.start()
+    assert "\n" not in str(e.value) and server.proc is None
+
+
+# ---- a real server ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from generators.corpus.build import WorldConfig, write
+
+    root = tmp_path_factory.mktemp("data")
+    write(WorldConfig(seed=3, entities=120), root, "w")
+    return root
+
+
+def _session(root, path, backend: str, out: str = ""):
+    """A GRPO session on the tiny model with a one-line system prompt (the real one lists
+    the tools, ~3.6k tokens, which only makes every pass slower here)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    cfg = GRPOConfig(data="w", group_size=2, limit=2, max_turns=2, max_new_tokens=12, rollout_backend=backend,
+                     vllm_max_model_len=1024, out=out)
+    s = build_session(root, cfg, path, model)
+    system = {"role": "system", "content": "Answer inside <answer></answer>."}
+    s.prompts = [replace(p, messages=[system, p.messages[-1]]) for p in s.prompts]
+    return s, model
+
+
+@pytest.fixture(scope="module")
+def served(world, tiny_llama_dir, tmp_path_factory):
+    s, model = _session(world, tiny_llama_dir, "vllm-server", str(tmp_path_factory.mktemp("run")))
+    yield s, model
+    s.backend.close()
+
+
+def _trainer_logprobs(model, ids: list[int], pad: int) -> torch.Tensor:
+    with torch.no_grad():
+        return plain_token_logprobs(model, [ids], pad)[0, 1:].cpu()
+
+
+@pytest.mark.vllm_server
+def test_reloaded_server_computes_the_trainers_logprobs(served):
+    """After a publish the server's log-probabilities of a fixed text equal the trainer's
+    teacher-forced ones, also after optimizer steps that move the tied embedding / LM head;
+    and they are no longer what the server computed before."""
+    s, model = served
+    be, server = s.backend, s.backend.engine.server
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the tied head
+    ids = be.tokenizer(" ".join(f"fact {i}: the sky is blue." for i in range(40)))["input_ids"]
+    assert be.sync(model, 0) is True and be.sync(model, 0) is False  # published once, not again unchanged
+    before = torch.tensor(server.prompt_logprobs(ids)[1:])
+    assert before == pytest.approx(_trainer_logprobs(model, ids, be.pad_id), abs=1e-3)
+    be.generate([ChatRequest(messages=[{"role": "user", "content": "fact 0"}], temperature=0.0, max_tokens=4)])
+
+    embed = model.model.embed_tokens.weight.detach().clone()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        loss = -plain_token_logprobs(model, [ids], be.pad_id)[0, 1:].mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert float((model.model.embed_tokens.weight.detach() - embed).abs().max()) > 1e-3
+    assert be.sync(model, 3) is True and be.policy_version == 3
+    after = torch.tensor(server.prompt_logprobs(ids)[1:])
+    assert after == pytest.approx(_trainer_logprobs(model, ids, be.pad_id), abs=1e-3)
+    assert float((after - before).abs().max()) > 0.05
+    assert len(list(server.work.glob("weights-*.safetensors"))) == 1  # the older file is gone
+    assert not list(server.work.glob("*.tmp"))
+
+
+@pytest.mark.vllm_server
+def test_grpo_with_served_policy_and_with_transformers(served, world, tiny_llama_dir, tmp_path):
+    """Same seed, tiny model: both complete the same steps with sane metrics; the served
+    rollouts record the optimizer step of the weights that sampled each turn."""
+    runs = {}
+    for name in ("vllm-server", "transformers"):
+        s, model = served if name == "vllm-server" else _session(world, tiny_llama_dir, name)
+        trainer = Trainer(model, TrainConfig(max_steps=2, batch_size=2, lr=1e-3, checkpoint_every=0, seed=0),
+                          tmp_path / name, s.step)
+        s.attach(trainer)
+        trainer.fit(s.prompts, progress=False)
+        runs[name] = read_metrics(tmp_path / name)
+    for recs in runs.values():
+        assert [r["step"] for r in recs] == [1, 2]
+        assert all(math.isfinite(r["loss"]) and r["tokens"] > 0 and 0.0 <= r["reward"] <= 1.1 for r in recs)
+        # step k samples with the weights of step k - 1, and no turn of a rollout with older ones
+        assert [r["policy_version"] for r in recs] == [0, 1] and all(r["stale_turns"] == 0 for r in recs)
+    assert served[0].backend.syncs >= 2
+
+
+@pytest.mark.vllm_server
+def test_server_dying_mid_batch_fails_with_its_log(served):
+    """Killed while rollouts are in flight: the stage stops with an error naming the server
+    and its log, and nothing is returned half done."""
+    from train.rollout import rollout
+
+    s, model = served
+    server = s.backend.engine.server
+    long = replace(s.cfg, max_new_tokens=400, max_turns=1)
+    result: dict = {}
+
+    def run():
+        try:
+            result["outs"] = rollout(s.backend, s.simulator, s.prompts * 8, long, seed=1, logprobs=False)
+        except Exception as e:  # noqa: BLE001 (the test inspects it)
+            result["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    t.join(timeout=300)
+    assert "outs" not in result
+    err = result["error"]
+    assert isinstance(err, ServerError) and server.url in str(err) and str(server.log) in str(err)
+    assert free_port()  # the machine is still usable
