@@ -1,6 +1,7 @@
-"""Multi-turn tool rollouts: today's lockstep transformers path against the policy served by
-vLLM's server (every conversation in flight at once, prefix caching), on the same world
-triples, prompts and limits, greedy; and how long publishing the policy's weights takes.
+"""Multi-turn tool rollouts: the lockstep transformers path that re-encodes every turn, the
+same with the cross-turn KV cache, and the policy served by vLLM's server (every
+conversation in flight at once, prefix caching), on the same world triples, prompts and
+limits, greedy; and how long publishing the policy's weights takes.
 
 Runs in the main environment and starts the server from .venv-vllm (`make vllm-env`):
 
@@ -12,7 +13,8 @@ experiment leaves in W/run/final): the base model answers at once and gives one-
 rollouts. The world is built here (`--entities`, seed 5, as the SFT experiment's); the
 questions are its first `--n` triples. The server is started and warmed up before its clock
 starts; its start time is reported apart. Prints rollouts/s, policy tokens/s, turns per
-rollout and the ratio served / lockstep, then the median of `--publishes` weight publishes.
+rollout, each path's ratio to the plain lockstep one and how many of its conversations are
+identical to that path's, then the median of `--publishes` weight publishes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=160, help="tokens per turn at most")
     p.add_argument("--batch-size", type=int, default=16, help="lockstep path: rollouts generated together")
     p.add_argument("--publishes", type=int, default=3, help="weight publishes to time")
+    p.add_argument("--turn-cache-mb", type=int, default=2048, help="the turn cache's budget on its path")
     args = p.parse_args(argv)
 
     import torch
@@ -69,11 +72,14 @@ def main(argv=None) -> int:
     cfg = EvalConfig(data="w", model=str(model), limit=args.n, held_out=False, tool_style="compact",
                      max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
 
-    lock = TransformersBackend(model, batch_size=args.batch_size)
-    try:
-        lockstep = measure(lock, root, cfg)
-    finally:
-        lock.close()
+    paths = {}
+    for name, mb in (("transformers, lockstep", 0), ("transformers, lockstep + turn cache", args.turn_cache_mb)):
+        lock = TransformersBackend(model, batch_size=args.batch_size, turn_cache_mb=mb)
+        try:
+            paths[name] = measure(lock, root, cfg)
+        finally:
+            lock.close()
+    lockstep = paths["transformers, lockstep"]
 
     t0 = time.perf_counter()
     served_be = eval_backend(EvalConfig(**{**cfg.__dict__, "backend": "vllm-server"}))
@@ -86,19 +92,22 @@ def main(argv=None) -> int:
     finally:
         served_be.close()
 
-    same = sum(a == b for a, b in zip(lockstep["texts"], served["texts"]))
+    paths["vLLM server, per conversation"] = served
+    same = {k: sum(a == b for a, b in zip(lockstep["texts"], r["texts"])) for k, r in paths.items()}
     table = Table(title=f"{args.n} greedy tool rollouts, {args.max_turns} turns x {args.max_new_tokens} tokens at most "
                         f"({model.name})")
     for col in ("path", "seconds", "rollouts/s", "policy tok/s", "turns/rollout", "EM"):
         table.add_column(col, justify="right" if col != "path" else "left")
-    for name, r in (("transformers, lockstep", lockstep), ("vLLM server, per conversation", served)):
+    table.add_column("vs lockstep", justify="right")
+    table.add_column("same convs", justify="right")
+    for name, r in paths.items():
         table.add_row(name, f"{r['seconds']:.1f}", f"{r['rollouts_s']:.3f}", f"{r['tokens_s']:.1f}",
-                      f"{r['turns']:.2f}", f"{r['em']:.3f}")
+                      f"{r['turns']:.2f}", f"{r['em']:.3f}", f"{r['rollouts_s'] / lockstep['rollouts_s']:.2f}x",
+                      f"{same[name]}/{args.n}")
     console = Console()
     console.print(table)
-    console.print(f"served / lockstep: {served['rollouts_s'] / lockstep['rollouts_s']:.2f}x rollouts/s, "
-                  f"{served['tokens_s'] / lockstep['tokens_s']:.2f}x policy tokens/s; "
-                  f"{same}/{args.n} conversations identical; server start {start:.1f} s (not timed above)")
+    console.print(f"server start {start:.1f} s (not timed above); 'same convs': conversations identical to "
+                  f"the lockstep path's")
     console.print(f"weight publish ({sum(p.numel() for p in policy.parameters()) / 1e6:.0f}M parameters): median "
                   f"{statistics.median(publish):.2f} s of {len(publish)} ({', '.join(f'{x:.2f}' for x in publish)})")
     return 0

@@ -137,7 +137,7 @@ def eval_backend(cfg: EvalConfig):
     if cfg.backend == "transformers":
         from generators.llm.transformers_backend import TransformersBackend
 
-        return TransformersBackend(cfg.model, batch_size=cfg.batch_size)
+        return TransformersBackend(cfg.model, batch_size=cfg.batch_size, turn_cache_mb=cfg.turn_cache_mb)
     if cfg.backend not in ("vllm-server", "openai"):
         raise ValueError(f"--backend must be transformers, vllm-server or openai, not {cfg.backend!r}")
     from transformers import AutoTokenizer

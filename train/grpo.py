@@ -140,6 +140,8 @@ class GRPOSession:
         frozen = [(ModelShape.of(t.reference), tokens) for t in self.objective.terms if isinstance(t, KLToReference)]
         frozen += [(ModelShape.of(t.teacher), tokens) for t in teacher]
         gen = min(rows, getattr(self.backend, "batch_size", rows)) * max(lengths)
+        if getattr(self.backend, "turn_cache", None) is not None:  # finished rows' KV kept for their next turn
+            gen *= 2
         return Workload(tokens, policy, f"{rows} rollouts of up to {max(lengths)} tokens a micro-batch", SETTINGS,
                         passes=1 + len(teacher), full_logits=policy if teacher else 0, frozen=frozen,
                         generation_tokens=gen, checkpointing_blocked=self.cfg.prefix_grouping and
@@ -191,7 +193,7 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
         work = cfg.out and f"{cfg.out}/served-rank{dist_info()[0]}"  # the server's log and published weights
         backend = SyncedPolicy.from_config(model_path, model, cfg, work_dir=work or None)
     else:
-        backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size))
-        backend.lm = model
+        backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size), turn_cache_mb=cfg.turn_cache_mb)
+        backend.lm = model  # the cache empties itself whenever an optimizer step changed the weights
     return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools),
                        make_prompts(triples, tools, cfg.tool_style), model, objective)

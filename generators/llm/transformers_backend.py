@@ -44,6 +44,7 @@ import torch
 from generators.llm.base import ChatRequest, Completion, Usage
 from generators.llm.cores import CoreShare
 from generators.llm.model_store import resolve_model
+from generators.llm.turn_cache import TurnCache, continue_batch, row_kv
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -81,7 +82,9 @@ class TransformersBackend:
     dtype: float32 on CPU; max_prompt_tokens: keep only the last N prompt tokens;
     ignore_eos: always generate max_tokens tokens (for benchmarks); threads: torch CPU
     threads for the whole process (default: torch's choice; 1 helps on a busy shared
-    machine, where 2 threads stall on each other). `generate` may be
+    machine, where 2 threads stall on each other); turn_cache_mb: keep finished samples'
+    KV (up to this many MB) so a conversation's next turn encodes only what is new
+    (generators/llm/turn_cache.py; 0 = off). `generate` may be
     called from several threads; calls run one at a time.
     """
 
@@ -89,7 +92,7 @@ class TransformersBackend:
 
     def __init__(self, model: str | Path | None = None, batch_size: int = 16, dtype: str = "float32",
                  device: str = "cpu", max_prompt_tokens: int | None = None, ignore_eos: bool = False,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, turn_cache_mb: int = 0) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -116,6 +119,8 @@ class TransformersBackend:
         self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
         self.context_len = getattr(self.lm.config, "max_position_embeddings", None)
         self._lock = threading.Lock()
+        # multi-turn conversations continue from their last turn's KV (0: off; turn_cache.py)
+        self.turn_cache = TurnCache(turn_cache_mb << 20) if turn_cache_mb > 0 else None
 
     # ---- prompts -------------------------------------------------------------------
 
@@ -143,6 +148,8 @@ class TransformersBackend:
         """One list of `request.n` completions per request, in request order."""
         with self._lock:
             self.cores.refresh()
+            if self.turn_cache is not None:
+                self.turn_cache.check_weights(self.lm)
             return self._generate(requests, progress)
 
     def _generate(self, requests: Sequence[ChatRequest], progress: bool) -> list[list[Completion]]:
@@ -185,10 +192,7 @@ class TransformersBackend:
         for s in batch:
             uniq.setdefault(tuple(s.prompt), len(uniq))
         expand = torch.tensor([uniq[tuple(s.prompt)] for s in batch], device=self.device)
-        ids, mask = self._left_pad(list(uniq))
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.lm(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        cache, logits, mask, pos = self._prefill([list(u) for u in uniq])
         if len(uniq) != len(batch):
             cache.batch_select_indices(expand)
             logits, mask, pos = logits[expand], mask[expand], pos[expand]
@@ -220,6 +224,7 @@ class TransformersBackend:
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             # drop finished rows once they are a quarter of the batch
             if len(still) < len(active) and (len(active) - len(still)) * 4 >= len(active):
+                self._keep_turns(cache, mask, rows, [(k, i) for k, i in enumerate(active) if k not in still])
                 keep = torch.tensor(still, device=self.device)
                 cache.batch_select_indices(keep)
                 step_ids, mask, next_pos = step_ids[keep], mask[keep], next_pos[keep]
@@ -228,7 +233,37 @@ class TransformersBackend:
                           past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1, :]
             next_pos = next_pos + 1
+        self._keep_turns(cache, mask, rows, list(enumerate(active)))
         return [self._completion(r) for r in rows]
+
+    def _prefill(self, prompts: list[list[int]]):
+        """(KV cache, last logits, attention mask, position ids) of the prompts, continuing from
+        the cross-turn cache's entries where it has them (generators/llm/turn_cache.py)."""
+        reused = [self.turn_cache.lookup(p) for p in prompts] if self.turn_cache is not None else []
+        if not any(r for r, _ in reused):
+            ids, mask = self._left_pad(prompts)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self.lm(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+            if self.turn_cache is not None:
+                self.turn_cache.encoded += sum(len(p) for p in prompts)
+            return out.past_key_values, out.logits[:, -1, :], mask, pos
+        from transformers import DynamicCache
+
+        past, mask, ids, pos = continue_batch(prompts, reused, self.pad_id, self.device)
+        self.turn_cache.reused += sum(r for r, _ in reused)
+        self.turn_cache.encoded += sum(len(p) - r for p, (r, _) in zip(prompts, reused))
+        out = self.lm(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                      past_key_values=DynamicCache(ddp_cache_data=past, config=self.lm.config))
+        return out.past_key_values, out.logits[:, -1, :], mask, pos
+
+    def _keep_turns(self, cache, mask: torch.Tensor, rows: list[_Row], at: list[tuple[int, int]]) -> None:
+        """Keep the KV of finished rows (`at`: (batch position, row index)) for their next turn."""
+        if self.turn_cache is None:
+            return
+        for b, i in at:
+            row = rows[i]
+            seen = row.sample.prompt + row.tokens[:-1]  # the last sampled token was never read
+            self.turn_cache.put(seen, row_kv(cache, b, mask[b], len(seen)))
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row], temps: torch.Tensor,
                 top_ps: torch.Tensor) -> tuple[list[int], list[float]]:

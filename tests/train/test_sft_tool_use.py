@@ -53,7 +53,7 @@ def test_sft_raises_well_formed_calls_and_exact_match_on_held_out_triples(embedd
     assert len(held) == HELD_OUT and not held & trained_on
 
     def measure(model_dir):
-        be = TransformersBackend(model_dir, batch_size=16)
+        be = TransformersBackend(model_dir, batch_size=16, turn_cache_mb=ecfg.turn_cache_mb)  # turns continue
         try:
             return evaluate(be, root, ecfg)[0]
         finally:
