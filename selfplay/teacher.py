@@ -1,0 +1,47 @@
+"""The teacher: an exponential moving average (EMA) of the student's weights.
+
+The teacher starts as a frozen copy of the student (eval mode, no gradients) and after each
+student step moves towards it: p_t <- (1 - tau) * p_t + tau * p_s for every parameter and
+every floating-point buffer (integer buffers such as counters are left as they are).
+Parameters are matched by name; a weight shared by two modules (an LM head tied to the
+embedding) is one parameter, updated once, and stays shared in the teacher.
+
+    teacher = EMATeacher(student, tau=0.05)
+    ... optimizer.step() on the student ...
+    teacher.update(student)
+    logits = teacher(input_ids)            # the frozen module's forward
+"""
+
+from __future__ import annotations
+
+import torch
+
+from train.objective import frozen_copy
+
+
+class EMATeacher:
+    """A frozen copy of a student updated by EMA; `module` is the copy, `updates` counts updates."""
+
+    def __init__(self, student: torch.nn.Module, tau: float = 0.05) -> None:
+        if not 0.0 <= tau <= 1.0:
+            raise ValueError(f"tau must be in [0, 1], got {tau}")
+        self.tau = tau
+        self.module = frozen_copy(student)
+        self.updates = 0
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def _pairs(self, student: torch.nn.Module):
+        mine = dict(self.module.named_parameters()) | dict(self.module.named_buffers())
+        theirs = dict(student.named_parameters()) | dict(student.named_buffers())
+        if mine.keys() != theirs.keys():
+            raise ValueError(f"student and teacher differ in their tensors: {sorted(mine.keys() ^ theirs.keys())[:5]}")
+        return [(mine[n], theirs[n]) for n in mine if mine[n].is_floating_point()]
+
+    @torch.no_grad()
+    def update(self, student: torch.nn.Module) -> None:
+        """p_t <- (1 - tau) * p_t + tau * p_s for every floating parameter and buffer."""
+        for t, s in self._pairs(student):
+            t.lerp_(s.detach().to(device=t.device, dtype=t.dtype), self.tau)
+        self.updates += 1
