@@ -55,11 +55,13 @@ def registry_dir() -> Path:
 
 def _stat(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the process name (which may hold spaces and
-    parentheses), so field k of proc(5) is index k - 3; None if the process is gone."""
+    parentheses), so field k of proc(5) is index k - 3; None if the process is gone or has
+    exited and waits to be reaped (a zombie)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
+    return None if fields[0] in ("Z", "X") else fields
 
 
 def start_time(pid: int) -> str | None:
@@ -98,6 +100,40 @@ def live_processes(folder: Path | None = None) -> list[int]:
         else:
             f.unlink(missing_ok=True)
     return sorted(pids)
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (from /proc/<pid>/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def register(pids: list[int], folder: Path | None = None) -> list[Path]:
+    """Count other processes that run a model (a vLLM server's engine, started by this one)
+    as model processes; their files go stale, and are removed, when they exit."""
+    folder = folder or registry_dir()
+    files = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for pid in pids:
+            started = start_time(pid)
+            if started is None:
+                continue
+            tmp, f = folder / f".{pid}.tmp", folder / f"{pid}.pid"
+            tmp.write_text(started)
+            os.replace(tmp, f)
+            files.append(f)
+    except OSError as e:
+        warnings.warn(f"cannot register model processes in {folder} ({e}); set {ENV_DIR} to a writable folder")
+    return files
 
 
 class CoreShare:

@@ -11,6 +11,9 @@ resets the prefix cache (its entries were computed with the old weights) and ret
 seconds it took; the same calls work on GPU. `backend()` is an OpenAIBackend on the server:
 every request of a batch goes out at once and the engine batches them.
 
+The server's processes are registered as model processes (generators/llm/cores.py), so a
+trainer or another model process beside it gives up torch threads while the engine decodes.
+
 Failures are one line that says what to do: no `.venv-vllm` ("run make vllm-env"), a port
 already in use, a server that exits while starting or dies later (its exit code and log).
 
@@ -40,6 +43,7 @@ import urllib.request
 from pathlib import Path
 
 from generators.llm.base import BackendError
+from generators.llm.cores import descendants, register
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "policy"
@@ -112,6 +116,7 @@ class VLLMServer:
         self.proc: subprocess.Popen | None = None
         self.published: Path | None = None
         self.publishes = 0
+        self.registered: list[Path] = []  # its processes' files in the model-process registry
 
     # ---- process ---------------------------------------------------------------------------
     def start(self) -> "VLLMServer":
@@ -134,6 +139,8 @@ class VLLMServer:
         except BaseException:
             self.close()
             raise
+        # its engine processes count as model processes: a trainer beside it takes fewer threads while it decodes
+        self.registered = register(descendants(self.proc.pid))
         return self
 
     def _wait(self, deadline: float) -> None:
@@ -162,6 +169,9 @@ class VLLMServer:
                               f"{self.log} (last lines: {self.log_tail()})")
 
     def close(self) -> None:
+        for f in self.registered:
+            f.unlink(missing_ok=True)
+        self.registered = []
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             try:

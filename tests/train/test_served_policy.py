@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from generators.llm.base import ChatRequest
-from generators.llm.vllm_server import ServerError, VLLMServer, free_port, vllm_python
+from generators.llm.vllm_server import ServerError, VLLMServer, vllm_python
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
 from train.configs import GRPOConfig
 from train.grpo import build_session
@@ -118,6 +118,11 @@ def test_reloaded_server_computes_the_trainers_logprobs(served):
     assert float((after - before).abs().max()) > 0.05
     assert len(list(server.work.glob("weights-*.safetensors"))) == 1  # the older file is gone
     assert not list(server.work.glob("*.tmp"))
+    # the server's engine processes count as model processes while they run
+    from generators.llm.cores import descendants, live_processes
+
+    tree = set(descendants(server.proc.pid))
+    assert len(tree) >= 2 and tree <= set(live_processes())
 
 
 @pytest.mark.vllm_server
@@ -148,6 +153,7 @@ def test_server_dying_mid_batch_fails_with_its_log(served):
 
     s, model = served
     server = s.backend.engine.server
+    assert server.registered
     long = replace(s.cfg, max_new_tokens=400, max_turns=1)
     result: dict = {}
 
@@ -165,4 +171,11 @@ def test_server_dying_mid_batch_fails_with_its_log(served):
     assert "outs" not in result
     err = result["error"]
     assert isinstance(err, ServerError) and server.url in str(err) and str(server.log) in str(err)
-    assert free_port()  # the machine is still usable
+    from generators.llm.cores import live_processes
+
+    gone = {int(f.stem) for f in server.registered}
+    for _ in range(100):  # SIGKILLed processes exit within moments
+        if not gone & set(live_processes()):
+            break
+        time.sleep(0.1)
+    assert not gone & set(live_processes())  # dead: no longer counted
