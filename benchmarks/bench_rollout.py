@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         measure(served_be, root, EvalConfig(**{**cfg.__dict__, "limit": 2}))  # warm-up
         served = measure(served_be, root, cfg)
         policy = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
-        publish = [served_be.server.publish(policy.named_parameters()) for _ in range(args.publishes)]
+        publish = [served_be.client.load_weights(policy.named_parameters()) for _ in range(args.publishes)]
     finally:
         served_be.close()
 

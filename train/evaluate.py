@@ -113,12 +113,12 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
 
 class ServedClient:
     """An HTTP backend with the model's tokenizer, as rollouts need it: every conversation
-    sends its own requests (`concurrent`); `close` also stops a server started for it."""
+    sends its own requests (`concurrent`); `close` closes the client (and a server it started)."""
 
     concurrent = True
 
-    def __init__(self, client, tokenizer, path, server=None) -> None:
-        self.client, self.tokenizer, self.path, self.server = client, tokenizer, path, server
+    def __init__(self, client, tokenizer, path) -> None:
+        self.client, self.tokenizer, self.path = client, tokenizer, path
         self.max_concurrency = client.max_concurrency
 
     def generate(self, requests, progress: bool = False):
@@ -126,8 +126,6 @@ class ServedClient:
 
     def close(self) -> None:
         self.client.close()
-        if self.server is not None:
-            self.server.close()
 
 
 def eval_backend(cfg: EvalConfig):
@@ -151,9 +149,10 @@ def eval_backend(cfg: EvalConfig):
 
         return ServedClient(OpenAIBackend(cfg.url, cfg.served_model, max_concurrency=64), tokenizer, path)
     from generators.llm.vllm_server import VLLMServer
+    from train.weight_sync import ServedEngine
 
-    server = VLLMServer(path, url=cfg.url or None).start()
-    return ServedClient(server.backend(), tokenizer, path, server if not cfg.url else None)
+    # a server that dies stops the evaluation with its exit code and log (ServedEngine)
+    return ServedClient(ServedEngine(VLLMServer(path, url=cfg.url or None)), tokenizer, path)
 
 
 def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
