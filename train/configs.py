@@ -62,7 +62,7 @@ class RolloutConfig:
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of rollouts"})
     format_weight: float = field(default=0.1, metadata={"help": "reward bonus for well-formed calls and answer"})
     tool_style: str = field(default="full", metadata={"help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures); match the SFT data"})
-    turn_cache_mb: int = field(default=1024, metadata={
+    turn_cache_mb: int = field(default=2048, metadata={
         "help": "transformers rollouts: MB of KV kept so a conversation's next turn encodes only the tool "
                 "result (0 = re-encode the whole conversation every turn)"})
 
