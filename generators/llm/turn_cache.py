@@ -23,6 +23,16 @@ import numpy as np
 import torch
 
 
+def weights_version(model: torch.nn.Module) -> int:
+    """Sum of the parameters' in-place modification counters: it grows whenever an optimizer
+    step or `load_state_dict` writes any parameter, and stays put otherwise."""
+    return sum(p._version for p in model.parameters())
+
+
+def _nbytes(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+
+
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
@@ -42,7 +52,7 @@ class TurnCache:
 
     def check_weights(self, model: torch.nn.Module) -> None:
         """Drop every entry when `model`'s weights changed since the last call."""
-        version = (id(model), sum(p._version for p in model.parameters()))
+        version = (id(model), weights_version(model))
         if version != self.weights:
             self.clear()
             self.weights = version
@@ -71,14 +81,14 @@ class TurnCache:
         key = tuple(tokens)
         if key in self.entries or not tokens:
             return
-        size = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        size = _nbytes(kv)
         if size > self.max_bytes:
             return
         self.entries[key] = (np.asarray(tokens), kv)
         self.bytes += size
         while self.bytes > self.max_bytes:
             _, (_, old) = self.entries.popitem(last=False)
-            self.bytes -= sum(k.numel() * k.element_size() * 2 for k, _ in old)
+            self.bytes -= _nbytes(old)
 
 
 def continue_batch(prompts: list[list[int]], reused: list[tuple[int, list | None]], pad_id: int, device):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from generators.llm.base import ChatRequest
 from generators.llm.openai_backend import OpenAIBackend
+from generators.llm.vllm_server import free_port
 
 pytestmark = pytest.mark.vllm
 
@@ -94,14 +94,8 @@ class TestInProcessEngine:
         assert backend.usage.requests == before + 2 and backend.usage.completion_tokens > 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_openai_backend_against_vllm_server(model_dir, tmp_path):
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "vllm-server.log"
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),

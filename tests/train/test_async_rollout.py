@@ -12,7 +12,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from transformers import AutoTokenizer
 
-from generators.corpus.build import WorldConfig, write
 from generators.llm.openai_backend import OpenAIBackend
 from generators.tools.bank import build_bank
 from generators.tools.simulator import Simulator
@@ -73,9 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, tiny_llama_dir):
-    root = tmp_path_factory.mktemp("data")
-    write(WorldConfig(seed=3, entities=120), root, "w")
+def setup(world_root, tiny_llama_dir):
+    root = world_root
     triples = load_table("w", "triples", root).to_pylist()[:4]
     tools = build_bank(seed=0, variants_per_tool=1)
     sim = Simulator(load_table("w", "documents", root).to_pylist(), seed=0, tools=tools)

@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from generators.corpus.build import WorldConfig, write
 from generators.llm.base import Completion
 from generators.llm.transformers_backend import TransformersBackend
 from generators.tools.bank import build_bank
@@ -21,9 +20,8 @@ from train.trainer import Trainer, TrainConfig
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write(WorldConfig(seed=3, entities=120), root, "w")
+def world(world_root):
+    root = world_root
     return root, load_table("w", "triples", root).to_pylist(), load_table("w", "documents", root).to_pylist()
 
 

@@ -54,15 +54,6 @@ def test_port_in_use_is_one_line(tmp_path):
 # ---- a real server ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from generators.corpus.build import WorldConfig, write
-
-    root = tmp_path_factory.mktemp("data")
-    write(WorldConfig(seed=3, entities=120), root, "w")
-    return root
-
-
 def _session(root, path, backend: str, out: str = ""):
     """A GRPO session on the tiny model with a one-line system prompt (the real one lists
     the tools, ~3.6k tokens, which only makes every pass slower here)."""
@@ -79,8 +70,8 @@ def _session(root, path, backend: str, out: str = ""):
 
 
 @pytest.fixture(scope="module")
-def served(world, tiny_llama_dir, tmp_path_factory):
-    s, model = _session(world, tiny_llama_dir, "vllm-server", str(tmp_path_factory.mktemp("run")))
+def served(world_root, tiny_llama_dir, tmp_path_factory):
+    s, model = _session(world_root, tiny_llama_dir, "vllm-server", str(tmp_path_factory.mktemp("run")))
     yield s, model
     s.backend.close()
 
@@ -126,12 +117,12 @@ def test_reloaded_server_computes_the_trainers_logprobs(served):
 
 
 @pytest.mark.vllm_server
-def test_grpo_with_served_policy_and_with_transformers(served, world, tiny_llama_dir, tmp_path):
+def test_grpo_with_served_policy_and_with_transformers(served, world_root, tiny_llama_dir, tmp_path):
     """Same seed, tiny model: both complete the same steps with sane metrics; the served
     rollouts record the optimizer step of the weights that sampled each turn."""
     runs = {}
     for name in ("vllm-server", "transformers"):
-        s, model = served if name == "vllm-server" else _session(world, tiny_llama_dir, name)
+        s, model = served if name == "vllm-server" else _session(world_root, tiny_llama_dir, name)
         trainer = Trainer(model, TrainConfig(max_steps=2, batch_size=2, lr=1e-3, checkpoint_every=0, seed=0),
                           tmp_path / name, s.step)
         s.attach(trainer)

@@ -58,7 +58,7 @@ def test_weights_version_changes_with_optimizer_steps_only(tiny_llama_dir):
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory, tiny_llama_dir):
+def session(world_root, tiny_llama_dir):
     """A GRPO session with vLLM rollouts on the tiny random Llama. Its prompts keep the
     questions but get a one-line system prompt: the real one lists the tools (~3.6k tokens),
     which only makes every forward pass slower here."""
@@ -66,10 +66,7 @@ def session(tmp_path_factory, tiny_llama_dir):
 
     from transformers import AutoModelForCausalLM
 
-    from generators.corpus.build import WorldConfig, write
-
-    root = tmp_path_factory.mktemp("data")
-    write(WorldConfig(seed=3, entities=120), root, "w")
+    root = world_root
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     cfg = GRPOConfig(data="w", group_size=2, limit=2, max_turns=2, max_new_tokens=12, rollout_backend="vllm")
     s = build_session(root, cfg, tiny_llama_dir, model)
