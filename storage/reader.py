@@ -7,6 +7,7 @@ unified by column name (columns a shard lacks read as null).
     from storage import load_table, load_hf, data_files
     table = load_table("demo", "trajectories")            # pyarrow.Table
     for t in iter_tables("demo", "trajectories", rows=2000): ...   # the same rows, chunk by chunk
+    for t in prefetched(iter_tables(...)): ...            # the next chunk read while this one is used
     ds = load_hf("demo", "trajectories")                  # datasets.Dataset
     bad = rejected_ids("demo", "trajectories")            # ids that failed validation
 """
@@ -14,12 +15,15 @@ unified by column name (columns a shard lacks read as null).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage import manifest
+
+T = TypeVar("T")
 
 
 def entries(root, dataset: str, kind: str | None = None, run_id: str | None = None) -> list[manifest.Entry]:
@@ -78,6 +82,22 @@ def iter_tables(dataset: str, kind: str, root=None, rows: int = 2000, drop: Sequ
                 buffer, held = [whole.slice(rows)], held - rows
     if held:
         yield pa.concat_tables(buffer)
+
+
+_END = object()
+
+
+def prefetched(items: Iterable[T]) -> Iterator[T]:
+    """`items` with the next one read ahead on a thread while the caller works on the
+    current one: for readers that spend their time in native code that frees the
+    interpreter lock (Parquet decoding), next to a caller busy in Python. The same items in
+    the same order; a reader's error is raised at its item."""
+    it = iter(items)
+    with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as pool:
+        ahead = pool.submit(next, it, _END)
+        while (item := ahead.result()) is not _END:
+            ahead = pool.submit(next, it, _END)
+            yield item
 
 
 def load_hf(dataset: str, kind: str, root=None, run_id: str | None = None):

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from generators.llm.registry import BackendConfig, make_backend
 from storage import Catalog
-from storage.reader import entries, iter_tables
+from storage.reader import entries, iter_tables, prefetched
 from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config
 from storage.schema import SHARED_COLUMNS
@@ -102,6 +102,7 @@ class ValidationRun:
         self.kept = set(self.writer.committed(self.accepted_ds, cfg.kind).to_pylist()) if self.done else set()
         self.seconds: Counter = Counter()
         self.skipped = self.written = self.accepted = 0
+        self.failed: tuple[Commit, str] | None = None  # a commit that failed, and its error
 
     @property
     def task_args(self) -> tuple:
@@ -124,7 +125,7 @@ class ValidationRun:
                 yield Records.of_values(self.values[i:i + cfg.chunk])
             return
         unused = [c for c in SHARED_COLUMNS if c != "id"]  # no check reads them; records keep their id
-        for table in iter_tables(cfg.dataset, cfg.kind, self.root, rows=cfg.chunk, drop=unused):
+        for table in prefetched(iter_tables(cfg.dataset, cfg.kind, self.root, rows=cfg.chunk, drop=unused)):
             yield Records.of_table(table)
 
     def chunks(self) -> Iterator[Chunk]:
@@ -157,7 +158,20 @@ class ValidationRun:
             return Commit(checked.table(), accepted, trusted)
 
     def commit(self, c: Commit) -> tuple[int, int]:
-        """The accepted shard first, then the verdict shard; (verdict rows, accepted rows)."""
+        """The accepted shard first, then the verdict shard; (verdict rows, accepted rows).
+        Chunks commit in record order, and none after a failed one (commits queued on a
+        writer thread behind it refuse): what a run committed is always its first chunks."""
+        if self.failed is not None and self.failed[0] is not c:  # (a retry of the failed one may go)
+            raise RuntimeError(f"not committed: an earlier chunk's commit failed ({self.failed[1]})")
+        try:
+            done = self._commit(c)
+        except BaseException as e:
+            self.failed = (c, f"{type(e).__name__}: {e}")
+            raise
+        self.failed = None
+        return done
+
+    def _commit(self, c: Commit) -> tuple[int, int]:
         with self.phase("commit"), gc_paused():
             n_acc = len(c.accepted)
             if n_acc:

@@ -25,7 +25,7 @@ from validators.context import rule_context
 from validators.records import Records, gc_paused, raw_id, read_input
 from validators.registry import CHECKS, LAYERS, checks_for, layer_list
 from validators.trajectory_rules import RuleContext
-from validators.verdict import Verdict, verdict_id
+from validators.verdict import Verdict, verdict_ids
 
 __all__ = ["LAYERS", "Checked", "ValidateConfig", "Validator", "check_chunk", "check_records", "raw_id", "read_input"]
 
@@ -74,9 +74,9 @@ class Checked:
 
     def add(self, pos: int, vs: list[Verdict]) -> None:
         """Keep the verdicts of one check; a failed one takes the record out of the running."""
-        rid, kind, keep = self.ids[pos], self.kind, self.verdicts.append
-        for v in vs:
-            keep((pos, verdict_id(rid, kind, v.layer, v.check), v.layer, v.check, bool(v.passed), v.code,
+        keep = self.verdicts.append
+        for v, vid in zip(vs, verdict_ids(self.ids[pos], self.kind, vs)):
+            keep((pos, vid, v.layer, v.check, bool(v.passed), v.code,
                   None if v.score is None else float(v.score), v.detail_text()))
             if not v.passed:
                 self.alive[pos] = False

@@ -54,6 +54,18 @@ def verdict_id(record_id: str, record_kind: str, layer: str, check: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def verdict_ids(record_id: str, record_kind: str, verdicts: Sequence[Verdict]) -> list[str]:
+    """`verdict_id` of each of one record's verdicts, hashing the record's part of the key
+    once (the same digests: sha256 reads the key as a stream)."""
+    head = hashlib.sha256(f"{record_id}\x1f{record_kind}\x1f".encode("utf-8", "surrogatepass"))
+    out = []
+    for v in verdicts:
+        h = head.copy()
+        h.update(f"{v.layer}\x1f{v.check}".encode("utf-8", "surrogatepass"))
+        out.append(h.hexdigest()[:32])
+    return out
+
+
 def ok(layer: str, check: str, **kw) -> Verdict:
     return Verdict(layer, check, True, kw.pop("reason", "ok"), **kw)
 

@@ -6,7 +6,7 @@ import pytest
 
 from storage import Catalog, load_table, write_rows
 from storage import manifest
-from storage.reader import iter_tables
+from storage.reader import iter_tables, prefetched
 from storage.resumable import RunWriter
 from storage.schema import load
 from storage.shards import ShardWriter, stamp, stamp_table
@@ -85,6 +85,21 @@ def test_iter_tables_gives_load_tables_rows_chunk_by_chunk_across_versions(data_
     assert slim.column_names == [c for c in whole.column_names if c not in ("lineage", "created_at")]
     assert slim.column("language").to_pylist() == [None] * 7 + ["en"] * 5
     assert list(iter_tables("nothing", "documents")) == []
+
+
+def test_prefetched_gives_the_same_items_in_order_and_raises_at_the_failing_one():
+    assert list(prefetched(iter_tables("nothing", "documents"))) == []
+    assert list(prefetched(range(50))) == list(range(50))
+
+    def failing():
+        yield from (1, 2)
+        raise ValueError("bad shard")
+
+    got = []
+    with pytest.raises(ValueError, match="bad shard"):
+        for x in prefetched(failing()):
+            got.append(x)
+    assert got == [1, 2]
 
 
 def test_funnel_of_a_run_also_for_names_that_are_no_identifiers(data_root):

@@ -64,6 +64,37 @@ def test_flow_kill_rerun_input_file_and_funnel(world, tmp_path, monkeypatch):
     assert ok_rules and ok_rules[0]["reason"] == "replay_skipped_no_corpus"
 
 
+def test_a_failed_commit_is_retried_and_no_later_chunk_commits_before_it(world, tmp_path, monkeypatch):
+    """One worker: the commits run on a writer thread behind the checks. A commit that fails
+    once is retried (the run completes, nothing twice); one that fails for good stops the
+    chunks queued behind it, so what is committed is the run's first chunks."""
+    root, rows, _, _ = world
+    real = resumable.ShardWriter
+    fails = {"left": 0, "seen": 0}
+
+    class Flaky(real):
+        def close(self):
+            if self.kind == "verdicts":
+                fails["seen"] += 1
+                if fails["seen"] >= 2 and fails["left"]:
+                    fails["left"] -= 1
+                    raise OSError("disk hiccup")
+            return super().close()
+
+    monkeypatch.setattr(resumable, "ShardWriter", Flaky)
+    fails.update(left=1, seen=0)
+    s = fv.run(ValidateConfig(dataset="w", chunk=10, run_id="flaky"), data_root=root, progress=False)
+    ver = load_table("w", "verdicts", root, run_id="flaky").to_pylist()
+    keys = [(r["record_id"], r["layer"], r["check"]) for r in ver]
+    assert len({r["record_id"] for r in ver}) == 40 and len(keys) == len(set(keys)) and s["skipped_committed"] == 0
+
+    fails.update(left=99, seen=0)
+    with pytest.raises(OSError, match="disk hiccup"):
+        fv.run(ValidateConfig(dataset="w", chunk=10, run_id="broken"), data_root=root, progress=False)
+    committed = {r["record_id"] for r in load_table("w", "verdicts", root, run_id="broken").to_pylist()}
+    assert committed == {r["id"] for r in rows[:10]}  # chunk 1 only: chunks 3 and 4 refused after chunk 2 failed
+
+
 class Scripted:
     """Stands in for the judge model: scores by a rule on the prompt."""
 

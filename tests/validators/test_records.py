@@ -75,3 +75,12 @@ def test_release_drops_values_only_when_the_table_can_give_them_again():
     plain = Records.of_values([{"q": 1}])
     plain.release()
     assert plain.values == [{"q": 1}]  # nothing else holds them: kept
+
+
+def test_verdict_ids_of_a_record_equal_verdict_id_of_each():
+    from validators.verdict import fail, ok, verdict_id, verdict_ids
+
+    vs = [ok("schema", "json_schema"), ok("rules", "format"), fail("rules", "answer", "wrong_answer")]
+    for rid in ("r1", "ünï\udcff", ""):
+        assert verdict_ids(rid, "trajectories", vs) == [verdict_id(rid, "trajectories", v.layer, v.check) for v in vs]
+    assert len(set(verdict_ids("r1", "trajectories", vs))) == 3
