@@ -1,0 +1,47 @@
+"""`forgeplay selfplay`: π-Play self-play from the command line. `warmstart` builds the
+examiner's demonstrations from a world dataset and fine-tunes an examiner on them
+(flows/selfplay.py); options come from WarmstartConfig and TrainConfig."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from selfplay.warmstart import WarmstartConfig
+from storage.configcli import USER_ERRORS, config_command
+from train.configs import TrainConfig
+
+
+def _demo_table(demos: dict) -> Table:
+    """Demonstrations by hop count and triples left out by reason."""
+    t = Table("", "value", "count", title=f"{demos['demonstrations']} demonstrations in {demos['dataset']} "
+              f"({demos['committed_now']} committed now) from {demos['triples']} triples")
+    rows = [("hop count", str(h), n) for h, n in demos["by_hop_count"].items()]
+    rows += [("left out", r, n) for r, n in sorted(demos["left_out"].items(), key=lambda kv: -kv[1])]
+    for what, value, n in rows:
+        t.add_row(what, value, str(n))
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    sp = typer.Typer(help="π-Play self-play: an examiner that builds tasks with their question construction "
+                          "paths, a student taught by reward and by a teacher that sees them.", no_args_is_help=True)
+
+    @config_command(sp, "warmstart", WarmstartConfig, TrainConfig, errors=USER_ERRORS)
+    def warmstart(cfg: WarmstartConfig, train: TrainConfig, data_root=None) -> None:
+        """Build examiner demonstrations from a world dataset's triples (start page, a search
+        for each hop's page, question and answer; each checked by the examiner's parser and
+        task rules) as `trajectories` and `tasks`, and with --out fine-tune an examiner on
+        them (the SFT stage, a Prefect flow)."""
+        from flows.selfplay import run_warmstart
+
+        summary = run_warmstart(cfg, train, data_root)
+        console = Console()
+        console.print(_demo_table(summary["demos"]))
+        if summary["training"]:
+            tr = summary["training"]
+            console.print(f"examiner: {tr['final_model']} after {tr['steps']} steps "
+                          f"(loss {tr['first'].get('loss', float('nan')):.3f} -> {tr['last'].get('loss', float('nan')):.3f})")
+
+    app.add_typer(sp, name="selfplay")
