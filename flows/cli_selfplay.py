@@ -1,6 +1,7 @@
-"""`forgeplay selfplay`: π-Play self-play from the command line. `warmstart` builds the
-examiner's demonstrations from a world dataset and fine-tunes an examiner on them
-(flows/selfplay.py); options come from WarmstartConfig and TrainConfig."""
+"""`forgeplay selfplay`: π-Play self-play from the command line (flows/selfplay.py). `run`
+runs self-play iterations (options from PlayConfig); `warmstart` builds the examiner's
+demonstrations from a world dataset and fine-tunes an examiner on them (options from
+WarmstartConfig and TrainConfig)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from selfplay.play import PlayConfig
 from selfplay.warmstart import WarmstartConfig
 from storage.configcli import USER_ERRORS, config_command
 from train.configs import TrainConfig
@@ -43,5 +45,23 @@ def register(app: typer.Typer) -> None:
             tr = summary["training"]
             console.print(f"examiner: {tr['final_model']} after {tr['steps']} steps "
                           f"(loss {tr['first'].get('loss', float('nan')):.3f} -> {tr['last'].get('loss', float('nan')):.3f})")
+
+    @config_command(sp, "run", PlayConfig, errors=USER_ERRORS)
+    def run(cfg: PlayConfig, data_root=None) -> None:
+        """Self-play iterations (a Prefect flow): the examiner builds tasks from start documents
+        by searching (each output a task or a reject with its reason), the student attempts
+        each task --attempts times. Writes tasks, rollouts of both roles and verdicts per
+        iteration to --out; --resume continues a killed run. Only --no-train for now."""
+        from flows.selfplay import run_selfplay
+
+        s = run_selfplay(cfg, data_root)
+        t = Table("iteration", "examiner outputs", "tasks", "attempts", "student EM", "mean examiner reward",
+                  title=f"self-play {s['run_id']} -> {s['dataset']} ({s['skipped_phases']} phases already done)")
+        for it in s["iterations"]:
+            rewards = [x["examiner_reward"] for x in it["scores"]]
+            em = "-" if it["student_em"] is None else f"{it['student_em']:.3f}"
+            t.add_row(str(it["iteration"]), str(it["examiner_outputs"]), str(it["tasks"]), str(it["attempts"]), em,
+                      f"{sum(rewards) / len(rewards):.3f}" if rewards else "-")
+        Console().print(t)
 
     app.add_typer(sp, name="selfplay")

@@ -1,17 +1,25 @@
-"""Self-play Prefect flows. `selfplay-warmstart`: the examiner's demonstrations from a world
-dataset (selfplay/warmstart.py), committed as `trajectories` (for SFT) and `tasks` (their
-QCPs) to the demonstrations dataset, then, with `out`, the examiner fine-tuned on them by
-the SFT stage (train/run.py, the same task the `train` flow runs).
+"""Self-play Prefect flows. `selfplay`: iterations of the examiner building tasks and the
+student attempting them (selfplay/play.py), each phase committed to the output dataset
+(`tasks`, `rollouts` of both roles, `verdicts` of every examiner output) and then marked
+done, so `--resume` continues a killed run at its first phase not done; the examiner and
+student updates are not built yet (`--no-train` only).
+
+`selfplay-warmstart`: the examiner's demonstrations from a world dataset (selfplay/
+warmstart.py), committed as `trajectories` (for SFT) and `tasks` (their QCPs) to the
+demonstrations dataset, then, with `out`, the examiner fine-tuned on them by the SFT stage
+(train/run.py, the same task the `train` flow runs).
 
 The demonstrations run under a run id hashed from what decides them (dataset, n, hop mix,
 draw seed), so a rerun commits nothing twice; the SFT stage resumes with `--resume`.
 
+    forgeplay selfplay run --dataset world --examiner runs/examiner0/final --student runs/sft/final --no-train
     forgeplay selfplay warmstart --dataset world --out runs/examiner0 --max-steps 100
     run_warmstart(WarmstartConfig(dataset="world"), TrainConfig(max_steps=100))   # from Python
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from prefect import flow, task
@@ -19,10 +27,11 @@ from prefect.cache_policies import NONE
 
 from flows.common import Stages
 from flows.train import stage_task
+from selfplay.play import PlayConfig, attempt, examine, score
 from selfplay.warmstart import EXAMINER_TOOL, WarmstartConfig, demonstrations
-from storage import resolve_root
+from storage import load_table, resolve_root
 from storage.resumable import RunWriter
-from storage.runs import config_hash
+from storage.runs import config_hash, read_run, save_run_config
 from train.configs import SFTConfig, TrainConfig
 
 
@@ -74,3 +83,102 @@ def warmstart_flow(config: dict, train: dict, data_root: str | None = None, prog
 
 def run_warmstart(cfg: WarmstartConfig, train: TrainConfig, data_root=None, progress: bool = True) -> dict:
     return warmstart_flow(asdict(cfg), asdict(train), str(data_root) if data_root else None, progress)
+
+
+def _phase_done(root: str, ds: str, phase_run: str) -> dict | None:
+    """The record of a completed phase (written after its commits), or None."""
+    try:
+        return read_run(root, ds, phase_run)
+    except FileNotFoundError:
+        return None
+
+
+@task(name="selfplay-examine", cache_policy=NONE)
+def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, run: str, it: int, root: str,
+                 progress: bool) -> dict:
+    """The examiner's outputs of iteration `it`, committed: rollouts, verdicts, then tasks."""
+    outs = examine(examiner, sim, documents, tools, cfg, run, it, progress)
+    writer, ds = RunWriter(root, f"{run}-it{it}-examine", {"config_hash": run}), cfg.out_dataset()
+    writer.commit(ds, "rollouts", [o["rollout"] for o in outs])
+    writer.commit(ds, "verdicts", [o["verdict"] for o in outs])
+    tasks = [o["task"] for o in outs if o["task"]]
+    if tasks:
+        writer.commit(ds, "tasks", tasks)
+    reasons: dict[str, int] = {}
+    for o in outs:
+        if o["reason"]:
+            reasons[o["reason"]] = reasons.get(o["reason"], 0) + 1
+    return {"examiner_outputs": len(outs), "tasks": len(tasks), "rejects": dict(sorted(reasons.items()))}
+
+
+@task(name="selfplay-attempt", cache_policy=NONE)
+def attempt_task(student, sim, tools: list, cfg: PlayConfig, run: str, it: int, root: str, progress: bool) -> dict:
+    """The student's attempts at iteration `it`'s committed tasks, committed; k per task."""
+    ds = cfg.out_dataset()
+    tasks = sorted(load_table(ds, "tasks", root, run_id=f"{run}-it{it}-examine").to_pylist(), key=lambda t: t["task_id"])
+    rows = attempt(student, sim, tasks, tools, cfg, run, it, progress) if tasks else []
+    if rows:
+        RunWriter(root, f"{run}-it{it}-attempt", {"config_hash": run}).commit(ds, "rollouts", rows)
+    scores = score(tasks, rows, cfg.attempts)
+    return {"attempts": len(rows), "scores": scores,
+            "student_em": sum(json.loads(r["meta"])["em"] for r in rows) / len(rows) if rows else None}
+
+
+@flow(name="selfplay", log_prints=True)
+def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = True) -> dict:
+    """Self-play iterations (selfplay/play.py): per iteration the examine phase, then the
+    attempt phase, each committed and then marked done, so `resume` skips what is done."""
+    from generators.llm.transformers_backend import TransformersBackend
+    from generators.synth.synthesize import load_inputs
+    from generators.tools.base import base_rows
+    from generators.tools.simulator import Simulator
+
+    cfg, root = PlayConfig(**config), str(resolve_root(data_root))
+    cfg.check()
+    ds = cfg.out_dataset()
+    run = f"selfplay-{config_hash({k: v for k, v in asdict(cfg).items() if k not in ('resume', 'iterations', 'out')})}"
+    phases = [(it, p) for it in range(cfg.iterations) for p in ("examine", "attempt")]
+    done = {ph: rec for ph in phases if (rec := _phase_done(root, ds, f"{run}-it{ph[0]}-{ph[1]}"))}
+    if done and not cfg.resume:
+        raise ValueError(f"run {run} already completed {len(done)} phase(s) in {ds}; --resume continues it")
+    inputs = load_inputs(root, cfg.dataset)
+    tools = base_rows()
+    sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
+    models: dict = {}
+
+    def model(role: str):
+        if role not in models:
+            models[role] = TransformersBackend(getattr(cfg, role), batch_size=cfg.batch_size)
+        return models[role]
+
+    stages, iterations = Stages(), []
+    try:
+        for it in range(cfg.iterations):
+            summary = {"iteration": it}
+            for phase in ("examine", "attempt"):
+                if (it, phase) in done:
+                    summary.update(done[(it, phase)]["summary"])
+                    continue
+                with stages.stage(f"iteration {it}: {phase}") as st:
+                    if phase == "examine":
+                        out = examine_task(model("examiner"), sim, inputs.documents, tools, cfg, run, it, root, progress)
+                        st.rows_in, st.rows_out = out["examiner_outputs"], out["tasks"]
+                    else:
+                        out = attempt_task(model("student"), sim, tools, cfg, run, it, root, progress)
+                        st.rows_in, st.rows_out = summary.get("tasks"), out["attempts"]
+                save_run_config(root, ds, f"{run}-it{it}-{phase}", cfg, extra={"summary": out})
+                summary.update(out)
+            iterations.append(summary)
+    finally:
+        for m in models.values():
+            m.close()
+    rejects: dict[str, int] = {}
+    for s in iterations:
+        for r, n in s["rejects"].items():
+            rejects[r] = rejects.get(r, 0) + n
+    report = stages.publish("selfplay", f"self-play {run} on {cfg.dataset}", {"examiner rejects": rejects})
+    return {"run_id": run, "dataset": ds, "iterations": iterations, "skipped_phases": len(done), "report": report}
+
+
+def run_selfplay(cfg: PlayConfig, data_root=None, progress: bool = True) -> dict:
+    return selfplay_flow(asdict(cfg), str(data_root) if data_root else None, progress)

@@ -1,0 +1,178 @@
+"""One self-play iteration's data, without Prefect: the examiner builds tasks, the student
+attempts them.
+
+`examine`: each of `tasks` examiner prompts gets a start document and a target hop count
+drawn from the hop mix (seeded by run seed and iteration), the examiner writes its
+conversation through the rollout driver (train/rollout.py; searches answered by the BM25
+simulator with no golden ids), and `parse_examiner` turns it into a `tasks` row or a reject
+with its reason code. Every examiner output is kept: as a `rollouts` row (role examiner,
+reward = the format part of the examiner reward until the attempts are scored) and a
+`verdicts` row (check `examiner`, passed or its reason); the accepted ones also as `tasks`.
+
+`attempt`: every task is put `attempts` times to the student, with the tools offered as in
+GRPO (train/grpo.make_prompts) and no golden ids; each attempt is a `rollouts` row (role
+student, prompt_id = the task id, reward = the exact-match training reward) whose meta has
+`em`. `score` counts k (attempts right) per task and gives the examiner reward
+(selfplay/rewards.py), from committed rows alone.
+
+Ids are functions of (run, iteration, index), and the rows of a phase come only from its
+inputs and seeds, so a phase redone after a kill writes the rows it had not committed.
+
+    outs = examine(examiner, sim, documents, cfg, run="sp1", iteration=0)
+    rows = attempt(student, sim, [o["task"] for o in outs if o["task"]], cfg, run="sp1", iteration=0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+
+from generators.llm.toolcalls import extract_answer, render_tools_block, split_think
+from selfplay.examiner import examiner_messages, parse_examiner
+from selfplay.rewards import FORMAT_WEIGHT, examiner_reward, solve_count
+from selfplay.warmstart import EXAMINER_TOOL, parse_hop_mix
+from train.configs import RolloutConfig
+from train.rollout import Prompt, rollout
+from validators.verdict import Reject
+
+
+@dataclass
+class PlayConfig:
+    """What one self-play run makes (every field is a CLI option)."""
+
+    dataset: str = field(default="", metadata={"help": "world dataset whose documents the examiner starts from"})
+    out: str = field(default="", metadata={"help": "dataset that receives tasks, rollouts and verdicts (default: <dataset>_selfplay)"})
+    examiner: str | None = field(default=None, metadata={"help": "examiner model folder or prepared name (default: embedded)"})
+    student: str | None = field(default=None, metadata={"help": "student model folder or prepared name (default: embedded)"})
+    iterations: int = field(default=1, metadata={"help": "self-play iterations"})
+    tasks: int = field(default=16, metadata={"help": "examiner outputs per iteration"})
+    attempts: int = field(default=5, metadata={"help": "student attempts per task (n, at least 2)"})
+    hop_mix: str = field(default="4:3:2:1", metadata={"help": "weights of target hop counts 1:2:3:4"})
+    seed: int = field(default=0, metadata={"help": "seed of start documents, hop targets and sampling"})
+    examiner_turns: int = field(default=6, metadata={"help": "examiner turns at most (searches + the last one)"})
+    student_turns: int = field(default=4, metadata={"help": "student turns at most per attempt"})
+    max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of examiner and student"})
+    batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
+    train: bool = field(default=False, metadata={"help": "update examiner and student after each iteration (not built yet: use --no-train)"})
+    resume: bool = field(default=False, metadata={"help": "continue a killed run at its last completed phase"})
+
+    def out_dataset(self) -> str:
+        if not self.dataset:
+            raise ValueError("--dataset is required (a world dataset: forgeplay corpus world --out NAME)")
+        return self.out or f"{self.dataset}_selfplay"
+
+    def check(self) -> None:
+        self.out_dataset()
+        parse_hop_mix(self.hop_mix)
+        if self.attempts < 2:
+            raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
+        if self.iterations < 1 or self.tasks < 1:
+            raise ValueError("--iterations and --tasks must be at least 1")
+        if self.train:
+            raise ValueError("the examiner and student updates are not built yet; run with --no-train")
+
+    def rollout_config(self, turns: int) -> RolloutConfig:
+        return RolloutConfig(max_turns=turns, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                             format_weight=0.0)
+
+
+def _id(*parts) -> str:
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:24]
+
+
+def draw_seeds(documents: list[dict], cfg: PlayConfig, iteration: int) -> list[tuple[dict, int]]:
+    """(start document, target hop count) for each examiner prompt of an iteration."""
+    mix = parse_hop_mix(cfg.hop_mix)
+    rng = random.Random(f"{cfg.seed}|{iteration}")
+    docs = sorted(documents, key=lambda d: d["doc_id"])
+    hops = rng.choices(list(mix), weights=list(mix.values()), k=cfg.tasks)
+    return [(rng.choice(docs), h) for h in hops]
+
+
+def _examiner_tool(tools: list[dict]) -> dict:
+    return next(t for t in tools if t["name"] == EXAMINER_TOOL)
+
+
+def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: PlayConfig, run: str,
+            iteration: int, progress: bool = False) -> list[dict]:
+    """The examiner's outputs of one iteration: per prompt its conversation (`rollout`),
+    and either its `task` row or its reject `reason` (module docstring)."""
+    block = render_tools_block([_examiner_tool(tools)])
+    seeds = draw_seeds(documents, cfg, iteration)
+    prompts = [Prompt(examiner_messages(doc, h, block), "", key=doc["doc_id"]) for doc, h in seeds]
+    outs = []
+    for start in range(0, len(prompts), cfg.batch_size):
+        outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(cfg.examiner_turns),
+                        seed=cfg.seed * 1009 + iteration * 97 + start, progress=progress, logprobs=False)
+    texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
+    return [examined(o.messages, doc, h, cfg, run, iteration, j, texts) for j, (o, (doc, h)) in enumerate(zip(outs, seeds))]
+
+
+def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: str, iteration: int, j: int,
+             documents: dict) -> dict:
+    """One examiner output as rows: its `rollouts` row, its `verdicts` row and its `tasks`
+    row when the parser accepts it (a function of the conversation alone)."""
+    rid, tid = _id(run, iteration, "examiner", j), _id(run, iteration, "task", j)
+    try:
+        task, reason, detail = parse_examiner(messages, hops, tid, cfg.dataset, seed_doc_id=doc["doc_id"],
+                                              examiner_step=iteration, documents=documents), None, None
+        task["id"] = tid
+    except Reject as r:
+        task, reason, detail = None, r.reason, r.detail
+    final = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
+    answer, _ = extract_answer(split_think(final).rest)
+    meta = {"role": "examiner", "iteration": iteration, "target_hops": hops, "seed_doc_id": doc["doc_id"],
+            "task_id": tid if task else None, "reject": reason}
+    row = {"id": rid, "rollout_id": rid, "prompt_id": doc["doc_id"], "policy_version": iteration,
+           "messages": _messages(messages), "answer": answer, "reward": FORMAT_WEIGHT * (task is not None),
+           "num_tokens": 0, "meta": json.dumps(meta, sort_keys=True)}
+    verdict = {"id": _id(rid, "examiner"), "record_id": rid, "record_kind": "rollouts", "layer": "rules",
+               "check": "examiner", "passed": task is not None, "reason": reason or "ok",
+               "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None}
+    return {"rollout": row, "verdict": verdict, "task": task, "reason": reason}
+
+
+def _messages(messages: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m.get("content") or "", "tool_calls": None, "tool_call_id": None,
+             "name": m.get("name")} for m in messages]
+
+
+def attempt(backend, simulator, tasks: list[dict], tools: list[dict], cfg: PlayConfig, run: str, iteration: int,
+            progress: bool = False) -> list[dict]:
+    """`cfg.attempts` student `rollouts` rows per task (module docstring)."""
+    from train.grpo import make_prompts
+
+    triples = [{"question": t["question"], "answer": t["answer"], "aliases": t.get("aliases") or [],
+                "golden_doc_ids": [], "triple_id": t["task_id"], "hop_count": t["hop_count"]} for t in tasks]
+    prompts = [p for p in make_prompts(triples, tools) for _ in range(cfg.attempts)]
+    outs = []
+    for start in range(0, len(prompts), cfg.batch_size):
+        outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(cfg.student_turns),
+                        seed=cfg.seed * 1013 + iteration * 89 + start, progress=progress, logprobs=False)
+    rows = []
+    for i, (p, o) in enumerate(zip(prompts, outs)):
+        rid = _id(run, iteration, "attempt", p.key, i % cfg.attempts)
+        final = o.messages[-1]["content"] if o.messages[-1]["role"] == "assistant" else ""
+        answer, _ = extract_answer(split_think(final).rest)
+        meta = {"role": "student", "iteration": iteration, "task_id": p.key, "attempt": i % cfg.attempts,
+                "em": o.stats["em"], "f1": o.stats["f1"], "turns": o.stats["turns"], "finish": o.stats["finish"]}
+        rows.append({"id": rid, "rollout_id": rid, "prompt_id": p.key, "policy_version": iteration,
+                     "messages": _messages(o.messages), "answer": answer, "reward": float(o.reward),
+                     "num_tokens": int(o.stats["policy_tokens"]), "meta": json.dumps(meta, sort_keys=True)})
+    return rows
+
+
+def score(tasks: list[dict], attempts: list[dict], n: int) -> list[dict]:
+    """Per task: k of n attempts right and the examiner reward (a well-formed task: format 1)."""
+    by_task: dict[str, list] = {}
+    for a in attempts:
+        by_task.setdefault(a["prompt_id"], []).append(a["answer"])
+    out = []
+    for t in tasks:
+        k = solve_count(by_task.get(t["task_id"], []), t["answer"], t.get("aliases") or [])
+        out.append({"task_id": t["task_id"], "hop_count": t["hop_count"], "k": k, "n": n,
+                    "examiner_reward": examiner_reward(True, k, n)})
+    return out

@@ -1,0 +1,131 @@
+"""One self-play iteration's data: examiner outputs become tasks or rejects with reasons,
+student attempts point to their tasks and are scored; the `selfplay` flow commits every
+phase once, and a run SIGKILLed mid-iteration resumes to the rows an uninterrupted run
+makes. Real world corpus, real BM25 simulator, a tiny random Llama as both roles."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generators.corpus.build import WorldConfig, write
+from generators.llm.transformers_backend import TransformersBackend
+from generators.tools.base import base_rows
+from generators.tools.simulator import Simulator
+from selfplay.examiner import REJECTS
+from selfplay.play import PlayConfig, attempt, examined, score
+from selfplay.warmstart import EXAMINER_TOOL, demonstrations
+from storage import Catalog, load_table
+from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401
+from validators.question_rules import TaskRules
+
+REPO = Path(__file__).resolve().parents[2]
+CODES = set(REJECTS) | set(TaskRules().codes())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("play")
+    write(WorldConfig(seed=3, entities=200), root, "w")
+    docs = load_table("w", "documents", root).to_pylist()
+    return root, docs, load_table("w", "triples", root).to_pylist(), base_rows()
+
+
+def test_a_demonstrated_conversation_is_a_task_and_a_garbled_one_a_reject(world):
+    _, docs, triples, tools = world
+    sim = Simulator(docs, seed=0, tools=tools)
+    demo = demonstrations(docs, triples, sim, next(t for t in tools if t["name"] == EXAMINER_TOOL), n=1)[0][0]
+    msgs, texts = demo["trajectory"]["messages"], {d["doc_id"]: (d["title"], d["text"]) for d in docs}
+    seed_doc = next(d for d in docs if d["doc_id"] == demo["task"]["qcp"]["seed_doc_id"])
+    cfg = PlayConfig(dataset="w")
+    good = examined(msgs, seed_doc, demo["task"]["hop_count"], cfg, "r", 0, 0, texts)
+    assert good["task"]["question"] == demo["task"]["question"] and good["verdict"]["passed"]
+    assert good["rollout"]["reward"] == 0.5 and json.loads(good["rollout"]["meta"])["task_id"] == good["task"]["task_id"]
+    garbled = msgs[:-1] + [{"role": "assistant", "content": "<think>x</think><answer>1</answer><answer>2</answer>"}]
+    bad = examined(garbled, seed_doc, 2, cfg, "r", 0, 1, texts)
+    assert bad["task"] is None and bad["reason"] in ("no_question", "multiple_answers") and not bad["verdict"]["passed"]
+    assert bad["rollout"]["reward"] == 0.0 and bad["rollout"]["id"] != good["rollout"]["id"]
+
+
+def test_attempts_point_to_their_tasks_and_score_counts_exact_matches(world, tiny_llama_dir):  # noqa: F811
+    _, docs, triples, tools = world
+    sim = Simulator(docs, seed=0, tools=tools)
+    tasks = [d["task"] for d in demonstrations(docs, triples, sim, next(t for t in tools if t["name"] == EXAMINER_TOOL), n=3)[0]]
+    cfg = PlayConfig(dataset="w", attempts=2, student_turns=2, max_new_tokens=8, batch_size=8)
+    backend = TransformersBackend(str(tiny_llama_dir), batch_size=8)
+    try:
+        rows = attempt(backend, sim, tasks, tools, cfg, "r", 0)
+    finally:
+        backend.close()
+    assert len(rows) == 2 * len(tasks) and len({r["id"] for r in rows}) == len(rows)
+    assert {r["prompt_id"] for r in rows} == {t["task_id"] for t in tasks}
+    assert all(json.loads(r["meta"])["role"] == "student" and r["messages"][1]["content"] in
+               {t["question"] for t in tasks} for r in rows)
+    # the scores count the attempts whose answer is the task's (two made right by hand)
+    right = dict(rows[0], answer=tasks[0]["answer"]), dict(rows[1], answer=tasks[0]["answer"].upper())
+    scored = {s["task_id"]: s for s in score(tasks, [*right, *rows[2:]], 2)}
+    assert scored[tasks[0]["task_id"]]["k"] == 2 and scored[tasks[0]["task_id"]]["examiner_reward"] == 0.5
+
+
+def _run(root, model, **kw) -> dict:
+    from flows.selfplay import run_selfplay
+
+    cfg = PlayConfig(dataset="w", examiner=str(model), student=str(model), tasks=3, attempts=2, examiner_turns=2,
+                     student_turns=2, max_new_tokens=12, batch_size=8, **kw)
+    return run_selfplay(cfg, root, progress=False)
+
+
+def _rows(root) -> dict:
+    return {k: sorted((r["id"], json.dumps(r.get("messages") or r.get("reason"), sort_keys=True))
+                      for r in load_table("w_selfplay", k, root).to_pylist()) for k in ("rollouts", "verdicts")}
+
+
+def test_flow_keeps_every_examiner_output_with_a_reason_and_resumes_after_sigkill(world, tiny_llama_dir, tmp_path):  # noqa: F811
+    root = world[0]
+    s = _run(root, tiny_llama_dir, iterations=2)
+    assert [it["examiner_outputs"] for it in s["iterations"]] == [3, 3]
+    with Catalog(root) as cat:
+        assert cat.scalar("SELECT count(*) FROM w_selfplay_verdicts WHERE \"check\" = 'examiner'") == 6
+        reasons = {r[0] for r in cat.rows("SELECT reason FROM w_selfplay_verdicts WHERE NOT passed")}
+        joined = cat.scalar("SELECT count(*) FROM w_selfplay_verdicts v JOIN w_selfplay_rollouts r ON v.record_id = r.id")
+    assert reasons and reasons <= CODES and joined == 6
+    with pytest.raises(ValueError, match="--resume"):
+        _run(root, tiny_llama_dir, iterations=2)
+    before = _rows(root)
+    again = _run(root, tiny_llama_dir, iterations=2, resume=True)
+    assert again["skipped_phases"] == 4 and _rows(root) == before
+
+    # a second data root: killed in iteration 1's examine phase, then resumed
+    other = tmp_path / "killed"
+    write(WorldConfig(seed=3, entities=200), other, "w")
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+import flows.selfplay as fs
+real = fs.examine_task.fn
+def dying(*a, **k):
+    if k.get("it", a[6] if len(a) > 6 else None) == 1:  # iteration 1
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*a, **k)
+fs.examine_task.fn = dying
+from tests.selfplay.test_play import _run
+_run({str(other)!r}, {str(tiny_llama_dir)!r}, iterations=2)
+"""
+    log = tmp_path / "killed.log"
+    with open(log, "w") as out:  # its own process group: the temporary Prefect server it started dies with it
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+        try:
+            code = proc.wait(timeout=900)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert code == -9, log.read_text()[-2000:]
+    resumed = _run(other, tiny_llama_dir, iterations=2, resume=True)
+    assert resumed["skipped_phases"] == 2
+    assert _rows(other) == _rows(root)  # the same rows as the uninterrupted run, none twice
