@@ -9,8 +9,9 @@ warmstart.py), committed as `trajectories` (for SFT) and `tasks` (their QCPs) to
 demonstrations dataset, then, with `out`, the examiner fine-tuned on them by the SFT stage
 (train/run.py, the same task the `train` flow runs).
 
-The demonstrations run under a run id hashed from what decides them (dataset, n, hop mix,
-draw seed), so a rerun commits nothing twice; the SFT stage resumes with `--resume`.
+The demonstrations of one source dataset share one run id and a demonstration's id is its
+triple's, so a rerun (or one asking for more) commits no triple twice; the SFT stage
+resumes with `--resume`.
 
     forgeplay selfplay run --dataset world --examiner runs/examiner0/final --student runs/sft/final --no-train
     forgeplay selfplay warmstart --dataset world --out runs/examiner0 --max-steps 100
@@ -50,7 +51,9 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
                                     seed=cfg.draw_seed, dataset=cfg.dataset)
     if not demos:
         raise ValueError(f"no triple of {cfg.dataset!r} makes a demonstration (left out: {dict(skipped)})")
-    identity = {k: v for k, v in asdict(cfg).items() if k in ("dataset", "n", "hop_mix", "draw_seed")}
+    # one run per source dataset: a demonstration's id is its triple's, so any later call (more
+    # demonstrations, another mix) adds only triples not demonstrated yet
+    identity = {"dataset": cfg.dataset}
     writer = RunWriter(root, f"warmstart-{config_hash(identity)}", {"config_hash": config_hash(identity)})
     ds = cfg.demos_dataset()
     new = writer.commit(ds, "trajectories", [d["trajectory"] for d in demos])

@@ -77,11 +77,14 @@ def test_flow_commits_once_the_filter_accepts_all_and_sft_trains_an_examiner(wor
     assert s["demos"]["committed_now"] == s["demos"]["demonstrations"] > 0
     again = run_warmstart(WarmstartConfig(dataset="w", n=12), TrainConfig(), root, progress=False)
     assert again["demos"]["committed_now"] == 0 and again["training"] is None
+    more = run_warmstart(WarmstartConfig(dataset="w", n=20, hop_mix="0:1"), TrainConfig(), root, progress=False)
+    ids = load_table("w_examiner", "trajectories", root).column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == s["demos"]["demonstrations"] + more["demos"]["committed_now"]
     with Catalog(root) as cat:
         assert cat.scalar("SELECT count(*) FROM w_examiner_tasks") == cat.scalar(
-            "SELECT count(DISTINCT id) FROM w_examiner_trajectories") == s["demos"]["demonstrations"]
+            "SELECT count(DISTINCT id) FROM w_examiner_trajectories") == len(ids)
     v = validate(ValidateConfig(dataset="w_examiner", kind="tasks", layers="schema,rules"), data_root=root, progress=False)
-    assert v["rows_out"] == s["demos"]["demonstrations"]  # the filter's task rules accept every demonstration
+    assert v["rows_out"] == len(ids)  # the filter's task rules accept every demonstration
 
     tr = s["training"]
     assert tr["steps"] == 2 and tr["counts"]["kept"] == s["demos"]["demonstrations"]
