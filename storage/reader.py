@@ -14,8 +14,8 @@ unified by column name (columns a shard lacks read as null).
 
 from __future__ import annotations
 
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
