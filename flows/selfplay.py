@@ -75,7 +75,7 @@ def warmstart_flow(config: dict, train: dict, data_root: str | None = None, prog
         st.rows_in, st.rows_out = demos["triples"], demos["demonstrations"]
     summary = {"demos": demos, "training": None}
     if cfg.out:
-        sft = SFTConfig(data=demos["dataset"], model=cfg.model, out=cfg.out)
+        sft = SFTConfig(data=demos["dataset"], model=cfg.model, out=cfg.out, train_layers=cfg.train_layers)
         summary["training"] = stage_task("sft", sft, TrainConfig(**train), root, progress)
         for row in summary["training"]["stages"]:
             stages.add(row["stage"], **{k: v for k, v in row.items() if k != "stage"})

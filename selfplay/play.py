@@ -108,11 +108,12 @@ def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: P
         outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(cfg.examiner_turns),
                         seed=cfg.seed * 1009 + iteration * 97 + start, progress=progress, logprobs=False)
     texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
-    return [examined(o.messages, doc, h, cfg, run, iteration, j, texts) for j, (o, (doc, h)) in enumerate(zip(outs, seeds))]
+    return [examined(o.messages, doc, h, cfg, run, iteration, j, texts, o.stats["policy_tokens"])
+            for j, (o, (doc, h)) in enumerate(zip(outs, seeds))]
 
 
 def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: str, iteration: int, j: int,
-             documents: dict) -> dict:
+             documents: dict, num_tokens: int = 0) -> dict:
     """One examiner output as rows: its `rollouts` row, its `verdicts` row and its `tasks`
     row when the parser accepts it (a function of the conversation alone)."""
     rid, tid = _id(run, iteration, "examiner", j), _id(run, iteration, "task", j)
@@ -128,7 +129,7 @@ def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: s
             "task_id": tid if task else None, "reject": reason}
     row = {"id": rid, "rollout_id": rid, "prompt_id": doc["doc_id"], "policy_version": iteration,
            "messages": _messages(messages), "answer": answer, "reward": FORMAT_WEIGHT * (task is not None),
-           "num_tokens": 0, "meta": json.dumps(meta, sort_keys=True)}
+           "num_tokens": int(num_tokens), "meta": json.dumps(meta, sort_keys=True)}
     verdict = {"id": _id(rid, "examiner"), "record_id": rid, "record_kind": "rollouts", "layer": "rules",
                "check": "examiner", "passed": task is not None, "reason": reason or "ok",
                "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None}

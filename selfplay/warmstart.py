@@ -50,6 +50,7 @@ class WarmstartConfig:
     draw_seed: int = field(default=0, metadata={"help": "seed of which triples become demonstrations"})
     model: str | None = field(default=None, metadata={"help": "examiner to fine-tune: model folder or prepared name (default: embedded)"})
     out: str = field(default="", metadata={"help": "run folder of the examiner's fine-tuning (empty: only write the demonstrations)"})
+    train_layers: int = field(default=0, metadata={"help": "fine-tune only the last N transformer blocks (0 = all; about 2x faster on CPU)"})
 
     def demos_dataset(self) -> str:
         if not self.dataset:
