@@ -184,4 +184,5 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
 
 
 def run_selfplay(cfg: PlayConfig, data_root=None, progress: bool = True) -> dict:
+    cfg.check()  # a bad option fails before Prefect starts
     return selfplay_flow(asdict(cfg), str(data_root) if data_root else None, progress)
