@@ -33,8 +33,10 @@ def arm(root: Path, name: str, examiner: str | None, student: str | None, a) -> 
     s = run_selfplay(PlayConfig(dataset="w", out=f"w_{name}", examiner=examiner, student=student, tasks=a.tasks,
                                 attempts=a.attempts, seed=a.seed, batch_size=a.batch_size), root, progress=True)
     it = s["iterations"][0]
-    with Catalog(root) as cat:
-        hops = dict(cat.rows(f"SELECT hop_count, count(*) FROM w_{name}_tasks GROUP BY 1 ORDER BY 1"))
+    hops = {}
+    if it["tasks"]:
+        with Catalog(root) as cat:
+            hops = dict(cat.rows(f"SELECT hop_count, count(*) FROM w_{name}_tasks GROUP BY 1 ORDER BY 1"))
     return {"arm": name, "examiner_outputs": it["examiner_outputs"], "tasks": it["tasks"],
             "yield": it["tasks"] / it["examiner_outputs"], "rejects": it["rejects"], "hop_counts": hops,
             "k_per_task": [x["k"] for x in it["scores"]], "student_em": it["student_em"],
@@ -54,7 +56,13 @@ def main() -> None:
     ap.add_argument("--student", default=None, help="student model (default: embedded)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reuse", action="store_true", help="keep the world and the examiner of an earlier run in --root")
     a = ap.parse_args()
+    final = a.root / "examiner" / "final"
+    if a.reuse and final.exists():
+        for name, examiner in (("base", None), ("warm", str(final))):
+            print(json.dumps(arm(a.root, name, examiner, a.student, a)), flush=True)
+        return
     write(WorldConfig(seed=a.seed, entities=a.entities), a.root, "w")
     t = time.perf_counter()
     ws = run_warmstart(WarmstartConfig(dataset="w", out=str(a.root / "examiner"), train_layers=a.train_layers),

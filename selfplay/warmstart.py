@@ -142,8 +142,10 @@ def demonstrations(documents: list[dict], triples: list[dict], simulator, tool: 
         rng.shuffle(group)
     out, skipped = [], Counter({f"no_{h}_hop_triples": 1 for h in mix if h not in by_hops})
     present = {h: w for h, w in mix.items() if h in by_hops}  # the mix over the hop counts there are
-    want = n or sum(len(g) for g in by_hops.values())
-    quota = {h: max(1, round(want * w / sum(present.values()))) for h, w in present.items()}
+    if n:
+        quota = {h: max(1, round(n * w / sum(present.values()))) for h, w in present.items()}
+    else:  # every triple that makes one
+        quota = {h: len(by_hops[h]) for h in present}
     for h in sorted(by_hops):
         kept = 0
         for t in by_hops[h]:
@@ -159,6 +161,6 @@ def demonstrations(documents: list[dict], triples: list[dict], simulator, tool: 
                 continue
             out.append({"trajectory": _trajectory(t, msgs, tool, tid), "task": {**task, "id": tid}})
             kept += 1
-        if kept < quota.get(h, 0):
+        if n and kept < quota.get(h, 0):
             skipped[f"short_of_{h}_hop_quota"] += quota[h] - kept
     return out, skipped
