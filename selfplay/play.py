@@ -35,7 +35,7 @@ from selfplay.rewards import FORMAT_WEIGHT, examiner_reward, solve_count
 from selfplay.warmstart import EXAMINER_TOOL, parse_hop_mix
 from train.configs import RolloutConfig
 from train.rollout import Prompt, rollout
-from validators.verdict import Reject
+from validators.verdict import Reject, verdict_id
 
 
 @dataclass
@@ -130,7 +130,7 @@ def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: s
     row = {"id": rid, "rollout_id": rid, "prompt_id": doc["doc_id"], "policy_version": iteration,
            "messages": _messages(messages), "answer": answer, "reward": FORMAT_WEIGHT * (task is not None),
            "num_tokens": int(num_tokens), "meta": json.dumps(meta, sort_keys=True)}
-    verdict = {"id": _id(rid, "examiner"), "record_id": rid, "record_kind": "rollouts", "layer": "rules",
+    verdict = {"id": verdict_id(rid, "rollouts", "rules", "examiner"), "record_id": rid, "record_kind": "rollouts", "layer": "rules",
                "check": "examiner", "passed": task is not None, "reason": reason or "ok",
                "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None}
     return {"rollout": row, "verdict": verdict, "task": task, "reason": reason}
