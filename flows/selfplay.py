@@ -21,6 +21,7 @@ resumes with `--resume`.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict
 
 from prefect import flow, task
@@ -29,7 +30,7 @@ from prefect.cache_policies import NONE
 from flows.common import Stages
 from flows.train import stage_task
 from selfplay.play import PlayConfig, attempt, examine, score
-from selfplay.warmstart import EXAMINER_TOOL, WarmstartConfig, demonstrations
+from selfplay.warmstart import WarmstartConfig, demonstrations, examiner_tool
 from storage import load_table, resolve_root
 from storage.resumable import RunWriter
 from storage.runs import config_hash, read_run, save_run_config
@@ -45,9 +46,8 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
 
     inputs = load_inputs(root, cfg.dataset)
     tools = base_rows()
-    tool = next(t for t in tools if t["name"] == EXAMINER_TOOL)
     sim = Simulator(inputs.documents, seed=cfg.draw_seed, tools=tools)
-    demos, skipped = demonstrations(inputs.documents, inputs.triples, sim, tool, hop_mix=cfg.hop_mix, n=cfg.n,
+    demos, skipped = demonstrations(inputs.documents, inputs.triples, sim, examiner_tool(tools), hop_mix=cfg.hop_mix, n=cfg.n,
                                     seed=cfg.draw_seed, dataset=cfg.dataset)
     if not demos:
         raise ValueError(f"no triple of {cfg.dataset!r} makes a demonstration (left out: {dict(skipped)})")
@@ -58,9 +58,7 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
     ds = cfg.demos_dataset()
     new = writer.commit(ds, "trajectories", [d["trajectory"] for d in demos])
     writer.commit(ds, "tasks", [d["task"] for d in demos])
-    hops: dict[int, int] = {}
-    for d in demos:
-        hops[d["task"]["hop_count"]] = hops.get(d["task"]["hop_count"], 0) + 1
+    hops = Counter(d["task"]["hop_count"] for d in demos)
     return {"dataset": ds, "demonstrations": len(demos), "committed_now": new, "by_hop_count": dict(sorted(hops.items())),
             "left_out": dict(sorted(skipped.items())), "triples": len(inputs.triples)}
 
@@ -107,10 +105,7 @@ def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, r
     tasks = [o["task"] for o in outs if o["task"]]
     if tasks:
         writer.commit(ds, "tasks", tasks)
-    reasons: dict[str, int] = {}
-    for o in outs:
-        if o["reason"]:
-            reasons[o["reason"]] = reasons.get(o["reason"], 0) + 1
+    reasons = Counter(o["reason"] for o in outs if o["reason"])
     return {"examiner_outputs": len(outs), "tasks": len(tasks), "rejects": dict(sorted(reasons.items()))}
 
 
@@ -175,11 +170,8 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     finally:
         for m in models.values():
             m.close()
-    rejects: dict[str, int] = {}
-    for s in iterations:
-        for r, n in s["rejects"].items():
-            rejects[r] = rejects.get(r, 0) + n
-    report = stages.publish("selfplay", f"self-play {run} on {cfg.dataset}", {"examiner rejects": rejects})
+    rejects = sum((Counter(s["rejects"]) for s in iterations), Counter())
+    report = stages.publish("selfplay", f"self-play {run} on {cfg.dataset}", {"examiner rejects": dict(rejects)})
     return {"run_id": run, "dataset": ds, "iterations": iterations, "skipped_phases": len(done), "report": report}
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from generators.llm.toolcalls import extract_answer, render_tools_block, split_think
 from selfplay.examiner import examiner_messages, parse_examiner
 from selfplay.rewards import FORMAT_WEIGHT, examiner_reward, solve_count
-from selfplay.warmstart import EXAMINER_TOOL, parse_hop_mix
+from selfplay.warmstart import examiner_tool, parse_hop_mix, row_messages
 from train.configs import RolloutConfig
 from train.rollout import Prompt, rollout
 from validators.verdict import Reject, verdict_id
@@ -92,21 +92,30 @@ def draw_seeds(documents: list[dict], cfg: PlayConfig, iteration: int) -> list[t
     return [(rng.choice(docs), h) for h in hops]
 
 
-def _examiner_tool(tools: list[dict]) -> dict:
-    return next(t for t in tools if t["name"] == EXAMINER_TOOL)
+def _rollouts(backend, simulator, prompts: list[Prompt], cfg: PlayConfig, turns: int, seed: int,
+              progress: bool) -> list:
+    """The prompts' rollouts, `cfg.batch_size` at a time (a batch's seed: `seed` + its start)."""
+    outs = []
+    for start in range(0, len(prompts), cfg.batch_size):
+        outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(turns),
+                        seed=seed + start, progress=progress, logprobs=False)
+    return outs
+
+
+def _final_answer(messages: list[dict]) -> str | None:
+    """The `<answer>` of the conversation's last assistant turn, None without one."""
+    final = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
+    return extract_answer(split_think(final).rest)[0]
 
 
 def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: PlayConfig, run: str,
             iteration: int, progress: bool = False) -> list[dict]:
     """The examiner's outputs of one iteration: per prompt its conversation (`rollout`),
     and either its `task` row or its reject `reason` (module docstring)."""
-    block = render_tools_block([_examiner_tool(tools)])
+    block = render_tools_block([examiner_tool(tools)])
     seeds = draw_seeds(documents, cfg, iteration)
     prompts = [Prompt(examiner_messages(doc, h, block), "", key=doc["doc_id"]) for doc, h in seeds]
-    outs = []
-    for start in range(0, len(prompts), cfg.batch_size):
-        outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(cfg.examiner_turns),
-                        seed=cfg.seed * 1009 + iteration * 97 + start, progress=progress, logprobs=False)
+    outs = _rollouts(backend, simulator, prompts, cfg, cfg.examiner_turns, cfg.seed * 1009 + iteration * 97, progress)
     texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
     return [examined(o.messages, doc, h, cfg, run, iteration, j, texts, o.stats["policy_tokens"])
             for j, (o, (doc, h)) in enumerate(zip(outs, seeds))]
@@ -123,22 +132,16 @@ def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: s
         task["id"] = tid
     except Reject as r:
         task, reason, detail = None, r.reason, r.detail
-    final = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
-    answer, _ = extract_answer(split_think(final).rest)
+    answer = _final_answer(messages)
     meta = {"role": "examiner", "iteration": iteration, "target_hops": hops, "seed_doc_id": doc["doc_id"],
             "task_id": tid if task else None, "reject": reason}
     row = {"id": rid, "rollout_id": rid, "prompt_id": doc["doc_id"], "policy_version": iteration,
-           "messages": _messages(messages), "answer": answer, "reward": FORMAT_WEIGHT * (task is not None),
+           "messages": row_messages(messages), "answer": answer, "reward": FORMAT_WEIGHT * (task is not None),
            "num_tokens": int(num_tokens), "meta": json.dumps(meta, sort_keys=True)}
     verdict = {"id": verdict_id(rid, "rollouts", "rules", "examiner"), "record_id": rid, "record_kind": "rollouts", "layer": "rules",
                "check": "examiner", "passed": task is not None, "reason": reason or "ok",
                "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None}
     return {"rollout": row, "verdict": verdict, "task": task, "reason": reason}
-
-
-def _messages(messages: list[dict]) -> list[dict]:
-    return [{"role": m["role"], "content": m.get("content") or "", "tool_calls": None, "tool_call_id": None,
-             "name": m.get("name")} for m in messages]
 
 
 def attempt(backend, simulator, tasks: list[dict], tools: list[dict], cfg: PlayConfig, run: str, iteration: int,
@@ -149,19 +152,15 @@ def attempt(backend, simulator, tasks: list[dict], tools: list[dict], cfg: PlayC
     triples = [{"question": t["question"], "answer": t["answer"], "aliases": t.get("aliases") or [],
                 "golden_doc_ids": [], "triple_id": t["task_id"], "hop_count": t["hop_count"]} for t in tasks]
     prompts = [p for p in make_prompts(triples, tools) for _ in range(cfg.attempts)]
-    outs = []
-    for start in range(0, len(prompts), cfg.batch_size):
-        outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(cfg.student_turns),
-                        seed=cfg.seed * 1013 + iteration * 89 + start, progress=progress, logprobs=False)
+    outs = _rollouts(backend, simulator, prompts, cfg, cfg.student_turns, cfg.seed * 1013 + iteration * 89, progress)
     rows = []
     for i, (p, o) in enumerate(zip(prompts, outs)):
         rid = _id(run, iteration, "attempt", p.key, i % cfg.attempts)
-        final = o.messages[-1]["content"] if o.messages[-1]["role"] == "assistant" else ""
-        answer, _ = extract_answer(split_think(final).rest)
+        answer = _final_answer(o.messages)
         meta = {"role": "student", "iteration": iteration, "task_id": p.key, "attempt": i % cfg.attempts,
                 "em": o.stats["em"], "f1": o.stats["f1"], "turns": o.stats["turns"], "finish": o.stats["finish"]}
         rows.append({"id": rid, "rollout_id": rid, "prompt_id": p.key, "policy_version": iteration,
-                     "messages": _messages(o.messages), "answer": answer, "reward": float(o.reward),
+                     "messages": row_messages(o.messages), "answer": answer, "reward": float(o.reward),
                      "num_tokens": int(o.stats["policy_tokens"]), "meta": json.dumps(meta, sort_keys=True)})
     return rows
 

@@ -58,6 +58,18 @@ class WarmstartConfig:
         return self.demos or f"{self.dataset}_examiner"
 
 
+def examiner_tool(tools: list[dict]) -> dict:
+    """The tool the examiner searches with, from a list of tool rows."""
+    return next(t for t in tools if t["name"] == EXAMINER_TOOL)
+
+
+def row_messages(messages: list[dict]) -> list[dict]:
+    """Messages in the stored shape (storage/schemas/_common.json): tool calls stay in the
+    text, so `tool_calls` and `tool_call_id` are empty."""
+    return [{"role": m["role"], "content": m.get("content") or "", "tool_calls": None, "tool_call_id": None,
+             "name": m.get("name")} for m in messages]
+
+
 def parse_hop_mix(text: str) -> dict[int, float]:
     """"4:3:2:1" -> {1: 0.4, 2: 0.3, 3: 0.2, 4: 0.1}: weights of target hop counts 1, 2, ..."""
     try:
@@ -114,11 +126,8 @@ def task_id(triple_id: str) -> str:
 
 
 def _trajectory(triple: dict, msgs: list[dict], tool: dict, tid: str) -> dict:
-    for m in msgs:
-        for k in ("tool_calls", "tool_call_id", "name"):
-            m.setdefault(k, None)
     return {"id": tid, "traj_id": tid, "triple_id": triple["triple_id"], "question": triple["question"],
-            "route": ROUTE, "case": CASE, "messages": msgs,
+            "route": ROUTE, "case": CASE, "messages": row_messages(msgs),
             "tools": [{"tool_id": tool["tool_id"], "name": tool["name"], "description": tool["description"],
                        "parameters": json.dumps(parameters_of(tool), ensure_ascii=False)}],
             "correct_tools": [tool["name"]], "answer": triple["answer"],
