@@ -50,18 +50,47 @@ def register(app: typer.Typer) -> None:
     def run(cfg: PlayConfig, data_root=None) -> None:
         """Self-play iterations (a Prefect flow): the examiner builds tasks from start documents
         by searching (each output a task or a reject with its reason), the student attempts
-        each task --attempts times. Writes tasks, rollouts of both roles and verdicts per
-        iteration to --out; --resume continues a killed run. Only --no-train for now."""
+        each task --attempts times, then the examiner is updated from how hard its tasks were
+        (HRPO) and the student from exact match plus its EMA teacher, which also reads each
+        task's question construction path. Writes tasks, rollouts of both roles and verdicts
+        per iteration to --out and models to --checkpoints; --no-train only writes the data;
+        --resume continues a killed run."""
         from flows.selfplay import run_selfplay
 
         s = run_selfplay(cfg, data_root)
-        t = Table("iteration", "examiner outputs", "tasks", "attempts", "student EM", "mean examiner reward",
-                  title=f"self-play {s['run_id']} -> {s['dataset']} ({s['skipped_phases']} phases already done)")
-        for it in s["iterations"]:
-            rewards = [x["examiner_reward"] for x in it["scores"]]
-            em = "-" if it["student_em"] is None else f"{it['student_em']:.3f}"
-            t.add_row(str(it["iteration"]), str(it["examiner_outputs"]), str(it["tasks"]), str(it["attempts"]), em,
-                      f"{sum(rewards) / len(rewards):.3f}" if rewards else "-")
-        Console().print(t)
+        console = Console()
+        console.print(_iteration_table(s))
+        if cfg.train:
+            console.print(_timing_table(s))
+            console.print(f"models: {s['models']}")
+
+    app.add_typer(sp, name="selfplay")
+
+
+def _iteration_table(s: dict) -> Table:
+    t = Table("iteration", "examiner outputs", "tasks", "attempts", "student EM", "mean examiner reward",
+              "examiner loss", "student loss",
+              title=f"self-play {s['run_id']} -> {s['dataset']} ({s['skipped_phases']} phases already done)")
+    for it in s["iterations"]:
+        rewards = [x["examiner_reward"] for x in it["scores"]]
+        em = "-" if it["student_em"] is None else f"{it['student_em']:.3f}"
+        loss = lambda k: f"{it[k]:.4f}" if it.get(k) is not None else "-"  # noqa: E731
+        t.add_row(str(it["iteration"]), str(it["examiner_outputs"]), str(it["tasks"]), str(it["attempts"]), em,
+                  f"{sum(rewards) / len(rewards):.3f}" if rewards else "-", loss("examiner_loss"), loss("student_loss"))
+    return t
+
+
+TIMES = [("examiner generation", "generation_s"), ("filter", "filter_s"), ("student attempts", "attempts_s"),
+         ("examiner update", "examiner_update_s"), ("student update", "student_update_s"),
+         ("  of which teacher scoring", "teacher_s")]
+
+
+def _timing_table(s: dict) -> Table:
+    """Seconds of each phase per iteration (a phase done by an earlier run shows its time then)."""
+    t = Table("phase", *[f"iteration {it['iteration']}" for it in s["iterations"]], title="seconds per phase")
+    for name, key in TIMES:
+        t.add_row(name, *[f"{it[key]:.1f}" if it.get(key) is not None else "-" for it in s["iterations"]])
+    return t
+
 
     app.add_typer(sp, name="selfplay")

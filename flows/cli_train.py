@@ -1,5 +1,6 @@
 """`forgeplay train KIND`: the training flow (flows/train.py) from the command line, one
-command per stage kind registered in train/stages.py (sft, grpo), with options from the
+command per stage kind registered in train/stages.py (sft, grpo, selfplay-examiner,
+selfplay-student), with options from the
 kind's config and TrainConfig; and `forgeplay train eval`. `--nproc N` trains data-parallel
 in N processes (torchrun on this machine; train/dist.py)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+import selfplay.update  # noqa: F401  (registers the self-play update stages)
 from storage.configcli import USER_ERRORS, config_command
 from train.evaluate import EvalConfig
 from train.stages import add_stage_commands

@@ -1,8 +1,14 @@
-"""Self-play Prefect flows. `selfplay`: iterations of the examiner building tasks and the
-student attempting them (selfplay/play.py), each phase committed to the output dataset
-(`tasks`, `rollouts` of both roles, `verdicts` of every examiner output) and then marked
-done, so `--resume` continues a killed run at its first phase not done; the examiner and
-student updates are not built yet (`--no-train` only).
+"""Self-play Prefect flows. `selfplay`: iterations of π-Play (selfplay/play.py). Per
+iteration the examiner builds tasks, the student attempts each `attempts` times, then
+(unless `--no-train`) the examiner is updated from how hard its tasks were and the student
+from reward plus its EMA teacher's guidance (selfplay/update.py, run as training stages by
+the `train` flow's task); the teacher follows the student. Every phase commits its rows to
+the output dataset (`tasks`, `rollouts` of both roles, `verdicts` of every examiner output)
+or writes its checkpoints (CHECKPOINTS/it<i>/examiner|student, the teacher in
+student/teacher) and is then marked done, so `--resume` continues a killed run at its first
+phase not done; the models of an iteration are those the previous updates wrote. The summary
+has per iteration the seconds of each phase (examiner generation, filter, attempts, both
+updates and the teacher's share of the student's).
 
 `selfplay-warmstart`: the examiner's demonstrations from a world dataset (selfplay/
 warmstart.py), committed as `trajectories` (for SFT) and `tasks` (their QCPs) to the
@@ -13,6 +19,7 @@ The demonstrations of one source dataset share one run id and a demonstration's 
 triple's, so a rerun (or one asking for more) commits no triple twice; the SFT stage
 resumes with `--resume`.
 
+    forgeplay selfplay run --dataset world --examiner runs/examiner0/final --student runs/sft/final --checkpoints runs/sp1
     forgeplay selfplay run --dataset world --examiner runs/examiner0/final --student runs/sft/final --no-train
     forgeplay selfplay warmstart --dataset world --out runs/examiner0 --max-steps 100
     run_warmstart(WarmstartConfig(dataset="world"), TrainConfig(max_steps=100))   # from Python
@@ -21,6 +28,7 @@ resumes with `--resume`.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import asdict
 
@@ -29,12 +37,14 @@ from prefect.cache_policies import NONE
 
 from flows.common import Stages
 from flows.train import stage_task
-from selfplay.play import PlayConfig, attempt, examine, score
+from selfplay.phases import commit_examine
+from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
 from selfplay.warmstart import WarmstartConfig, demonstrations, examiner_tool
 from storage import load_table, resolve_root
 from storage.resumable import RunWriter
 from storage.runs import config_hash, read_run, save_run_config
 from train.configs import SFTConfig, TrainConfig
+from train.trainer import read_metrics
 
 
 @task(name="examiner-demonstrations", cache_policy=NONE)
@@ -98,34 +108,58 @@ def _phase_done(root: str, ds: str, phase_run: str) -> dict | None:
 def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, run: str, it: int, root: str,
                  progress: bool) -> dict:
     """The examiner's outputs of iteration `it`, committed: rollouts, verdicts, then tasks."""
-    outs = examine(examiner, sim, documents, tools, cfg, run, it, progress)
-    writer, ds = RunWriter(root, f"{run}-it{it}-examine", {"config_hash": run}), cfg.out_dataset()
-    writer.commit(ds, "rollouts", [o["rollout"] for o in outs])
-    writer.commit(ds, "verdicts", [o["verdict"] for o in outs])
-    tasks = [o["task"] for o in outs if o["task"]]
-    if tasks:
-        writer.commit(ds, "tasks", tasks)
-    reasons = Counter(o["reason"] for o in outs if o["reason"])
-    return {"examiner_outputs": len(outs), "tasks": len(tasks), "rejects": dict(sorted(reasons.items()))}
+    timings: dict = {}
+    outs = examine(examiner, sim, documents, tools, cfg, run, it, progress, timings)
+    return {**commit_examine(root, cfg, run, it, outs), **timings}
 
 
 @task(name="selfplay-attempt", cache_policy=NONE)
 def attempt_task(student, sim, tools: list, cfg: PlayConfig, run: str, it: int, root: str, progress: bool) -> dict:
     """The student's attempts at iteration `it`'s committed tasks, committed; k per task."""
     ds = cfg.out_dataset()
-    tasks = sorted(load_table(ds, "tasks", root, run_id=f"{run}-it{it}-examine").to_pylist(), key=lambda t: t["task_id"])
+    tasks = sorted(load_table(ds, "tasks", root, run_id=phase_run(run, it, "examine")).to_pylist(), key=lambda t: t["task_id"])
+    started = time.perf_counter()
     rows = attempt(student, sim, tasks, tools, cfg, run, it, progress) if tasks else []
+    seconds = time.perf_counter() - started
     if rows:
-        RunWriter(root, f"{run}-it{it}-attempt", {"config_hash": run}).commit(ds, "rollouts", rows)
+        RunWriter(root, phase_run(run, it, "attempt"), {"config_hash": run}).commit(ds, "rollouts", rows)
     scores = score(tasks, rows, cfg.attempts)
-    return {"attempts": len(rows), "scores": scores,
+    return {"attempts": len(rows), "scores": scores, "attempts_s": seconds,
             "student_em": sum(json.loads(r["meta"])["em"] for r in rows) / len(rows) if rows else None}
+
+
+def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, root: str, progress: bool,
+            **extra) -> dict:
+    """Run one self-play update stage (selfplay/update.py) on iteration `it`; its summary."""
+    import shutil
+
+    from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig
+
+    role = kind.split("-")[1]
+    out = f"{cfg.checkpoints}/it{it}/{role}"
+    shutil.rmtree(out, ignore_errors=True)  # a phase killed before it was marked done starts over
+    config = ExaminerUpdateConfig if role == "examiner" else StudentUpdateConfig
+    stage = config(data=cfg.out_dataset(), run=run, iteration=it, model=model, out=out,
+                   train_layers=cfg.train_layers, **extra)
+    steps = cfg.examiner_steps if role == "examiner" else cfg.student_steps
+    tcfg = TrainConfig(max_steps=steps, batch_size=cfg.update_batch, lr=cfg.lr, checkpoint_every=0,
+                       seed=cfg.seed * 31 + it)
+    summary = stage_task(kind, stage, tcfg, root, progress)
+    metrics = read_metrics(out)
+    out_row = {f"{role}_model": summary["final_model"], f"{role}_loss": summary["last"]["loss"],
+               f"{role}_update_s": sum(r["seconds"] for r in metrics)}
+    if role == "student" and extra.get("distill_coef"):
+        out_row["teacher_model"] = f"{out}/teacher"
+        out_row["teacher_s"] = sum(r.get("teacher_s", 0.0) for r in metrics)
+    return out_row
 
 
 @flow(name="selfplay", log_prints=True)
 def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = True) -> dict:
-    """Self-play iterations (selfplay/play.py): per iteration the examine phase, then the
-    attempt phase, each committed and then marked done, so `resume` skips what is done."""
+    """Self-play iterations (selfplay/play.py): per iteration the examine and attempt phases,
+    then (unless `train` is off) the examiner's and the student's updates, each committed and
+    then marked done, so `resume` skips what is done; each phase's model is the one the
+    previous update of its role wrote."""
     from generators.llm.transformers_backend import TransformersBackend
     from generators.synth.synthesize import load_inputs
     from generators.tools.base import base_rows
@@ -134,45 +168,63 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     cfg, root = PlayConfig(**config), str(resolve_root(data_root))
     cfg.check()
     ds = cfg.out_dataset()
-    run = f"selfplay-{config_hash({k: v for k, v in asdict(cfg).items() if k not in ('resume', 'iterations', 'out')})}"
-    phases = [(it, p) for it in range(cfg.iterations) for p in ("examine", "attempt")]
-    done = {ph: rec for ph in phases if (rec := _phase_done(root, ds, f"{run}-it{ph[0]}-{ph[1]}"))}
+    run = run_id(cfg)
+    names = ("examine", "attempt") + (("examiner-update", "student-update") if cfg.train else ())
+    phases = [(it, p) for it in range(cfg.iterations) for p in names]
+    done = {ph: rec for ph in phases if (rec := _phase_done(root, ds, phase_run(run, *ph)))}
     if done and not cfg.resume:
         raise ValueError(f"run {run} already completed {len(done)} phase(s) in {ds}; --resume continues it")
     inputs = load_inputs(root, cfg.dataset)
     tools = base_rows()
     sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
-    models: dict = {}
+    current = {"examiner": cfg.examiner, "student": cfg.student, "teacher": None}
+    lambdas = cfg.lambdas() if cfg.train else []
+    backends: dict = {}
 
-    def model(role: str):
-        if role not in models:
-            models[role] = TransformersBackend(getattr(cfg, role), batch_size=cfg.batch_size)
-        return models[role]
+    def backend(role: str):  # the rollout backend of the role's current weights
+        key = (role, current[role])
+        if key not in backends:
+            for old in [k for k in backends if k[0] == role]:
+                backends.pop(old).close()
+            backends[key] = TransformersBackend(current[role], batch_size=cfg.batch_size)
+        return backends[key]
 
     stages, iterations = Stages(), []
     try:
         for it in range(cfg.iterations):
             summary = {"iteration": it}
-            for phase in ("examine", "attempt"):
+            for phase in names:
                 if (it, phase) in done:
-                    summary.update(done[(it, phase)]["summary"])
-                    continue
-                with stages.stage(f"iteration {it}: {phase}") as st:
-                    if phase == "examine":
-                        out = examine_task(model("examiner"), sim, inputs.documents, tools, cfg, run, it, root, progress)
-                        st.rows_in, st.rows_out = out["examiner_outputs"], out["tasks"]
-                    else:
-                        out = attempt_task(model("student"), sim, tools, cfg, run, it, root, progress)
-                        st.rows_in, st.rows_out = summary.get("tasks"), out["attempts"]
-                save_run_config(root, ds, f"{run}-it{it}-{phase}", cfg, extra={"summary": out})
+                    out = done[(it, phase)]["summary"]
+                else:
+                    with stages.stage(f"iteration {it}: {phase}") as st:
+                        if phase == "examine":
+                            out = examine_task(backend("examiner"), sim, inputs.documents, tools, cfg, run, it, root, progress)
+                            st.rows_in, st.rows_out = out["examiner_outputs"], out["tasks"]
+                        elif phase == "attempt":
+                            out = attempt_task(backend("student"), sim, tools, cfg, run, it, root, progress)
+                            st.rows_in, st.rows_out = summary.get("tasks"), out["attempts"]
+                        elif phase == "examiner-update":
+                            out = _update("selfplay-examiner", cfg, it, run, current["examiner"], root, progress,
+                                          reference=cfg.examiner, kl_coef=cfg.kl_coef)
+                        elif summary.get("attempts"):
+                            out = _update("selfplay-student", cfg, it, run, current["student"], root, progress,
+                                          teacher=current["teacher"], distill_coef=lambdas[it],
+                                          teacher_context=cfg.teacher_context, tau=cfg.tau)
+                        else:
+                            out, st.notes = {}, "no attempts: the student stays as it is"
+                    save_run_config(root, ds, phase_run(run, it, phase), cfg, extra={"summary": out})
                 summary.update(out)
+                for role in current:  # the next phases use what the updates wrote
+                    current[role] = out.get(f"{role}_model", current[role])
             iterations.append(summary)
     finally:
-        for m in models.values():
-            m.close()
+        for b in backends.values():
+            b.close()
     rejects = sum((Counter(s["rejects"]) for s in iterations), Counter())
     report = stages.publish("selfplay", f"self-play {run} on {cfg.dataset}", {"examiner rejects": dict(rejects)})
-    return {"run_id": run, "dataset": ds, "iterations": iterations, "skipped_phases": len(done), "report": report}
+    return {"run_id": run, "dataset": ds, "iterations": iterations, "skipped_phases": len(done), "report": report,
+            "models": dict(current)}
 
 
 def run_selfplay(cfg: PlayConfig, data_root=None, progress: bool = True) -> dict:

@@ -1,6 +1,6 @@
 """The training Prefect flow `train`: one run of a registered training stage kind (train/
 stages.py: `sft` fine-tunes on a dataset's trajectories, `grpo` runs GRPO with multi-turn tool
-rollouts on its triples). Flow runs are named after the kind (train-sft, train-grpo).
+rollouts on its triples; selfplay/update.py adds the self-play examiner and student updates). Flow runs are named after the kind (train-sft, train-grpo).
 
 One task calls train/run.py `run_stage`, the entry point `python -m train KIND` uses too: load
 (or, with `nproc` > 1, count) the data, train (progress bar with step, loss, reward,
@@ -27,6 +27,7 @@ from dataclasses import asdict
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
+import selfplay.update  # noqa: F401  (registers the self-play update stages)
 from flows.common import publish_artifact
 from storage import resolve_root
 from train.configs import TrainConfig

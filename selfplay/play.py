@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 from dataclasses import dataclass, field
 
 from generators.llm.toolcalls import extract_answer, render_tools_block, split_think
@@ -56,7 +57,18 @@ class PlayConfig:
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of examiner and student"})
     batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
-    train: bool = field(default=False, metadata={"help": "update examiner and student after each iteration (not built yet: use --no-train)"})
+    train: bool = field(default=True, metadata={"help": "update examiner and student after each iteration (--no-train: only tasks and attempts)"})
+    checkpoints: str = field(default="", metadata={"help": "folder of each iteration's examiner, student and teacher (required unless --no-train)"})
+    examiner_steps: int = field(default=4, metadata={"help": "optimizer steps of the examiner's update per iteration"})
+    student_steps: int = field(default=4, metadata={"help": "optimizer steps of the student's update per iteration"})
+    update_batch: int = field(default=4, metadata={"help": "rollouts per optimizer step of an update"})
+    lr: float = field(default=1e-5, metadata={"help": "learning rate of both updates"})
+    kl_coef: float = field(default=0.04, metadata={"help": "weight of the examiner's KL to the examiner it started as"})
+    distill: str = field(default="on", metadata={"help": "on: the student also learns from the teacher's dense guidance; off: reward only (sparse self-play)"})
+    distill_coef: str = field(default="1.0,0.5,0.25", metadata={"help": "lambda per iteration, comma-separated (the last one repeats)"})
+    teacher_context: str = field(default="qcp", metadata={"help": "what the teacher reads besides the task: qcp, answer or none"})
+    tau: float = field(default=0.05, metadata={"help": "EMA step of the teacher towards the student per student step"})
+    train_layers: int = field(default=0, metadata={"help": "update only the last N transformer blocks of each role (0 = all)"})
     resume: bool = field(default=False, metadata={"help": "continue a killed run at its last completed phase"})
 
     def out_dataset(self) -> str:
@@ -72,11 +84,45 @@ class PlayConfig:
         if self.iterations < 1 or self.tasks < 1:
             raise ValueError("--iterations and --tasks must be at least 1")
         if self.train:
-            raise ValueError("the examiner and student updates are not built yet; run with --no-train")
+            if not self.checkpoints:
+                raise ValueError("--checkpoints DIR is required to train (or run with --no-train)")
+            if self.distill not in ("on", "off"):
+                raise ValueError(f"--distill must be on or off, not {self.distill!r}")
+            if self.teacher_context not in ("qcp", "answer", "none"):
+                raise ValueError(f"--teacher-context must be qcp, answer or none, not {self.teacher_context!r}")
+            if min(self.examiner_steps, self.student_steps, self.update_batch) < 1:
+                raise ValueError("--examiner-steps, --student-steps and --update-batch must be at least 1")
+            self.lambdas()
+
+    def lambdas(self) -> list[float]:
+        """lambda of each iteration: `distill_coef`'s values, the last repeated; 0 with --distill off."""
+        try:
+            values = [float(x) for x in self.distill_coef.split(",")]
+        except ValueError:
+            raise ValueError(f"--distill-coef is comma-separated numbers, got {self.distill_coef!r}") from None
+        if any(v < 0 for v in values):
+            raise ValueError(f"--distill-coef values must be >= 0, got {self.distill_coef!r}")
+        values = [0.0 if self.distill == "off" else v for v in values]
+        return [values[min(i, len(values) - 1)] for i in range(self.iterations)]
 
     def rollout_config(self, turns: int) -> RolloutConfig:
         return RolloutConfig(max_turns=turns, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                              format_weight=0.0)
+
+
+def run_id(cfg: PlayConfig) -> str:
+    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out),
+    so a longer run continues a shorter one."""
+    from dataclasses import asdict
+
+    from storage.runs import config_hash
+
+    return f"selfplay-{config_hash({k: v for k, v in asdict(cfg).items() if k not in ('resume', 'iterations', 'out')})}"
+
+
+def phase_run(run: str, iteration: int, phase: str) -> str:
+    """The run id a phase commits its rows under (and whose record marks it done)."""
+    return f"{run}-it{iteration}-{phase}"
 
 
 def _id(*parts) -> str:
@@ -109,16 +155,22 @@ def _final_answer(messages: list[dict]) -> str | None:
 
 
 def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: PlayConfig, run: str,
-            iteration: int, progress: bool = False) -> list[dict]:
+            iteration: int, progress: bool = False, timings: dict | None = None) -> list[dict]:
     """The examiner's outputs of one iteration: per prompt its conversation (`rollout`),
-    and either its `task` row or its reject `reason` (module docstring)."""
+    and either its `task` row or its reject `reason` (module docstring). `timings` gets the
+    seconds of generation (`generation_s`) and of parsing and filtering (`filter_s`)."""
+    started = time.perf_counter()
     block = render_tools_block([examiner_tool(tools)])
     seeds = draw_seeds(documents, cfg, iteration)
     prompts = [Prompt(examiner_messages(doc, h, block), "", key=doc["doc_id"]) for doc, h in seeds]
     outs = _rollouts(backend, simulator, prompts, cfg, cfg.examiner_turns, cfg.seed * 1009 + iteration * 97, progress)
+    generated = time.perf_counter()
     texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
-    return [examined(o.messages, doc, h, cfg, run, iteration, j, texts, o.stats["policy_tokens"])
+    rows = [examined(o.messages, doc, h, cfg, run, iteration, j, texts, o.stats["policy_tokens"])
             for j, (o, (doc, h)) in enumerate(zip(outs, seeds))]
+    if timings is not None:
+        timings.update(generation_s=generated - started, filter_s=time.perf_counter() - generated)
+    return rows
 
 
 def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: str, iteration: int, j: int,

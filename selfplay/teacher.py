@@ -1,6 +1,7 @@
 """The teacher: an exponential moving average (EMA) of the student's weights.
 
-The teacher starts as a frozen copy of the student (eval mode, no gradients) and after each
+The teacher starts as a frozen copy of the student (or of `start`, a teacher saved by an
+earlier iteration; eval mode, no gradients) and after each
 student step moves towards it: p_t <- (1 - tau) * p_t + tau * p_s for every parameter and
 every floating-point buffer (integer buffers such as counters are left as they are).
 Parameters are matched by name; a weight shared by two modules (an LM head tied to the
@@ -22,12 +23,13 @@ from train.objective import frozen_copy
 class EMATeacher:
     """A frozen copy of a student updated by EMA; `module` is the copy, `updates` counts updates."""
 
-    def __init__(self, student: torch.nn.Module, tau: float = 0.05) -> None:
+    def __init__(self, student: torch.nn.Module, tau: float = 0.05, start: torch.nn.Module | None = None) -> None:
         if not 0.0 <= tau <= 1.0:
             raise ValueError(f"tau must be in [0, 1], got {tau}")
         self.tau = tau
-        self.module = frozen_copy(student)
+        self.module = frozen_copy(student if start is None else start)  # `start`: a teacher kept from before
         self.updates = 0
+        self._pairs(student)  # the same tensors, or a readable error now
 
     def __call__(self, *args, **kwargs):
         return self.module(*args, **kwargs)

@@ -4,7 +4,7 @@ GRPO (train/grpo.py) uses the default parts; a stage that needs more adds parts 
 copying the step (a student with a teacher, an examiner with hop-grouped advantages,
 label-aware weights).
 
-    advantage(batch) -> [N]                      grpo_advantages, hop_advantages (ADVANTAGES)
+    advantage(batch) -> [N]                      grpo_advantages, hop_advantages (ADVANTAGES), given_advantages
     weights(batch) -> [B]                        prompt_weights: one weight per prompt, >= 0
     term(batch, policy) -> ([N, T], stats)       ClippedPG, KLToReference, ReverseKLToTeacher
 
@@ -28,6 +28,7 @@ the Prompt. Tests: tests/train/test_objective.py (every part on, against a hand-
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -90,12 +91,19 @@ def hop_advantages(batch: RolloutBatch) -> torch.Tensor:
     return hop_grouped_advantages(batch.rewards, hops)
 
 
+def given_advantages(batch: RolloutBatch) -> torch.Tensor:
+    """Advantages computed before the step over a larger set than a batch (self-play's HRPO
+    over a whole iteration's examiner outputs): each prompt's `meta["advantage"]`."""
+    return torch.tensor(batch.per_prompt("advantage"), dtype=torch.float32).repeat_interleave(batch.group_size)
+
+
 def prompt_weights(batch: RolloutBatch) -> torch.Tensor:
     """CARE: one weight per prompt, `meta["weight"]` (e.g. 1 bought label, clip(E[CAG], 0, 1)
     pseudo-label, 0 otherwise)."""
     return torch.tensor(batch.per_prompt("weight"), dtype=torch.float32)
 
 
+# what GRPO's --advantage names (given_advantages needs a stage that computes them first)
 ADVANTAGES: dict[str, Callable[[RolloutBatch], torch.Tensor]] = {"grpo": grpo_advantages, "hop-grouped": hop_advantages}
 
 
@@ -134,7 +142,7 @@ class KLToReference:
 
 class ReverseKLToTeacher:
     """Per-token KL(student || teacher) over the full vocabulary on the policy's tokens, the
-    teacher detached (stat `teacher_kl`). `teacher_prefix(prompt)` gives the teacher's own
+    teacher detached (stats `teacher_kl`, and `teacher_s`: seconds of the teacher's pass). `teacher_prefix(prompt)` gives the teacher's own
     prompt tokens (ending where the completion starts, e.g. with the assistant header): the
     teacher reads that prompt followed by the same completion tokens. None: the student's prompt.
     Logits are computed only at the policy's tokens (`masked_logits`); this costs one more
@@ -162,12 +170,14 @@ class ReverseKLToTeacher:
         mask = batch.mask.to(pol.logprobs.device)
         student = masked_logits(pol.model, batch.seqs, mask, batch.pad_id)
         seqs, tmask = self.teacher_inputs(batch)
+        started = time.perf_counter()
         with torch.no_grad():
             teacher = masked_logits(self.teacher, seqs, tmask, batch.pad_id)
+        teacher_s = time.perf_counter() - started
         kl = reverse_kl(student, teacher)  # [M], one per policy token
         per_token = torch.zeros(mask.shape, dtype=kl.dtype, device=kl.device).index_put(
             mask.bool().nonzero(as_tuple=True), kl)
-        return per_token, {"teacher_kl": float(kl.detach().mean()) if kl.numel() else 0.0}
+        return per_token, {"teacher_kl": float(kl.detach().mean()) if kl.numel() else 0.0, "teacher_s": teacher_s}
 
 
 def masked_logits(model, seqs: list[list[int]], mask: torch.Tensor, pad_id: int) -> torch.Tensor:

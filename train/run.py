@@ -52,6 +52,8 @@ def run_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None, progress: bool 
 
     stage, root = get_kind(kind), resolve_root(data_root)
     dist.check_nproc(tcfg.nproc)
+    if stage.one_process and tcfg.nproc > 1:
+        raise ValueError(f"training stage {kind} runs in one process (--nproc 1), not {tcfg.nproc}")
     if "WORLD_SIZE" in os.environ:  # a rank under torchrun: the process count is torchrun's
         return _train_here(stage, cfg, replace(tcfg, nproc=int(os.environ["WORLD_SIZE"])), root, progress)
     if tcfg.nproc > 1:

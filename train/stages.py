@@ -58,6 +58,7 @@ class StageKind:
     count: Callable[[Any, Any], tuple[int, dict]] | None = None  # (root, cfg) -> (rows, counts)
     curves: tuple[str, ...] = ("loss", "lr", "tokens_per_s")
     help: str = ""
+    one_process: bool = False  # registered outside train/ (python -m train cannot launch its ranks)
 
 
 KINDS: dict[str, StageKind] = {}

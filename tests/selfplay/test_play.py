@@ -75,6 +75,7 @@ def test_attempts_point_to_their_tasks_and_score_counts_exact_matches(world, tin
 def _run(root, model, **kw) -> dict:
     from flows.selfplay import run_selfplay
 
+    kw.setdefault("train", False)
     cfg = PlayConfig(dataset="w", examiner=str(model), student=str(model), tasks=3, attempts=2, examiner_turns=2,
                      student_turns=2, max_new_tokens=12, batch_size=8, **kw)
     return run_selfplay(cfg, root, progress=False)

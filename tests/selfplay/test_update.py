@@ -1,0 +1,154 @@
+"""The self-play updates: rewards and advantages of stored rollouts, the teacher's prompt, the
+student stage's teacher as the EMA of the student's steps, and one whole trained iteration
+of the `selfplay` flow. Real world corpus, simulator, Trainer and Prefect flow; a tiny random
+Llama in both roles. A random model writes no valid task, so the iteration's examine phase
+is replayed from examiner demonstrations plus garbled outputs (selfplay/phases.py) and the
+flow resumes after it: the attempts, both updates and the teacher run for real."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rich.console import Console
+
+from flows.cli_selfplay import _iteration_table, _timing_table
+from generators.corpus.build import WorldConfig, write
+from generators.tools.base import base_rows
+from generators.tools.simulator import Simulator
+from selfplay.phases import replay_examine
+from selfplay.qcp import QCP
+from selfplay.play import PlayConfig, run_id
+from selfplay.samples import examiner_samples, student_samples, teacher_prompt
+from selfplay.warmstart import EXAMINER_TOOL, demonstrations
+from storage import load_table
+from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401
+
+GARBLED = "<think>x</think><answer>1</answer><answer>2</answer>"
+
+
+def _meta(**kw) -> str:
+    return json.dumps(kw)
+
+
+def _chat(text: str) -> list[dict]:
+    return [{"role": "system", "content": "sys"}, {"role": "user", "content": "q?"},
+            {"role": "assistant", "content": text}]
+
+
+def test_examiner_rewards_follow_k_and_advantages_are_normalised_per_target_hop_count(embedded_tokenizer_dir):  # noqa: F811
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
+    tasks = [{"task_id": t, "hop_count": 2, "answer": "Paris", "aliases": []} for t in ("t1", "t2", "t3")]
+    rollouts = [{"id": f"e{i}", "messages": _chat(f"<answer>{i}</answer>"), "meta": _meta(task_id=t, target_hops=h)}
+                for i, (t, h) in enumerate([("t1", 2), ("t2", 2), (None, 2), ("t3", 3), (None, 3)])]
+    # n = 4 attempts per task: t1 solved once (the best task), t2 by all (too easy), t3 by none
+    answers = {"t1": ["Paris", "Rome", "x", None], "t2": ["paris"] * 4, "t3": ["no"] * 4}
+    attempts = [{"id": f"{t}-{j}", "prompt_id": t, "answer": a} for t, xs in answers.items() for j, a in enumerate(xs)]
+    samples, counts = examiner_samples(rollouts, tasks, attempts, tok)
+    got = {s.rollout_id: s for s in samples}
+    assert counts["kept"] == 5 and [got[f"e{i}"].reward for i in range(5)] == [1.5, 0.5, 0.0, 0.5, 0.0]
+    two = torch.tensor([1.5, 0.5, 0.0])  # target 2 hops: e0, e1, e2 normalised together, 3 hops apart
+    expect = ((two - two.mean()) / (two.std(unbiased=False) + 1e-6)).tolist()
+    assert [got[f"e{i}"].advantage for i in range(3)] == pytest.approx(expect, abs=1e-5)
+    assert got["e3"].advantage == pytest.approx(1.0, abs=1e-5) and got["e4"].advantage == pytest.approx(-1.0, abs=1e-5)
+    assert all(sum(s.mask) and s.mask[0] == 0 for s in samples)
+
+
+def test_student_samples_are_grouped_by_task_and_the_teacher_reads_the_qcp(embedded_tokenizer_dir):  # noqa: F811
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
+    qcp = {"seed_doc_id": "d1", "hops": [{"query": "Velmora mayor", "doc_ids": ["d2"], "note": "",
+                                          "passages": ["Its mayor is Ben Orr."]}]}
+    task = {"task_id": "t1", "question": "Who is the mayor of Velmora?", "answer": "Ben Orr", "qcp": json.dumps(qcp)}
+    attempts = [{"id": f"a{j}", "prompt_id": "t1", "messages": _chat(f"<answer>{a}</answer>"), "meta": _meta(em=e)}
+                for j, (a, e) in enumerate([("Ben Orr", 1), ("Ann", 0), ("Bo", 0), ("Ben Orr", 1)])]
+    samples, _ = student_samples(attempts, [task], tok)
+    assert [s.reward for s in samples] == [1, 0, 0, 1]
+    assert [s.advantage for s in samples] == pytest.approx([1, -1, -1, 1], abs=1e-5)
+    prefix = tok.decode(teacher_prompt(tok, samples[0], "qcp"))
+    assert "Its mayor is Ben Orr." in prefix and "Velmora mayor" in prefix and prefix.rstrip().endswith("assistant")
+    assert "Its mayor" not in tok.decode(teacher_prompt(tok, samples[0], "none"))
+    with pytest.raises(ValueError, match="not among the tasks"):
+        student_samples([dict(attempts[0], prompt_id="t9")], [task], tok)
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory, tiny_llama_dir):  # noqa: F811
+    """A world, and one trained self-play iteration whose examine phase was replayed from
+    examiner demonstrations and a garbled copy of each (a reject of the same target hops)."""
+    from flows.selfplay import run_selfplay
+
+    root = tmp_path_factory.mktemp("update")
+    write(WorldConfig(seed=3, entities=200), root, "w")
+    docs, triples = load_table("w", "documents", root).to_pylist(), load_table("w", "triples", root).to_pylist()
+    tools = base_rows()
+    sim = Simulator(docs, seed=0, tools=tools)
+    demos = demonstrations(docs, triples, sim, next(t for t in tools if t["name"] == EXAMINER_TOOL), n=4)[0]
+    cfg = PlayConfig(dataset="w", examiner=str(tiny_llama_dir), student=str(tiny_llama_dir), tasks=len(demos),
+                     attempts=2, student_turns=2, max_new_tokens=12, batch_size=8, checkpoints=str(root / "ck"),
+                     examiner_steps=2, student_steps=2, update_batch=2, lr=1e-3)
+    by_id = {d["doc_id"]: d for d in docs}
+    convs = []
+    for demo in demos:
+        msgs, hops, seed = demo["trajectory"]["messages"], demo["task"]["hop_count"], by_id[demo["task"]["qcp"]["seed_doc_id"]]
+        convs += [(msgs, seed, hops), (msgs[:-1] + [{"role": "assistant", "content": GARBLED}], seed, hops)]
+    replay_examine(root, cfg, run_id(cfg), 0, convs, docs)
+    summary = run_selfplay(PlayConfig(**{**cfg.__dict__, "resume": True}), root, progress=False)
+    return root, cfg, summary, len(demos)
+
+
+def _weights(path) -> dict:
+    return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
+
+
+def test_a_trained_iteration_updates_examiner_and_student_and_every_attempt_has_its_task(played, tiny_llama_dir):  # noqa: F811
+    root, cfg, summary, n_tasks = played
+    assert summary["skipped_phases"] == 1 and n_tasks >= 2
+    tasks = load_table("w_selfplay", "tasks", root).to_pylist()
+    attempts = [r for r in load_table("w_selfplay", "rollouts", root).to_pylist()
+                if json.loads(r["meta"])["role"] == "student"]
+    assert len(tasks) == n_tasks and len(attempts) == 2 * n_tasks
+    assert {a["prompt_id"] for a in attempts} == {t["task_id"] for t in tasks}
+    assert all(QCP.from_json(t["qcp"]).steps for t in tasks)
+    start = _weights(tiny_llama_dir)
+    for role in ("examiner", "student", "teacher"):
+        path = summary["models"][role]
+        assert path.startswith(cfg.checkpoints), role
+        moved = _weights(path)
+        assert any(not torch.equal(start[k], moved[k]) for k in start), f"the {role} did not change"
+    it = summary["iterations"][0]
+    assert it["teacher_s"] > 0 and it["student_update_s"] > it["teacher_s"]
+    console = Console(record=True, width=200)  # what `forgeplay selfplay run` prints
+    console.print(_iteration_table(summary), _timing_table(summary))
+    text = console.export_text()
+    assert "of which teacher scoring" in text and f"{it['teacher_s']:.1f}" in text and f"{it['student_loss']:.4f}" in text
+
+
+def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_llama_dir):  # noqa: F811
+    from selfplay.update import StudentUpdateConfig
+    from train.configs import TrainConfig
+    from train.run import run_stage
+
+    root, cfg, summary, _ = played
+    out = tmp_path / "student"
+    stage = StudentUpdateConfig(data="w_selfplay", run=summary["run_id"], iteration=0, model=str(tiny_llama_dir),
+                                out=str(out), tau=0.3)
+    run_stage("selfplay-student", stage, TrainConfig(max_steps=3, batch_size=2, lr=1e-3, checkpoint_every=1,
+                                                     keep_checkpoints=5), root, progress=False)
+    ema = _weights(tiny_llama_dir)
+    for step in (1, 2, 3):  # the student after each optimizer step
+        student = torch.load(out / "checkpoints" / f"step-{step:08d}" / "model.pt")
+        ema = {k: (1 - 0.3) * v + 0.3 * student[k] if v.is_floating_point() else v for k, v in ema.items()}
+    teacher = _weights(out / "teacher")
+    assert all(torch.allclose(teacher[k], ema[k], atol=1e-6) for k in ema)
+    assert any(not torch.equal(teacher[k], student[k]) for k in ema)  # behind the student, not a copy
+
+
+def test_update_options_are_checked_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="--checkpoints"):
+        PlayConfig(dataset="w").check()
+    with pytest.raises(ValueError, match="--distill must be on or off"):
+        PlayConfig(dataset="w", checkpoints="c", distill="maybe").check()
+    cfg = PlayConfig(dataset="w", checkpoints="c", iterations=4, distill_coef="1,0.5")
+    assert cfg.lambdas() == [1.0, 0.5, 0.5, 0.5]
+    assert PlayConfig(dataset="w", checkpoints="c", iterations=2, distill="off").lambdas() == [0.0, 0.0]
