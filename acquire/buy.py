@@ -34,19 +34,20 @@ class ColumnSource:
         return out
 
 
-def label_id(dataset: str, prompt_id: str) -> str:
-    """A bought label's row id: one per (dataset, prompt)."""
-    return hashlib.sha256(f"label|{dataset}|{prompt_id}".encode()).hexdigest()[:24]
+def label_id(dataset: str, prompt_id: str, kind: str = "bought") -> str:
+    """A label row's id: one bought and one pseudo-label per (dataset, prompt)."""
+    return hashlib.sha256(f"label|{dataset}|{prompt_id}|{kind}".encode()).hexdigest()[:24]
 
 
 def labelled_ids(root, dataset: str) -> set[str]:
-    """Prompt ids of every label committed to `dataset`'s labels shard (any run)."""
+    """Prompt ids of every bought label committed to `dataset`'s labels shard (any run)."""
     from storage import load_table
 
     try:
-        return set(load_table(dataset, "labels", root, columns=["prompt_id"]).column("prompt_id").to_pylist())
+        t = load_table(dataset, "labels", root, columns=["prompt_id", "source"]).to_pylist()
     except FileNotFoundError:
         return set()
+    return {r["prompt_id"] for r in t if r["source"] != "pseudo"}
 
 
 def buy(ledger: Ledger, source, prompt_ids: list[str], writer, dataset: str, strategy: str,

@@ -52,11 +52,13 @@ def vote_features(vote: Vote, lengths: list[int]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def signals(model, prompt_ids: list[int], responses: list[list[int]]) -> dict:
-    """Hidden states, token log-probabilities and self-certainty of `responses` after the prompt."""
+def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: list[list[int]] | None = None) -> dict:
+    """Hidden states, token log-probabilities and self-certainty of `responses` after the
+    prompt; with `masks` (1 = a token the policy wrote), only those tokens count (a
+    multi-turn response holds tool output too)."""
     states, logps, certainty = [], [], []
     prompt_state = None
-    for resp in responses:
+    for j, resp in enumerate(responses):
         ids = torch.tensor([list(prompt_ids) + list(resp)], device=next(model.parameters()).device)
         out = model(input_ids=ids, output_hidden_states=True)
         hidden = out.hidden_states[-1][0]  # after the final norm
@@ -65,8 +67,10 @@ def signals(model, prompt_ids: list[int], responses: list[list[int]]) -> dict:
         states.append(hidden[-1].float().cpu())
         logits = out.logits[0, len(prompt_ids) - 1:-1].float()
         lp = torch.log_softmax(logits, dim=-1)
-        logps.append(lp.gather(1, ids[0, len(prompt_ids):, None]).squeeze(1).cpu().tolist())
-        vocab = lp.shape[-1]
-        certainty.append(float((-math.log(vocab) - lp.mean(dim=-1)).mean()) if len(resp) else 0.0)
+        keep = torch.tensor(masks[j] if masks is not None else [1] * len(resp), dtype=torch.bool, device=lp.device)
+        token_lp = lp.gather(1, ids[0, len(prompt_ids):, None]).squeeze(1)
+        logps.append(token_lp[keep].cpu().tolist())
+        per_token = -math.log(lp.shape[-1]) - lp.mean(dim=-1)
+        certainty.append(float(per_token[keep].mean()) if bool(keep.any()) else 0.0)
     return {"prompt_state": prompt_state, "response_states": torch.stack(states) if states else None,
             "token_logprobs": logps, "self_certainty": certainty, "lengths": [len(r) for r in responses]}

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from flows import (cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_selfplay, cli_synth,
+from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_selfplay, cli_synth,
                    cli_train, cli_validate)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
@@ -37,6 +37,7 @@ cli_export.register(app)
 cli_train.register(app)
 cli_pipeline.register(app)
 cli_selfplay.register(app)
+cli_acquire.register(app)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from generators.llm.toolcalls import extract_answer, render_tools_block, split_think
+from generators.llm.toolcalls import final_answer, render_tools_block
 from selfplay.examiner import examiner_messages, parse_examiner
 from selfplay.rewards import FORMAT_WEIGHT, examiner_reward, solve_count
 from selfplay.warmstart import examiner_tool, parse_hop_mix, row_messages
@@ -148,12 +148,6 @@ def _rollouts(backend, simulator, prompts: list[Prompt], cfg: PlayConfig, turns:
     return outs
 
 
-def _final_answer(messages: list[dict]) -> str | None:
-    """The `<answer>` of the conversation's last assistant turn, None without one."""
-    final = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
-    return extract_answer(split_think(final).rest)[0]
-
-
 def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: PlayConfig, run: str,
             iteration: int, progress: bool = False, timings: dict | None = None) -> list[dict]:
     """The examiner's outputs of one iteration: per prompt its conversation (`rollout`),
@@ -184,7 +178,7 @@ def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: s
         task["id"] = tid
     except Reject as r:
         task, reason, detail = None, r.reason, r.detail
-    answer = _final_answer(messages)
+    answer = final_answer(messages)
     meta = {"role": "examiner", "iteration": iteration, "target_hops": hops, "seed_doc_id": doc["doc_id"],
             "task_id": tid if task else None, "reject": reason}
     row = {"id": rid, "rollout_id": rid, "prompt_id": doc["doc_id"], "policy_version": iteration,
@@ -208,7 +202,7 @@ def attempt(backend, simulator, tasks: list[dict], tools: list[dict], cfg: PlayC
     rows = []
     for i, (p, o) in enumerate(zip(prompts, outs)):
         rid = _id(run, iteration, "attempt", p.key, i % cfg.attempts)
-        answer = _final_answer(o.messages)
+        answer = final_answer(o.messages)
         meta = {"role": "student", "iteration": iteration, "task_id": p.key, "attempt": i % cfg.attempts,
                 "em": o.stats["em"], "f1": o.stats["f1"], "turns": o.stats["turns"], "finish": o.stats["finish"]}
         rows.append({"id": rid, "rollout_id": rid, "prompt_id": p.key, "policy_version": iteration,

@@ -165,6 +165,12 @@ def extract_answer(text: str) -> tuple[str | None, str | None]:
     return answer, None
 
 
+def final_answer(messages: list[dict]) -> str | None:
+    """The `<answer>` of a conversation's last assistant turn (after its think), None without one."""
+    final = messages[-1].get("content") or "" if messages and messages[-1].get("role") == "assistant" else ""
+    return extract_answer(split_think(final).rest)[0]
+
+
 def _as_function(tool: dict) -> dict:
     """A tool row (storage `tools`/trajectory tool, or OpenAI style) -> OpenAI function dict."""
     if tool.get("type") == "function" and isinstance(tool.get("function"), dict):

@@ -1,0 +1,154 @@
+"""Acquiring labels for prompts without trusted ones, batch by batch, without Prefect: sample
+n answers per prompt from the policy (multi-turn tool rollouts, train/rollout.py), vote
+(acquire/vote.py), score the groups with a strategy (acquire/strategies.py), buy labels for
+the chosen ones within the budget (acquire/buy.py), let CARE's probes learn from what was
+bought, and commit the batch's `rollouts` and its pseudo-labels (`labels`, source pseudo,
+cost 0). Prompts are a dataset's triples treated as unlabelled: their answers are held back
+and revealed only by the `column` source when bought.
+
+    session = Session(cfg, root, backend)
+    for batch in session.batches():
+        counts = session.run_batch(batch, step)
+
+A batch whose rollouts are committed is done: a rerun (same config) skips it, and the ledger
+never pays twice for a prompt. The probes' state is saved after each batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from acquire.buy import ColumnSource, buy, label_id
+from acquire.group import Group, signals
+from acquire.strategies import Context, choose, get_strategy
+from acquire.vote import vote
+from generators.llm.toolcalls import final_answer
+
+
+@dataclass
+class AcquireConfig:
+    """What one acquisition run does (every field is a CLI option)."""
+
+    dataset: str = field(default="", metadata={"help": "dataset whose triples are the prompts (their answers held back)"})
+    out: str = field(default="", metadata={"help": "dataset that receives rollouts and labels (default: <dataset>_labels)"})
+    strategy: str = field(default="care", metadata={"help": "random, vote_entropy, token_prob, self_certainty, oracle_cag or care"})
+    budget: float = field(default=200.0, metadata={"help": "labels to buy at most (the ledger's total; raise it to buy more)"})
+    source: str = field(default="column", metadata={"help": "where bought labels come from: column (the held-back answers)"})
+    model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
+    n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
+    p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})
+    gate: float = field(default=0.1, metadata={"help": "care: fraction of each batch most likely voted right left out (p2)"})
+    warmup: int = field(default=20, metadata={"help": "care: batches before the probes' scores are used"})
+    batch: int = field(default=16, metadata={"help": "prompts per batch"})
+    limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
+    max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
+    max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    seed: int = field(default=0, metadata={"help": "sampling and strategy seed"})
+
+    def labels_dataset(self) -> str:
+        if not self.dataset:
+            raise ValueError("--dataset is required")
+        return self.out or f"{self.dataset}_labels"
+
+    def check(self) -> None:
+        self.labels_dataset()
+        get_strategy(self.strategy)
+        if self.source != "column":
+            raise ValueError(f"--source must be column (queue and llm are not built yet), not {self.source!r}")
+        if self.n < 2 or self.batch < 1 or not 0 <= self.p <= 1 or not 0 <= self.gate < 1 or self.budget < 0:
+            raise ValueError("need --n >= 2, --batch >= 1, 0 <= --p <= 1, 0 <= --gate < 1 and --budget >= 0")
+
+
+def _id(*parts) -> str:
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:24]
+
+
+@dataclass
+class Prompted:
+    """One prompt: its id, question, hop count and the held-back answer (never shown to a strategy
+    but `oracle_cag`, which is for simulations)."""
+
+    prompt_id: str
+    question: str
+    answer: str
+    aliases: list[str]
+    hop_count: int | None = None
+
+
+def load_prompts(root, cfg: AcquireConfig) -> list[Prompted]:
+    from storage import load_table
+
+    rows = sorted(load_table(cfg.dataset, "triples", root).to_pylist(), key=lambda t: t["triple_id"])
+    rows = rows[:cfg.limit] if cfg.limit else rows
+    if not rows:
+        raise ValueError(f"dataset {cfg.dataset!r} has no triples")
+    return [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
+            for t in rows]
+
+
+class Session:
+    """The acquisition loop's state: backend, simulator, tools, ledger, source, probes (module docstring)."""
+
+    def __init__(self, cfg: AcquireConfig, root, backend, simulator, tools: list[dict], ledger, writer, probes=None) -> None:
+        self.cfg, self.root, self.backend, self.sim, self.tools = cfg, root, backend, simulator, tools
+        self.ledger, self.writer, self.probes = ledger, writer, probes
+        self.strategy = get_strategy(cfg.strategy)
+        self.out = cfg.labels_dataset()
+
+    def sample(self, prompts: list[Prompted], step: int) -> tuple[list[Group], list[dict]]:
+        """n rollouts per prompt; the groups (with the signals the strategy needs) and the rollout rows."""
+        from train.configs import RolloutConfig
+        from train.grpo import make_prompts
+        from train.rollout import rollout
+
+        triples = [{"question": p.question, "answer": "", "aliases": [], "golden_doc_ids": [],
+                    "triple_id": p.prompt_id} for p in prompts]
+        asked = [q for q in make_prompts(triples, self.tools) for _ in range(self.cfg.n)]
+        rc = RolloutConfig(max_turns=self.cfg.max_turns, max_new_tokens=self.cfg.max_new_tokens,
+                           temperature=self.cfg.temperature, format_weight=0.0)
+        outs = rollout(self.backend, self.sim, asked, rc, seed=self.cfg.seed * 7919 + step, logprobs=False)
+        groups, rows = [], []
+        for k, p in enumerate(prompts):
+            mine = outs[k * self.cfg.n:(k + 1) * self.cfg.n]
+            answers = [final_answer(o.messages) for o in mine]
+            g = Group(p.prompt_id, vote(answers), true_label=p.answer if self.strategy.name == "oracle_cag" else None,
+                      aliases=tuple(p.aliases))
+            if self.strategy.needs in ("logprobs", "states"):
+                start = max(1, mine[0].mask.index(1) if 1 in mine[0].mask else len(mine[0].mask))
+                sig = signals(self.backend.lm, mine[0].token_ids[:start], [o.token_ids[start:] for o in mine],
+                              [o.mask[start:] for o in mine])
+                g.prompt_state, g.response_states = sig["prompt_state"], sig["response_states"]
+                g.token_logprobs, g.self_certainty, g.lengths = sig["token_logprobs"], sig["self_certainty"], sig["lengths"]
+            groups.append(g)
+            for i, (o, a) in enumerate(zip(mine, answers)):
+                rid = _id(self.out, p.prompt_id, i, self.cfg.seed)
+                rows.append({"id": rid, "rollout_id": rid, "prompt_id": p.prompt_id, "policy_version": 0,
+                             "messages": [{"role": m["role"], "content": m.get("content") or "", "tool_calls": None,
+                                           "tool_call_id": None, "name": m.get("name")} for m in o.messages],
+                             "answer": a, "reward": 0.0, "num_tokens": int(o.stats["policy_tokens"]),
+                             "meta": json.dumps({"sample": i, "strategy": self.cfg.strategy})})
+        return groups, rows
+
+    def run_batch(self, prompts: list[Prompted], step: int) -> dict:
+        """Sample, vote, score, buy, teach the probes, commit; counts of the batch."""
+        from acquire.probes import Example
+
+        groups, rows = self.sample(prompts, step)
+        ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.warmup, gate=self.cfg.gate)
+        scores = self.strategy.score(groups, ctx)
+        chosen = choose(groups, scores, self.cfg.p, self.ledger.summary()["left"])
+        source = ColumnSource({p.prompt_id: p.answer for p in prompts})
+        bought = buy(self.ledger, source, [g.prompt_id for g in chosen], self.writer, self.out, self.cfg.strategy,
+                     scores={g.prompt_id: s for g, s in zip(groups, scores)})
+        if self.probes is not None and bought["labels"]:
+            by_id = {g.prompt_id: g for g in groups}
+            self.probes.learn([Example.of(by_id[pid], label) for pid, label in bought["labels"].items()])
+        pseudo = [{"id": label_id(self.out, g.prompt_id, "pseudo"), "prompt_id": g.prompt_id, "strategy": "pseudo",
+                   "label": g.vote.label, "score": g.vote.share, "source": "pseudo", "cost": 0.0,
+                   "meta": json.dumps({"sizes": list(g.vote.sizes), "n": g.n})} for g in groups]
+        self.writer.commit(self.out, "labels", pseudo)
+        self.writer.commit(self.out, "rollouts", rows)  # last: a batch with its rollouts is done
+        return {"prompts": len(prompts), "chosen": len(chosen), **{k: v for k, v in bought.items() if k != "labels"}}

@@ -1,0 +1,104 @@
+"""The `acquire-labels` Prefect flow: active label acquisition over a dataset's prompts
+(acquire/session.py), one task per batch. Before the first batch the ledger
+(`<out>/_ledger.sqlite`, the budget set to `budget`) recovers reservations that a killed run
+left (settled when their label reached the labels shard, released otherwise); a batch whose
+rollouts are committed is skipped, so a rerun continues where a killed run stopped and pays
+for nothing twice. CARE's probes are saved after each batch (`<out>/_care/<run>.pt`) and
+loaded by a rerun.
+
+    forgeplay acquire-labels --dataset world --strategy care --budget 200 --source column
+    run_acquire(AcquireConfig(dataset="world", strategy="random", budget=20))   # from Python
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict
+
+from prefect import flow, task
+from prefect.cache_policies import NONE
+
+from acquire.buy import labelled_ids
+from acquire.ledger import Ledger
+from acquire.session import AcquireConfig, Session, load_prompts
+from flows.common import Stages
+from storage import resolve_root
+from storage.manifest import dataset_dir
+from storage.resumable import RunWriter
+from storage.runs import config_hash
+
+
+@task(name="acquire-batch", cache_policy=NONE)
+def batch_task(session: Session, prompts: list, step: int) -> dict:
+    return session.run_batch(prompts, step)
+
+
+def _probes_path(root, cfg: AcquireConfig, run: str):
+    return dataset_dir(root, cfg.labels_dataset()) / "_care" / f"{run}.pt"
+
+
+def _save_probes(probes, path) -> None:
+    import torch
+
+    from storage.files import write_bytes
+
+    buf = io.BytesIO()
+    torch.save(probes.state_dict(), buf)
+    write_bytes(path, buf.getvalue())
+
+
+@flow(name="acquire-labels", log_prints=True)
+def acquire_flow(config: dict, data_root: str | None = None, progress: bool = True) -> dict:
+    """Acquire labels batch by batch (module docstring); the counts per batch and the ledger."""
+    import torch
+
+    from generators.llm.transformers_backend import TransformersBackend
+    from generators.synth.synthesize import load_inputs
+    from generators.tools.base import base_rows
+    from generators.tools.simulator import Simulator
+
+    cfg, root = AcquireConfig(**config), resolve_root(data_root)
+    cfg.check()
+    out = cfg.labels_dataset()
+    run = f"acquire-{config_hash({k: v for k, v in asdict(cfg).items() if k not in ('budget', 'limit')})}"
+    ledger = Ledger(dataset_dir(root, out) / "_ledger.sqlite", budget=cfg.budget)
+    recovered = ledger.recover(labelled_ids(root, out))
+    prompts = load_prompts(root, cfg)
+    writer = RunWriter(root, run, {"config_hash": run})
+    done = set(writer.committed(out, "rollouts", "prompt_id").to_pylist())
+    docs = load_inputs(root, cfg.dataset).documents
+    tools = base_rows()
+    backend = TransformersBackend(cfg.model, batch_size=max(8, cfg.n))
+    probes = None
+    if cfg.strategy == "care":
+        from acquire.probes import Probes
+
+        probes = Probes(backend.lm.config.hidden_size, cfg.n, seed=cfg.seed)
+        if _probes_path(root, cfg, run).exists():
+            probes.load_state_dict(torch.load(_probes_path(root, cfg, run), weights_only=False))
+    session = Session(cfg, root, backend, Simulator(docs, seed=cfg.seed, tools=tools), tools, ledger, writer, probes)
+    stages, batches, skipped = Stages(), [], 0
+    try:
+        for step, start in enumerate(range(0, len(prompts), cfg.batch)):
+            chunk = prompts[start:start + cfg.batch]
+            if all(p.prompt_id in done for p in chunk):
+                skipped += 1
+                continue
+            with stages.stage(f"batch {step}", rows_in=len(chunk)) as st:
+                counts = batch_task(session, chunk, step)
+                st.rows_out, st.notes = counts["bought"], f"{counts['chosen']} chosen"
+            if probes is not None:
+                _save_probes(probes, _probes_path(root, cfg, run))
+            batches.append({"step": step, **counts})
+    finally:
+        backend.close()
+    summary = ledger.summary()
+    report = stages.publish("acquire-labels", f"labels for {cfg.dataset} ({cfg.strategy})",
+                            {"ledger": {k: v for k, v in summary.items() if isinstance(v, (int, float))}})
+    return {"run_id": run, "dataset": out, "batches": batches, "skipped_batches": skipped, "recovered": recovered,
+            "ledger": summary, "report": report}
+
+
+def run_acquire(cfg: AcquireConfig, data_root=None, progress: bool = True) -> dict:
+    cfg.check()  # a bad option fails before Prefect starts
+    return acquire_flow(asdict(cfg), str(data_root) if data_root else None, progress)
