@@ -142,8 +142,8 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     stage = config(data=cfg.out_dataset(), run=run, iteration=it, model=model, out=out,
                    train_layers=cfg.train_layers, **extra)
     steps = cfg.examiner_steps if role == "examiner" else cfg.student_steps
-    tcfg = TrainConfig(max_steps=steps, batch_size=cfg.update_batch, lr=cfg.lr, checkpoint_every=0,
-                       seed=cfg.seed * 31 + it)
+    tcfg = TrainConfig(max_steps=steps, batch_size=cfg.update_batch, lr=cfg.lr, schedule="constant",
+                       checkpoint_every=0, seed=cfg.seed * 31 + it)  # a few steps each iteration: no decay
     summary = stage_task(kind, stage, tcfg, root, progress)
     metrics = read_metrics(out)
     out_row = {f"{role}_model": summary["final_model"], f"{role}_loss": summary["last"]["loss"],
