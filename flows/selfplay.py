@@ -133,7 +133,7 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     """Run one self-play update stage (selfplay/update.py) on iteration `it`; its summary."""
     import shutil
 
-    from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig
+    from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig, learns
 
     role = kind.split("-")[1]
     out = f"{cfg.checkpoints}/it{it}/{role}"
@@ -141,6 +141,8 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     config = ExaminerUpdateConfig if role == "examiner" else StudentUpdateConfig
     stage = config(data=cfg.out_dataset(), run=run, iteration=it, model=model, out=out,
                    train_layers=cfg.train_layers, **extra)
+    if not learns(kind, stage, root):  # every advantage 0 and no teacher: the role stays as it is
+        return {f"{role}_update": "nothing to learn"}
     steps = cfg.examiner_steps if role == "examiner" else cfg.student_steps
     tcfg = TrainConfig(max_steps=steps, batch_size=cfg.update_batch, lr=cfg.lr, schedule="constant",
                        checkpoint_every=0, seed=cfg.seed * 31 + it)  # a few steps each iteration: no decay
@@ -207,12 +209,11 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
                         elif phase == "examiner-update":
                             out = _update("selfplay-examiner", cfg, it, run, current["examiner"], root, progress,
                                           reference=cfg.examiner, kl_coef=cfg.kl_coef)
-                        elif summary.get("attempts"):
+                        else:
                             out = _update("selfplay-student", cfg, it, run, current["student"], root, progress,
                                           teacher=current["teacher"], distill_coef=lambdas[it],
                                           teacher_context=cfg.teacher_context, tau=cfg.tau)
-                        else:
-                            out, st.notes = {}, "no attempts: the student stays as it is"
+                        st.notes = out.get(f"{phase.split('-')[0]}_update", "")
                     save_run_config(root, ds, phase_run(run, it, phase), cfg, extra={"summary": out})
                 summary.update(out)
                 for role in current:  # the next phases use what the updates wrote

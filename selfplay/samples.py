@@ -53,9 +53,12 @@ def _encode(tokenizer, row: dict) -> tuple[list[int], list[int]]:
 
 
 def _samples(rows: list[dict], rewards: list[float], advantages: list[float], tokenizer, max_len: int,
-             tasks: list[dict | None]) -> tuple[list[Sample], dict]:
-    out, counts = [], {"rows": len(rows), "too_long": 0, "no_policy_tokens": 0}
-    for row, r, a, task in zip(rows, rewards, advantages, tasks):
+             tasks: list[dict] | None, drop_flat: bool) -> tuple[list[Sample], dict]:
+    out, counts = [], {"rows": len(rows), "too_long": 0, "no_policy_tokens": 0, "flat": 0}
+    for row, r, a, task in zip(rows, rewards, advantages, tasks or [None] * len(rows)):
+        if drop_flat and a == 0:
+            counts["flat"] += 1
+            continue
         ids, mask = _encode(tokenizer, row)
         if len(ids) > max_len:
             counts["too_long"] += 1
@@ -93,18 +96,24 @@ def attempts_per_task(attempts: list[dict]) -> int:
     return max(per.values(), default=0)
 
 
-def examiner_samples(rollouts: list[dict], tasks: list[dict], attempts: list[dict], tokenizer,
-                     max_len: int = 4096) -> tuple[list[Sample], dict]:
-    """The examiner's outputs with their rewards and HRPO advantages (module docstring)."""
+def examiner_scored(rollouts: list[dict], tasks: list[dict], attempts: list[dict]) -> tuple[list[dict], list[float], list[float]]:
+    """(rollouts sorted by id, examiner rewards, HRPO advantages), without tokenizing."""
     rollouts = sorted(rollouts, key=lambda r: r["id"])
     rewards = examiner_rewards(rollouts, tasks, attempts)
     hops = torch.tensor([int(json.loads(r["meta"])["target_hops"]) for r in rollouts])
     adv = hop_grouped_advantages(torch.tensor(rewards), hops).tolist() if rollouts else []
-    return _samples(rollouts, rewards, adv, tokenizer, max_len, [None] * len(rollouts))
+    return rollouts, rewards, adv
 
 
-def student_samples(attempts: list[dict], tasks: list[dict], tokenizer, max_len: int = 4096) -> tuple[list[Sample], dict]:
-    """The attempts with exact-match rewards and advantages within each task's group."""
+def examiner_samples(rollouts: list[dict], tasks: list[dict], attempts: list[dict], tokenizer,
+                     max_len: int = 4096, drop_flat: bool = False) -> tuple[list[Sample], dict]:
+    """The examiner's outputs with their rewards and HRPO advantages (module docstring);
+    `drop_flat` leaves out outputs whose advantage is 0 (they add no policy gradient)."""
+    return _samples(*examiner_scored(rollouts, tasks, attempts), tokenizer, max_len, None, drop_flat)
+
+
+def student_scored(attempts: list[dict], tasks: list[dict]) -> tuple[list[dict], list[float], list[float], list[dict]]:
+    """(attempts grouped by task, exact-match rewards, advantages within each task, their tasks)."""
     by_id = {t["task_id"]: t for t in tasks}
     groups: dict[str, list[dict]] = defaultdict(list)
     for a in sorted(attempts, key=lambda r: r["id"]):
@@ -117,7 +126,14 @@ def student_samples(attempts: list[dict], tasks: list[dict], tokenizer, max_len:
         rows += groups[tid]
         rewards += em
         adv += group_advantages(torch.tensor(em)).tolist()
-    return _samples(rows, rewards, adv, tokenizer, max_len, [by_id[a["prompt_id"]] for a in rows])
+    return rows, rewards, adv, [by_id[a["prompt_id"]] for a in rows]
+
+
+def student_samples(attempts: list[dict], tasks: list[dict], tokenizer, max_len: int = 4096,
+                    drop_flat: bool = False) -> tuple[list[Sample], dict]:
+    """The attempts with exact-match rewards and advantages within each task's group."""
+    rows, rewards, adv, owners = student_scored(attempts, tasks)
+    return _samples(rows, rewards, adv, tokenizer, max_len, owners, drop_flat)
 
 
 def teacher_prompt(tokenizer, sample: Sample, mode: str) -> list[int]:

@@ -4,14 +4,16 @@ checkpoints, the memory plan, metrics and curves are the ones every stage has.
 
 - `selfplay-examiner`: the examiner's outputs of iteration `iteration` of run `run`, HRPO
   advantages, the clipped surrogate plus `kl_coef` times the k3 KL to `reference` (the
-  examiner self-play started from).
+  examiner self-play started from). Outputs whose advantage is 0 are left out (no policy
+  gradient); `learns` tells the flow when none is left.
 - `selfplay-student`: the student's attempts, GRPO advantages on exact match, the clipped
   surrogate plus `distill_coef` (lambda) times the per-token KL(student || teacher) on the
   student's own tokens (tool output masked), where the teacher reads the task with
   `teacher_context` (qcp: the question and its QCP). The teacher is an EMA of the student
   (selfplay/teacher.py): it starts from `teacher` (a teacher an earlier iteration saved; by
   default a copy of the student), moves by `tau` after every optimizer step, and is saved to
-  OUT/teacher. With `distill_coef` 0 there is no teacher pass (sparse-reward self-play).
+  OUT/teacher. With `distill_coef` 0 there is no teacher pass (sparse-reward self-play) and
+  attempts whose advantage is 0 are left out.
 
 The rollouts were sampled by the weights this stage starts from; their log-probabilities
 under those weights are computed once before the first step (`old_logprobs`), so later
@@ -84,6 +86,17 @@ def phase_rows(cfg: UpdateConfig, root) -> tuple[list[dict], list[dict], list[di
     return examiner, tasks, attempts
 
 
+def learns(kind: str, cfg: UpdateConfig, root) -> bool:
+    """Whether stage `kind` has anything to learn: an output with a non-zero advantage (the
+    student with a teacher always has: the distillation term)."""
+    from selfplay.samples import examiner_scored, student_scored
+
+    examiner, tasks, attempts = phase_rows(cfg, root)
+    if kind == "selfplay-examiner":
+        return any(examiner_scored(examiner, tasks, attempts)[2])
+    return bool(attempts) and (getattr(cfg, "distill_coef", 0) > 0 or any(student_scored(attempts, tasks)[2]))
+
+
 def _load(cfg: UpdateConfig, tcfg, device):
     from train.packing import use_packed_attention
     from train.sft import train_last_layers
@@ -114,7 +127,7 @@ def build_examiner(cfg: ExaminerUpdateConfig, tcfg, root, device=None) -> Built:
 
     path, tok, model, params = _load(cfg, tcfg, device)
     examiner, tasks, attempts = phase_rows(cfg, root)
-    samples, counts = examiner_samples(examiner, tasks, attempts, tok, cfg.max_len)
+    samples, counts = examiner_samples(examiner, tasks, attempts, tok, cfg.max_len, drop_flat=True)
     terms, frozen = [ClippedPG(cfg.clip_eps)], []
     if cfg.kl_coef > 0:
         reference = load_model(cfg.reference or cfg.model, device)[2].eval().requires_grad_(False)
@@ -133,7 +146,7 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
         raise ValueError(f"--teacher-context must be one of {', '.join(MODES)}, not {cfg.teacher_context!r}")
     path, tok, model, params = _load(cfg, tcfg, device)
     _, tasks, attempts = phase_rows(cfg, root)
-    samples, counts = student_samples(attempts, tasks, tok, cfg.max_len)
+    samples, counts = student_samples(attempts, tasks, tok, cfg.max_len, drop_flat=cfg.distill_coef == 0)
     terms, frozen, teacher = [ClippedPG(cfg.clip_eps)], [], None
     if cfg.distill_coef > 0:
         start = load_model(cfg.teacher, device)[2] if cfg.teacher else None

@@ -6,6 +6,7 @@ is replayed from examiner demonstrations plus garbled outputs (selfplay/phases.p
 flow resumes after it: the attempts, both updates and the teacher run for real."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -125,7 +126,7 @@ def test_a_trained_iteration_updates_examiner_and_student_and_every_attempt_has_
 
 
 def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_llama_dir):  # noqa: F811
-    from selfplay.update import StudentUpdateConfig
+    from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig, learns
     from train.configs import TrainConfig
     from train.run import run_stage
 
@@ -142,6 +143,9 @@ def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_lla
     teacher = _weights(out / "teacher")
     assert all(torch.allclose(teacher[k], ema[k], atol=1e-6) for k in ema)
     assert any(not torch.equal(teacher[k], student[k]) for k in ema)  # behind the student, not a copy
+    # no attempt was right: without a teacher the student has nothing to learn; the examiner has
+    assert not learns("selfplay-student", replace(stage, distill_coef=0.0), root)
+    assert learns("selfplay-examiner", ExaminerUpdateConfig(data="w_selfplay", run=summary["run_id"]), root)
 
 
 def test_update_options_are_checked_before_anything_runs(tmp_path):
