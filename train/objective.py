@@ -142,9 +142,10 @@ class KLToReference:
 
 class ReverseKLToTeacher:
     """Per-token KL(student || teacher) over the full vocabulary on the policy's tokens, the
-    teacher detached (stats `teacher_kl`, and `teacher_s`: seconds of the teacher's pass). `teacher_prefix(prompt)` gives the teacher's own
-    prompt tokens (ending where the completion starts, e.g. with the assistant header): the
-    teacher reads that prompt followed by the same completion tokens. None: the student's prompt.
+    teacher detached (stats `teacher_kl`, and `teacher_s`: seconds of the teacher's pass).
+    `teacher_prefix(prompt)` gives the teacher's own prompt tokens (ending where the completion
+    starts, e.g. with the assistant header): the teacher reads that prompt followed by the same
+    completion tokens. None: the student's prompt.
     Logits are computed only at the policy's tokens (`masked_logits`); this costs one more
     forward pass of the student and one of the teacher."""
 

@@ -8,8 +8,9 @@ comparison questions), `documents` (golden documents exist in the dataset and ho
 supporting sentences) and `derive` (a world triple whose meta carries a relation program
 re-derives its answer from its golden documents' text: generators.corpus.derive).
 
-tasks (examiner-built, with a question construction path): `fields`, `qcp` (at least one
-step, each with a query and evidence documents; hop_count = number of steps), `leak`,
+tasks (examiner-built, with a question construction path): `fields`, `length` (a question
+of at least MIN_QUESTION_WORDS words: a shorter one poses no multi-hop problem), `qcp` (at
+least one step, each with a query and evidence documents; hop_count = number of steps), `leak`,
 `evidence` (the seed and every step's documents exist) and `answer_reached` (the answer or
 an alias appears in a document of the last step).
 
@@ -32,6 +33,7 @@ from validators.check import CheckContext, PerRecordCheck
 from validators.verdict import Reject, Verdict, ok, run_steps
 
 LAYER = "rules"
+MIN_QUESTION_WORDS = 6  # world questions have 7 or more; "Who is X?" is no multi-hop task
 
 
 def _blank(value) -> bool:
@@ -106,6 +108,12 @@ def check_triple_rules(row: dict, ctx) -> list[Verdict]:
 
 
 # -- tasks --------------------------------------------------------------------------------
+def _length(row: dict) -> None:
+    words = len(row["question"].split())
+    if words < MIN_QUESTION_WORDS:
+        raise Reject("question_too_short", words=words, minimum=MIN_QUESTION_WORDS)
+
+
 def _qcp(row: dict) -> None:
     hops = (row.get("qcp") or {}).get("hops") or []
     if not hops:
@@ -148,7 +156,8 @@ def _answer_reached(row: dict, documents) -> Verdict | None:
 def check_task_rules(row: dict, ctx) -> list[Verdict]:
     """Verdicts of the task rules, ending at the first failing one."""
     docs = ctx.documents
-    return run_steps(LAYER, [("fields", lambda: _fields(row)), ("qcp", lambda: _qcp(row)), ("leak", lambda: _leak(row)),
+    return run_steps(LAYER, [("fields", lambda: _fields(row)), ("length", lambda: _length(row)),
+                             ("qcp", lambda: _qcp(row)), ("leak", lambda: _leak(row)),
                              ("evidence", lambda: _evidence(row, docs)),
                              ("answer_reached", lambda: _answer_reached(row, docs))])
 
@@ -167,8 +176,8 @@ class TripleRules(PerRecordCheck):
 
 class TaskRules(PerRecordCheck):
     name, layer, kinds = "task_rules", LAYER, ("tasks",)
-    reasons = _SHARED_CODES + ("qcp_empty", "qcp_step_no_query", "qcp_step_no_evidence", "evidence_doc_missing",
-                               "answer_not_in_last_step")
+    reasons = _SHARED_CODES + ("question_too_short", "qcp_empty", "qcp_step_no_query", "qcp_step_no_evidence",
+                               "evidence_doc_missing", "answer_not_in_last_step")
 
     def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
         return check_task_rules(row, ctx.rules)

@@ -59,6 +59,7 @@ REASONS: dict[str, str] = {
     "derived_answer_mismatch": "the triple's relation program, rerun on its golden documents, gives another answer",
     "no_program": "passed: the triple carries no relation program (imported), the answer is not re-derived",
     "documents_unknown": "passed: the dataset's documents are not known (input file), document checks skipped",
+    "question_too_short": "a task's question has fewer words than validators.question_rules.MIN_QUESTION_WORDS",
     "qcp_empty": "a task's question construction path has no steps",
     "qcp_step_no_query": "a step of the question construction path has no query",
     "qcp_step_no_evidence": "a step of the question construction path lists no evidence documents",

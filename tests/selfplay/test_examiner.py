@@ -45,7 +45,7 @@ def test_good_conversation_gives_a_valid_task(conversation):
     assert qcp.steps[0].note == "Ada was born in Velmora; who runs it?"
     schema_valid(row)
     verdicts = check_task_rules(row, RuleContext(documents=DOCUMENTS))
-    assert [v.check for v in verdicts] == ["fields", "qcp", "leak", "evidence", "answer_reached"]
+    assert [v.check for v in verdicts] == ["fields", "length", "qcp", "leak", "evidence", "answer_reached"]
     assert all(v.passed and v.reason == "ok" for v in verdicts)
     stored = stamp([row], load("tasks"), "run")
     back = pa.Table.from_pylist(stored, schema=load("tasks").arrow).to_pylist()[0]

@@ -143,6 +143,8 @@ def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_lla
     teacher = _weights(out / "teacher")
     assert all(torch.allclose(teacher[k], ema[k], atol=1e-6) for k in ema)
     assert any(not torch.equal(teacher[k], student[k]) for k in ema)  # behind the student, not a copy
+    with pytest.raises(ValueError, match="runs in one process"):  # python -m train would not know the kind
+        run_stage("selfplay-student", stage, TrainConfig(max_steps=1, nproc=2), root, progress=False)
     # no attempt was right: without a teacher the student has nothing to learn; the examiner has
     assert not learns("selfplay-student", replace(stage, distill_coef=0.0), root)
     assert learns("selfplay-examiner", ExaminerUpdateConfig(data="w_selfplay", run=summary["run_id"]), root)

@@ -103,6 +103,7 @@ TRIPLE_CASES = [
 TASK_CASES = [
     ("blank_question", set_("question", " "), "question_blank"),
     ("empty_answer", set_("answer", ""), "answer_blank"),
+    ("question_too_short", set_("question", "Who founded it?"), "question_too_short"),
     ("no_steps", lambda r: r["qcp"].__setitem__("hops", []), "qcp_empty"),
     ("step_without_query", hop(0, "query", " "), "qcp_step_no_query"),
     ("step_without_evidence", hop(1, "doc_ids", []), "qcp_step_no_evidence"),
