@@ -31,7 +31,7 @@ from train.configs import TrainConfig  # noqa: E402
 def arm(root: Path, name: str, examiner: str | None, student: str | None, a) -> dict:
     t = time.perf_counter()
     s = run_selfplay(PlayConfig(dataset="w", out=f"w_{name}", examiner=examiner, student=student, tasks=a.tasks,
-                                attempts=a.attempts, seed=a.seed, batch_size=a.batch_size), root, progress=True)
+                                attempts=a.attempts, seed=a.seed, batch_size=a.batch_size, train=False), root, progress=True)
     it = s["iterations"][0]
     hops = {}
     if it["tasks"]:
