@@ -8,6 +8,10 @@ response: the final-norm hidden states, the sampled tokens' log-probabilities, a
 self-certainty of each token's distribution, KL(uniform || p) = -log V - mean_v log p_v,
 averaged over the response (high: the model is sure).
 
+`group_of(prompt_id, rollouts, needs, model)` builds a Group from one prompt's rollouts
+(train/rollout.py): their final answers voted, and the model-side signals when the strategy
+`needs` them ("logprobs" or "states").
+
 `vote_features(vote, lengths)` is the vote vector CARE's probes read besides the hidden
 states: the valid-answer ratio, the cluster sizes over n sorted (padded with 0 to n) and the
 response lengths over the longest, sorted.
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from acquire.vote import Vote
+from acquire.vote import Vote, vote
 
 
 @dataclass
@@ -74,3 +78,20 @@ def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: lis
         certainty.append(float(per_token[keep].mean()) if bool(keep.any()) else 0.0)
     return {"prompt_state": prompt_state, "response_states": torch.stack(states) if states else None,
             "token_logprobs": logps, "self_certainty": certainty, "lengths": [len(r) for r in responses]}
+
+
+def group_of(prompt_id: str, rollouts: list, needs: str = "", model=None, true_label: str | None = None,
+             aliases=()) -> Group:
+    """One prompt's rollouts as a Group (module docstring); `true_label` only for a simulation."""
+    from generators.llm.toolcalls import final_answer
+
+    g = Group(prompt_id, vote([final_answer(o.messages) for o in rollouts]), true_label=true_label,
+              aliases=tuple(aliases))
+    if needs in ("logprobs", "states"):
+        first = rollouts[0].mask
+        start = max(1, first.index(1) if 1 in first else len(first))
+        sig = signals(model, rollouts[0].token_ids[:start], [o.token_ids[start:] for o in rollouts],
+                      [o.mask[start:] for o in rollouts])
+        g.prompt_state, g.response_states = sig["prompt_state"], sig["response_states"]
+        g.token_logprobs, g.self_certainty, g.lengths = sig["token_logprobs"], sig["self_certainty"], sig["lengths"]
+    return g

@@ -16,6 +16,7 @@ so the probes are checkpointed with the policy.
     probes = Probes(hidden=576, n=8)
     p_correct, p_y = probes.predict(groups)
     scores = probes.expected_cag(groups)
+    p_right, gap_if_wrong = probes.gaps(groups)
     probes.learn([Example.of(group, true_label), ...])
 """
 
@@ -104,15 +105,20 @@ class Probes(nn.Module):
         masks = torch.stack([feasible(g) for g in groups])
         return torch.sigmoid(self.stage1(feats)).squeeze(-1), torch.softmax(self._y_logits(feats, masks), -1)
 
-    def expected_cag(self, groups: list[Group]) -> list[float]:
-        """E[CAG] of each group under the probes."""
+    def gaps(self, groups: list[Group]) -> tuple[list[float], list[float]]:
+        """Per group, P(vote correct) and E[CAG | vote wrong] = sum_y P(y) CAG(n, x, y) (stage 2's
+        expectation alone: CARE's code weighs a trusted pseudo-label by it)."""
         p_right, p_y = self.predict(groups)
         out = []
-        for g, pr, py in zip(groups, p_right.tolist(), p_y):
+        for g, py in zip(groups, p_y):
             x = g.vote.sizes[0] if g.vote.members else 0
-            gap = sum(float(py[y]) * cag_from_counts(g.n, x, min(y, g.n - x)) for y in range(g.n + 1) if py[y] > 0)
-            out.append((1.0 - pr) * gap)
-        return out
+            out.append(sum(float(py[y]) * cag_from_counts(g.n, x, min(y, g.n - x)) for y in range(g.n + 1) if py[y] > 0))
+        return p_right.tolist(), out
+
+    def expected_cag(self, groups: list[Group]) -> list[float]:
+        """E[CAG] of each group under the probes: (1 - P(vote correct)) E[CAG | vote wrong]."""
+        p_right, gap = self.gaps(groups)
+        return [(1.0 - pr) * g for pr, g in zip(p_right, gap)]
 
     def loss(self, batch: list[Example]) -> torch.Tensor:
         feats = torch.stack([e.features for e in batch])

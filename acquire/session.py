@@ -21,10 +21,8 @@ import json
 from dataclasses import dataclass, field
 
 from acquire.buy import ColumnSource, buy, label_id
-from acquire.group import Group, signals
+from acquire.group import Group, group_of
 from acquire.strategies import Context, choose, get_strategy
-from acquire.vote import vote
-from generators.llm.toolcalls import final_answer
 
 
 @dataclass
@@ -113,17 +111,10 @@ class Session:
         groups, rows = [], []
         for k, p in enumerate(prompts):
             mine = outs[k * self.cfg.n:(k + 1) * self.cfg.n]
-            answers = [final_answer(o.messages) for o in mine]
-            g = Group(p.prompt_id, vote(answers), true_label=p.answer if self.strategy.name == "oracle_cag" else None,
-                      aliases=tuple(p.aliases))
-            if self.strategy.needs in ("logprobs", "states"):
-                start = max(1, mine[0].mask.index(1) if 1 in mine[0].mask else len(mine[0].mask))
-                sig = signals(self.backend.lm, mine[0].token_ids[:start], [o.token_ids[start:] for o in mine],
-                              [o.mask[start:] for o in mine])
-                g.prompt_state, g.response_states = sig["prompt_state"], sig["response_states"]
-                g.token_logprobs, g.self_certainty, g.lengths = sig["token_logprobs"], sig["self_certainty"], sig["lengths"]
+            g = group_of(p.prompt_id, mine, self.strategy.needs, self.backend.lm,
+                         p.answer if self.strategy.needs == "true_label" else None, p.aliases)
             groups.append(g)
-            for i, (o, a) in enumerate(zip(mine, answers)):
+            for i, (o, a) in enumerate(zip(mine, g.vote.answers)):
                 rid = _id(self.out, p.prompt_id, i, self.cfg.seed)
                 rows.append({"id": rid, "rollout_id": rid, "prompt_id": p.prompt_id, "policy_version": 0,
                              "messages": [{"role": m["role"], "content": m.get("content") or "", "tool_calls": None,

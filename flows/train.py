@@ -27,6 +27,7 @@ from dataclasses import asdict
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
+import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
 import selfplay.update  # noqa: F401  (registers the self-play update stages)
 from flows.common import publish_artifact
 from storage import resolve_root

@@ -3,6 +3,7 @@
 Layout of a run folder:
 
     RUN_DIR/checkpoints/step-00000010/  model.pt optimizer.pt scheduler.pt rng.pt state.json
+                                        extra-NAME.pt (a stage's own state, e.g. CARE's probes)
     RUN_DIR/checkpoints/latest          text file holding "step-00000010"
 
 A checkpoint is first written to a hidden temp folder next to its final place, then
@@ -47,8 +48,9 @@ def set_rng_state(state: dict) -> None:
 
 
 def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None,
-         state: dict | None = None, keep: int = 2) -> Path:
-    """Write checkpoint `step` atomically and make it `latest`; keep the newest `keep` ones."""
+         state: dict | None = None, keep: int = 2, extras: dict | None = None) -> Path:
+    """Write checkpoint `step` atomically and make it `latest`; keep the newest `keep` ones.
+    `extras`: name -> object with `state_dict()` saved beside the model (`extra-NAME.pt`)."""
     base = ckpt_dir(run_dir)
     base.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:08d}"
@@ -60,6 +62,8 @@ def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any 
         if scheduler is not None:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save(rng_state(), tmp / "rng.pt")
+        for key, obj in (extras or {}).items():
+            torch.save(obj.state_dict(), tmp / f"extra-{key}.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}, indent=2))
     write_text(base / LATEST, name)
     _prune(base, keep, name)
@@ -84,8 +88,9 @@ def latest(run_dir: str | Path) -> Path | None:
 
 
 def restore(path: str | Path, model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None,
-            rng: bool = True) -> dict:
-    """Load a checkpoint into the given objects; returns its state.json."""
+            rng: bool = True, extras: dict | None = None) -> dict:
+    """Load a checkpoint into the given objects (and `extras`, by name, when saved); returns
+    its state.json."""
     path = Path(path)
     model.load_state_dict(torch.load(path / "model.pt", map_location="cpu"))
     if optimizer is not None and (path / "optimizer.pt").exists():
@@ -94,4 +99,7 @@ def restore(path: str | Path, model: torch.nn.Module, optimizer: Any = None, sch
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu"))
     if rng:
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    for name, obj in (extras or {}).items():
+        if (path / f"extra-{name}.pt").exists():
+            obj.load_state_dict(torch.load(path / f"extra-{name}.pt", weights_only=False))
     return json.loads((path / "state.json").read_text())

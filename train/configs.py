@@ -100,3 +100,20 @@ class GRPOConfig(RolloutConfig):
     prefix_grouping: bool = field(default=False, metadata={
         "help": "encode a group's shared prompt once for its rollouts' log-probabilities (same loss and "
                 "gradients; faster on long prompts in isolation, slower in full steps so far: see bench_train)"})
+    # label-aware GRPO (train/labelled.py; the labellers are acquire/training.py's)
+    labels: str = field(default="", metadata={
+        "help": "label-aware GRPO: the triples' answers are held back; each step takes the majority vote of a "
+                "prompt's rollouts as its pseudo-label and buys true labels for the prompts this acquisition "
+                "strategy chooses (random, vote_entropy, token_prob, self_certainty, oracle_cag, care) within "
+                "--budget; advantages are weighted per prompt as CARE's (empty = train on the answers)"})
+    budget: float = field(default=0.0, metadata={
+        "help": "--labels: labels to buy at most (the labels dataset's ledger total; a label bought before is free)"})
+    labels_out: str = field(default="", metadata={
+        "help": "--labels: dataset that keeps the bought labels and the ledger (default: <data>_labels)"})
+    label_p: float = field(default=0.2, metadata={"help": "--labels: fraction of each step's prompts to buy labels for"})
+    label_gate: float = field(default=0.1, metadata={
+        "help": "--labels care: fraction of each step's prompts most likely voted right, trained on their "
+                "pseudo-label and never bought (p2)"})
+    label_warmup: int = field(default=20, metadata={"help": "--labels care: steps before the probes gate and score"})
+    soft_adv: float = field(default=1.0, metadata={
+        "help": "--labels care: a gated prompt's weight is clip(soft_adv * E[CAG | vote wrong], 0, 1)"})

@@ -5,7 +5,9 @@ policy, and the objective (train/objective.py) turns the rollouts into a loss: b
 rewards normalized within the group (`advantage` grpo; or hop-grouped), the clipped surrogate
 on the policy's own tokens only (tool output and prompt masked out) and an optional k3 KL
 term to a frozen copy of the starting model (`kl_coef` > 0). A stage that needs more passes
-its own `Objective` (more terms, per-prompt weights) and keeps this step. One update per batch
+its own `Objective` (more terms, per-prompt weights) and keeps this step. With a `labeller`
+(label-aware GRPO, train/labelled.py) the rewards are against the labels it gives (`em` stays
+the exact match against the data's answers) and each prompt carries its advantage weight. One update per batch
 of rollouts, so the "old" log-probabilities are the current policy's, detached (no separate
 scoring pass). With `prefix_grouping` each group's shared prompt is encoded once
 (train/prefix.py). Rollouts are sampled with the policy in eval mode (activation checkpointing,
@@ -66,6 +68,7 @@ class GRPOSession:
         self.calls = 0
         self.plan = None  # train/memory.py Plan of the first step (set_plan); rollouts are checked against it
         self.trainer = None  # the Trainer (attach): its step is the policy version rollouts record
+        self.labeller = None  # label-aware GRPO (train/labelled.py): labels, rewards and weights per step
         from train.trainer import dist_info
 
         # ranks sample different continuations of their (different) prompts
@@ -99,7 +102,12 @@ class GRPOSession:
         self.check_memory(model, outs)
         width = max(len(o.token_ids) for o in outs)
         mask = _pad([[float(m) for m in o.mask] for o in outs], width)
-        rewards = torch.tensor([o.reward for o in outs])
+        label_stats = {}
+        if self.labeller is not None:  # rewards against voted or bought labels, prompts weighted
+            group, relabelled, label_stats = self.labeller(group, outs, step or 0)
+            rewards = torch.tensor(relabelled, dtype=torch.float32)
+        else:
+            rewards = torch.tensor([o.reward for o in outs])
         seqs, pad = [o.token_ids for o in outs], self.backend.pad_id
         start = max(1, min(o.mask.index(1) if 1 in o.mask else len(o.mask) for o in outs))
         # one update per batch of rollouts: the sampling policy is the current one, so the
@@ -113,7 +121,7 @@ class GRPOSession:
                       "format": sum(o.stats["format"] for o in outs) / n,
                       "calls": sum(o.stats["calls"] for o in outs) / n,
                       "tokens": sum(o.stats["policy_tokens"] for o in outs),
-                      "rollout_s": time.perf_counter() - started})
+                      "rollout_s": time.perf_counter() - started, **label_stats})
         if step is not None:  # the optimizer step of the weights that sampled, and turns sampled by others
             stats.update({"policy_version": step, "stale_turns": sum(v != step for o in outs
                                                                      for v in o.stats["policy_versions"])})

@@ -243,9 +243,11 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def grpo_objective(cfg, model) -> Objective:
-    """GRPO from a GRPOConfig: `advantage` by name, clipped PG, and the KL to a frozen copy of
-    `model` when `kl_coef` > 0."""
+    """GRPO from a GRPOConfig: `advantage` by name, clipped PG, the KL to a frozen copy of
+    `model` when `kl_coef` > 0, and per-prompt weights with `labels` (label-aware GRPO,
+    train/labelled.py)."""
     terms: list[Term] = [ClippedPG(cfg.clip_eps)]
     if cfg.kl_coef > 0:
         terms.append(KLToReference(frozen_copy(model), cfg.kl_coef))
-    return Objective(advantage_fn(getattr(cfg, "advantage", "grpo")), terms)
+    weights = prompt_weights if getattr(cfg, "labels", "") else None
+    return Objective(advantage_fn(getattr(cfg, "advantage", "grpo")), terms, weights)

@@ -54,6 +54,8 @@ def run_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None, progress: bool 
     dist.check_nproc(tcfg.nproc)
     if stage.one_process and tcfg.nproc > 1:
         raise ValueError(f"training stage {kind} runs in one process (--nproc 1), not {tcfg.nproc}")
+    if stage.check is not None:
+        stage.check(cfg, tcfg)
     if "WORLD_SIZE" in os.environ:  # a rank under torchrun: the process count is torchrun's
         return _train_here(stage, cfg, replace(tcfg, nproc=int(os.environ["WORLD_SIZE"])), root, progress)
     if tcfg.nproc > 1:
@@ -106,7 +108,7 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
             run_dir = prepare_run(stage.name, cfg, tcfg)
         with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
             trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight,
-                              lengths=built.lengths)
+                              lengths=built.lengths, extras=built.extras)
             if built.on_trainer is not None:
                 built.on_trainer(trainer)
             st.rows_out = len(trainer.fit(built.data, progress=progress))

@@ -46,6 +46,7 @@ class Built:
     workload: Any = None  # train.memory.Workload of the largest step: the memory plan (None: no plan)
     on_plan: Callable[[Any], None] | None = None  # gets the train.memory.Plan once it is made
     on_trainer: Callable[[Any], None] | None = None  # gets the Trainer before the first step
+    extras: dict = field(default_factory=dict)  # name -> object with state_dict(): saved in each checkpoint
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class StageKind:
     curves: tuple[str, ...] = ("loss", "lr", "tokens_per_s")
     help: str = ""
     one_process: bool = False  # registered outside train/ (python -m train cannot launch its ranks)
+    check: Callable[[Any, TrainConfig], None] | None = None  # (cfg, train_cfg): options wrong together
 
 
 KINDS: dict[str, StageKind] = {}
@@ -175,10 +177,15 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     if tcfg.max_batch_tokens > 0:
         use_packed_attention(model)
     session = build_session(root, cfg, path, model)
+    extras = {}
+    if cfg.labels:  # label-aware GRPO (train/labelled.py): its labeller is checkpointed with the policy
+        from train.labelled import make_labeller
+
+        session.labeller = extras["labeller"] = make_labeller(cfg, root, session)
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
                  {"prompts": len(session.prompts)}, f"model {path}",
                  workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
-                 on_trainer=session.attach)
+                 on_trainer=session.attach, extras=extras)
 
 
 def grpo_loss_weight(cfg: GRPOConfig) -> str | None:
@@ -204,10 +211,18 @@ register(StageKind(
     curves.png and the trained model (OUT/final); --resume continues after a kill; --nproc N
     trains data-parallel in N processes (one per GPU, or gloo on CPU)."""))
 
+def check_grpo(cfg: GRPOConfig, tcfg: TrainConfig) -> None:
+    from train.labelled import check_labels
+
+    check_labels(cfg, tcfg)
+
+
 register(StageKind(
-    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"),
+    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"), check=check_grpo,
     help="""GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
     virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final <answer>
     plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and OUT/final;
     --resume continues after a kill; --nproc N trains data-parallel, each process rolling out
-    its own prompts (a whole group stays on one process)."""))
+    its own prompts (a whole group stays on one process). With --labels STRATEGY the answers
+    are held back: label-aware GRPO on majority-vote pseudo-labels and at most --budget bought
+    labels (CARE)."""))

@@ -78,12 +78,13 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, run_dir: str | Path,
                  step_fn: Callable[[torch.nn.Module, list], tuple[torch.Tensor, dict]],
                  on_step: Callable[[dict], None] | None = None, loss_weight: str | None = None,
-                 lengths: Sequence[int] | None = None) -> None:
+                 lengths: Sequence[int] | None = None, extras: dict | None = None) -> None:
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.max_steps < 1:
             raise ValueError("batch_size, grad_accum and max_steps must be >= 1")
         if cfg.max_batch_tokens < 0:
             raise ValueError(f"--max-batch-tokens must be >= 0, not {cfg.max_batch_tokens}")
         self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
+        self.extras = dict(extras or {})  # name -> object with state_dict(): checkpointed with the model
         self.lengths = list(lengths) if lengths is not None and cfg.max_batch_tokens else None
         self.loss_weight = loss_weight  # the stat the step's loss is a mean over (module docstring)
         self.run_dir = Path(run_dir)
@@ -117,7 +118,8 @@ class Trainer:
     def save(self) -> None:
         if self.rank == 0:
             checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, self.scheduler,
-                            {"consumed": self.consumed, "config": asdict(self.cfg)}, keep=self.cfg.keep_checkpoints)
+                            {"consumed": self.consumed, "config": asdict(self.cfg)}, keep=self.cfg.keep_checkpoints,
+                            extras=self.extras)
         if self.world > 1:
             torch.distributed.barrier()
 
@@ -125,7 +127,7 @@ class Trainer:
         path = checkpoint.latest(self.run_dir)
         if path is None:
             return False
-        state = checkpoint.restore(path, self.model, self.optimizer, self.scheduler)
+        state = checkpoint.restore(path, self.model, self.optimizer, self.scheduler, extras=self.extras)
         self.step, self.consumed = state["step"], state["consumed"]
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists() and self.rank == 0:  # drop records written after the checkpoint

@@ -1,0 +1,137 @@
+"""Label-aware GRPO (CARE): the labeller `forgeplay train grpo --labels STRATEGY --budget B`
+plugs into GRPO (train/labelled.py), one registry entry per acquisition strategy.
+
+After each step's rollouts (a group of `group_size` per prompt), the labeller:
+1. votes each prompt's answers (acquire/vote.py): the pseudo-label;
+2. takes the label of a prompt already paid for from the ledger, free (an earlier step, run or
+   `acquire-labels` bought it);
+3. scores the other prompts with the strategy and buys true labels for the top `label_p` of
+   them from the held-back answers (the `column` source), never past the budget (the ledger
+   at `<labels_out>/_ledger.sqlite`, the bought labels in its `labels` shard, with the vote
+   they replaced as a pseudo row);
+4. lets CARE's probes learn from what was just bought (checkpointed with the policy);
+5. recomputes every rollout's reward against its prompt's label (the bought one, else the
+   vote) and sets each prompt's advantage weight as CARE's code does (`advantage_weights`):
+   1 for a known label; for a prompt CARE gated as most likely voted right,
+   clip(soft_adv * E[CAG | vote wrong], 0, 1); 0 for the rest. Strategies without probes
+   train on bought labels only.
+
+The step's metrics gain `labels_bought`, `labels_known`, `label_weight` (mean weight),
+`vote_right` (share of votes that match the data's answer), `pseudo_noise` (share of rollouts
+whose pseudo reward disagrees with the true one) and `reward_noise` (the same with the labels
+used), `budget_left` and, for care, `probe_loss`. The data's answers serve only as the
+held-back column and for these simulation metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, replace
+
+from acquire.buy import ColumnSource, buy, label_id, labelled_ids
+from acquire.group import group_of
+from acquire.ledger import Ledger
+from acquire.strategies import STRATEGIES, Context, choose, get_strategy
+from generators.answers import match
+from train.labelled import register_labeller
+from train.reward import score_answer
+
+
+def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, float], soft_adv: float) -> list[float]:
+    """Per prompt: 1 with a known label, clip(soft_adv * gap, 0, 1) when gated (gap: its
+    E[CAG | vote wrong]), else 0."""
+    return [1.0 if p in known else min(1.0, max(0.0, soft_adv * gated[p])) if p in gated else 0.0
+            for p in prompt_ids]
+
+
+def _final_text(rollout) -> str:
+    last = rollout.messages[-1]
+    return last.get("content") or "" if last["role"] == "assistant" else ""
+
+
+class Labeller:
+    """Labels, rewards and weights for each GRPO step (module docstring)."""
+
+    def __init__(self, cfg, root, model) -> None:
+        from storage.manifest import dataset_dir
+        from storage.resumable import RunWriter
+        from storage.runs import config_hash
+
+        self.cfg, self.model = cfg, model
+        self.strategy = get_strategy(cfg.labels)
+        self.out = cfg.labels_out or f"{cfg.data}_labels"
+        self.ledger = Ledger(dataset_dir(root, self.out) / "_ledger.sqlite", budget=cfg.budget)
+        self.recovered = self.ledger.recover(labelled_ids(root, self.out))  # a killed run's reservations
+        run = f"grpo-labels-{config_hash({k: v for k, v in asdict(cfg).items() if k != 'budget'})}"
+        self.writer = RunWriter(root, run, {"config_hash": run})
+        self.probes = None
+        if self.strategy.needs == "states":
+            from acquire.probes import Probes
+
+            self.probes = Probes(model.config.hidden_size, cfg.group_size, seed=cfg.tool_seed)
+
+    def __call__(self, prompts: list, rollouts: list, step: int) -> tuple[list, list[float], dict]:
+        """(prompts with meta["weight"], rewards, stats) for one micro-batch's rollouts."""
+        size, cfg = self.cfg.group_size, self.cfg
+        firsts = prompts[::size]
+        groups = [group_of(p.key, rollouts[i * size:(i + 1) * size], self.strategy.needs, self.model,
+                           p.answer if self.strategy.needs == "true_label" else None, p.aliases)
+                  for i, p in enumerate(firsts)]
+        paid = self.ledger.paid()
+        labels = {g.prompt_id: paid[g.prompt_id] for g in groups if paid.get(g.prompt_id) is not None}
+        open_ = [g for g in groups if g.prompt_id not in labels]
+        scores = self.strategy.score(open_, Context(step=step, seed=cfg.tool_seed, probes=self.probes,
+                                                    warmup=cfg.label_warmup, gate=cfg.label_gate)) if open_ else []
+        chosen = choose(open_, scores, cfg.label_p, self.ledger.summary()["left"]) if open_ else []
+        stats = {"labels_known": float(len(labels)), "labels_bought": 0.0}
+        if chosen:
+            self.writer.commit(self.out, "labels", [
+                {"id": label_id(self.out, g.prompt_id, "pseudo"), "prompt_id": g.prompt_id, "strategy": "pseudo",
+                 "label": g.vote.label, "score": g.vote.share, "source": "pseudo", "cost": 0.0,
+                 "meta": json.dumps({"sizes": list(g.vote.sizes), "n": g.n, "step": step})} for g in chosen])
+            source = ColumnSource({p.key: p.answer for p in firsts})
+            got = buy(self.ledger, source, [g.prompt_id for g in chosen], self.writer, self.out, cfg.labels,
+                      scores={g.prompt_id: s for g, s in zip(open_, scores)})
+            labels.update(got["labels"])
+            stats["labels_bought"] = float(got["bought"])
+            if self.probes is not None and got["labels"]:
+                from acquire.probes import Example
+
+                by_id = {g.prompt_id: g for g in groups}
+                stats["probe_loss"] = self.probes.learn([Example.of(by_id[p], lab) for p, lab in got["labels"].items()])
+        gated = [g for g, s in zip(open_, scores) if s == -math.inf]
+        gaps = dict(zip((g.prompt_id for g in gated), self.probes.gaps(gated)[1])) if gated else {}
+        weights = advantage_weights([g.prompt_id for g in groups], set(labels), gaps, cfg.soft_adv)
+        out_prompts, rewards, noise, pseudo_noise = [], [], 0, 0
+        for i, (g, p, w) in enumerate(zip(groups, firsts, weights)):
+            label, aliases = (labels[g.prompt_id], p.aliases) if g.prompt_id in labels else (g.vote.label, [])
+            weighted = replace(p, meta={**p.meta, "weight": w})
+            for o in rollouts[i * size:(i + 1) * size]:
+                text = _final_text(o)
+                parts = score_answer(text, label or "", aliases) if label else {"score": 0.0, "em": 0.0}
+                rewards.append(parts["score"] + (cfg.format_weight if o.stats["format"] == 1.0 else 0.0))
+                noise += parts["em"] != o.stats["em"]
+                voted = score_answer(text, g.vote.label, [])["em"] if g.vote.label else 0.0
+                pseudo_noise += voted != o.stats["em"]
+                out_prompts.append(weighted)
+        truth = [bool(g.vote.label) and match(g.vote.label, p.answer, list(p.aliases)).em for g, p in zip(groups, firsts)]
+        stats.update({"label_weight": sum(weights) / len(weights), "vote_right": sum(truth) / len(truth),
+                      "reward_noise": noise / len(rollouts), "pseudo_noise": pseudo_noise / len(rollouts),
+                      "budget_left": float(self.ledger.summary()["left"])})
+        return out_prompts, rewards, stats
+
+    def state_dict(self) -> dict:
+        return {"probes": self.probes.state_dict() if self.probes is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.probes is not None and state.get("probes") is not None:
+            self.probes.load_state_dict(state["probes"])
+
+
+def _factory(cfg, root, session) -> Labeller:
+    return Labeller(cfg, root, session.model)
+
+
+for _name in STRATEGIES:
+    register_labeller(_name, _factory)

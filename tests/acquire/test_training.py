@@ -1,0 +1,106 @@
+"""Label-aware GRPO (acquire/training.py through train/labelled.py): the labeller buys within
+the budget from the held-back answers, reuses a label paid before for free, rewards each
+rollout against its prompt's label and weights the prompts as CARE's code does; end to end,
+`train grpo --labels care` trains the tiny random Llama, keeps ledger and labels shard in
+agreement and checkpoints the probes with the policy."""
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from acquire.ledger import Ledger
+from acquire.training import Labeller, advantage_weights
+from generators.corpus.build import WorldConfig, write
+from storage import load_table
+from storage.manifest import dataset_dir
+from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401
+from train.configs import GRPOConfig, TrainConfig
+from train.rollout import Prompt, Rollout
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("labelled")
+    write(WorldConfig(seed=3, entities=120), root, "w")
+    return root
+
+
+def test_advantage_weights_follow_care():
+    gated = {"g1": 0.3, "g2": math.sqrt(8), "g3": 0.0}
+    assert advantage_weights(["k", "g1", "g2", "g3", "o"], {"k"}, gated, 1.0) == [1.0, 0.3, 1.0, 0.0, 0.0]
+    assert advantage_weights(["g1", "g2"], set(), gated, 2.0) == [0.6, 1.0]
+    assert advantage_weights(["g1"], {"g1"}, gated, 1.0) == [1.0]  # a known label wins
+
+
+def _rollout(answer: str | None, true: str) -> Rollout:
+    text = f"<think>t</think><answer>{answer}</answer>" if answer else "no answer"
+    return Rollout([{"role": "user", "content": "q"}, {"role": "assistant", "content": text}], [], [], [], 0.0,
+                   {"em": float(answer == true), "format": float(answer is not None)})
+
+
+def test_labeller_buys_within_the_budget_and_reuses_paid_labels(root):
+    truth = {"pa": "Rome", "pb": "Oslo", "pc": "Lima", "pd": "Kiev"}
+    answers = {"pa": ["Paris", "Paris", "Rome"], "pb": ["Oslo", "Oslo", "Oslo"], "pc": ["Lima", "Bern", "Bern"],
+               "pd": [None, None, "Kiev"]}
+    prompts = [Prompt([], truth[k], [], [], k, {"hop_count": 2}) for k in answers for _ in range(3)]
+    rollouts = [_rollout(a, truth[k]) for k in answers for a in answers[k]]
+    cfg = GRPOConfig(data="w", labels="random", budget=2, label_p=0.5, group_size=3, format_weight=0.1,
+                     labels_out="w_unit")
+    lab = Labeller(cfg, root, model=None)
+    out, rewards, stats = lab(prompts, rollouts, step=0)
+    weights = {p.key: p.meta["weight"] for p in out}
+    bought = {k for k, w in weights.items() if w == 1.0}
+    assert len(bought) == 2 and set(weights.values()) == {0.0, 1.0} and out[0].meta["hop_count"] == 2
+    assert stats["labels_bought"] == 2 and stats["budget_left"] == 0 and stats["vote_right"] == 0.5  # pb and pd
+    for i, p in enumerate(out):  # against the true label when bought, else against the vote
+        a = answers[p.key][i % 3]
+        label = truth[p.key] if p.key in bought else max(set(answers[p.key]) - {None}, key=answers[p.key].count)
+        assert rewards[i] == pytest.approx(float(a == label) + (0.1 if a else 0.0)), (p.key, a)
+    labels = load_table("w_unit", "labels", root).to_pylist()
+    assert {r["prompt_id"]: r["label"] for r in labels if r["source"] == "column"} == {k: truth[k] for k in bought}
+    assert {r["prompt_id"] for r in labels if r["source"] == "pseudo"} == bought  # the vote each label replaced
+
+    again = Labeller(cfg, root, model=None)  # a later run on the same labels dataset: paid labels are free
+    out2, _, stats2 = again(prompts, rollouts, step=1)
+    assert stats2["labels_known"] == 2 and stats2["labels_bought"] == 0
+    assert {p.key for p in out2 if p.meta["weight"] == 1.0} == bought
+    assert Ledger(dataset_dir(root, "w_unit") / "_ledger.sqlite").summary()["spent"] == 2
+
+
+def test_train_grpo_with_care_labels_checkpoints_the_probes(root, tiny_llama_dir, tmp_path):  # noqa: F811
+    from flows.train import run
+
+    cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(tmp_path / "g"), limit=6, group_size=2,
+                     max_turns=1, max_new_tokens=4, tool_style="compact", labels="care", budget=3, label_p=0.5,
+                     label_gate=0.5, label_warmup=1, labels_out="w_care")
+    tcfg = TrainConfig(max_steps=2, batch_size=2, checkpoint_every=1, schedule="constant")
+    s = run("grpo", cfg, tcfg, root)
+    recs = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and all({"labels_bought", "label_weight", "reward_noise", "budget_left"} <= set(r) for r in recs)
+    assert s["last"]["budget_left"] == 3 - sum(r["labels_bought"] for r in recs) >= 0
+    ledger = Ledger(dataset_dir(root, "w_care") / "_ledger.sqlite")
+    bought = [r for r in load_table("w_care", "labels", root).to_pylist() if r["source"] == "column"]
+    assert ledger.paid() == {r["prompt_id"]: r["label"] for r in bought} and len(bought) == ledger.summary()["labels"]
+    saved = torch.load(tmp_path / "g" / "checkpoints" / "step-00000002" / "extra-labeller.pt", weights_only=False)
+    assert saved["probes"]["updates"] == sum(r["labels_bought"] > 0 for r in recs) > 0
+
+    resumed = run("grpo", cfg, TrainConfig(max_steps=3, batch_size=2, checkpoint_every=1, schedule="constant",
+                                           resume=True), root)
+    assert resumed["steps"] == 3
+    after = torch.load(tmp_path / "g" / "checkpoints" / "step-00000003" / "extra-labeller.pt", weights_only=False)
+    assert after["probes"]["updates"] >= saved["probes"]["updates"]  # restored, not started over
+    assert len(after["probes"]["buffer"]) >= len(saved["probes"]["buffer"])
+    assert ledger.summary()["spent"] <= 3
+
+
+def test_labels_options_are_checked_before_training(root):
+    from flows.cli import app
+
+    base = ["train", "grpo", "--data", "w", "--out", "x", "--data-root", str(root)]
+    res = CliRunner().invoke(app, base + ["--labels", "nope"])
+    assert res.exit_code == 2 and "--labels must be one of random" in res.output, res.output
+    res = CliRunner().invoke(app, base + ["--labels", "care", "--nproc", "2"])
+    assert res.exit_code == 2 and "runs in one process" in res.output, res.output
