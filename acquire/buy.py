@@ -3,12 +3,15 @@ commit the labels shard, settle. A source that fails releases what it was asked 
 crash between the commit and the settle is repaired by `Ledger.recover` with the shard's
 prompt ids (`labelled_ids`), so ledger and shard agree and no label is paid for twice.
 
-    source = ColumnSource({"p1": "Paris", "p2": "Rome"})
+    source = ColumnSource({"p1": "Paris", "p2": "Rome"})          # acquire/sources.py
     counts = buy(ledger, source, ["p2", "p1"], RunWriter(root, "labels-1"), "demo", "care",
                  scores={"p2": 0.9, "p1": 0.4})
 
-A source has a `name`, a `cost` per label and `buy(prompt_ids) -> {prompt_id: label}`; a
-prompt it cannot label is left out of the result (released, nothing spent).
+A source (acquire/sources.py) has a `name`, a `cost` per label and `buy(prompt_ids) ->
+{prompt_id: label}`; a prompt it cannot label is left out of the result (released, nothing
+spent; counted `queued` when the source hands it on to people, else `unlabelled`). Every
+prompt is tried in order: one over the budget does not stop a later one that was paid
+before (counted `already_paid`) from being reported.
 """
 
 from __future__ import annotations
@@ -18,20 +21,9 @@ import hashlib
 import json
 
 from acquire.ledger import Ledger
+from acquire.sources import ColumnSource
 
-
-class ColumnSource:
-    """Labels held back in a column (world or imported data): revealed only when bought."""
-
-    name = "column"
-
-    def __init__(self, answers: dict[str, str], cost: float = 1.0) -> None:
-        self.answers, self.cost, self.revealed = answers, cost, 0
-
-    def buy(self, prompt_ids: list[str]) -> dict[str, str]:
-        out = {p: self.answers[p] for p in prompt_ids if p in self.answers}
-        self.revealed += len(out)
-        return out
+__all__ = ["ColumnSource", "buy", "label_id", "labelled_ids"]
 
 
 def label_id(dataset: str, prompt_id: str, kind: str = "bought") -> str:
@@ -52,9 +44,9 @@ def labelled_ids(root, dataset: str) -> set[str]:
 
 def buy(ledger: Ledger, source, prompt_ids: list[str], writer, dataset: str, strategy: str,
         scores: dict[str, float] | None = None) -> dict:
-    """Buy labels for `prompt_ids` in order until the budget runs out; counts of each outcome
+    """Buy labels for `prompt_ids` in order while the budget lasts; counts of each outcome
     and the labels bought now (`labels`)."""
-    counts = {"bought": 0, "already_paid": 0, "busy": 0, "over_budget": 0, "unlabelled": 0}
+    counts = {"bought": 0, "already_paid": 0, "busy": 0, "over_budget": 0, "unlabelled": 0, "queued": 0}
     reserved = []
     for pid in prompt_ids:
         r = ledger.reserve(pid, source.cost, strategy)
@@ -62,8 +54,6 @@ def buy(ledger: Ledger, source, prompt_ids: list[str], writer, dataset: str, str
             reserved.append(pid)
         else:
             counts[{"paid": "already_paid"}.get(r.status, r.status)] += 1
-            if r.status == "over_budget":
-                break
     if not reserved:
         return {**counts, "labels": {}}
     try:
@@ -75,11 +65,11 @@ def buy(ledger: Ledger, source, prompt_ids: list[str], writer, dataset: str, str
     for pid in reserved:
         if pid not in got:
             ledger.release(pid)
-            counts["unlabelled"] += 1
+            counts["queued" if source.defers else "unlabelled"] += 1
     now = dt.datetime.now(dt.timezone.utc)
     rows = [{"id": label_id(dataset, pid), "prompt_id": pid, "strategy": strategy, "label": got[pid],
              "score": (scores or {}).get(pid), "requested_at": now, "source": source.name, "cost": float(source.cost),
-             "meta": json.dumps({"ledger": str(ledger.path)})} for pid in reserved if pid in got]
+             "meta": json.dumps({"ledger": str(ledger.path), **source.notes(pid)})} for pid in reserved if pid in got]
     if rows:
         try:
             writer.commit(dataset, "labels", rows)  # whole shards: all of them or none
@@ -88,6 +78,6 @@ def buy(ledger: Ledger, source, prompt_ids: list[str], writer, dataset: str, str
                 ledger.release(row["prompt_id"])
             raise
     for row in rows:
-        ledger.settle(row["prompt_id"], row["label"])
+        ledger.settle(row["prompt_id"], row["label"], row["cost"])
     counts["bought"] = len(rows)
     return {**counts, "labels": {r["prompt_id"]: r["label"] for r in rows}}

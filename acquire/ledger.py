@@ -20,6 +20,11 @@ neither both reserve it nor overshoot together. A reservation records its owner 
 process start time); `recover(labelled)` ends the reservations of owners that died (a
 SIGKILL between reserve and settle): settled when their label reached the labels shard (the
 ids in `labelled`), released otherwise, so the ledger and the shard agree.
+
+Prompts handed to people to label (the `queue` source, acquire/sources.py) are recorded
+with `enqueue`: nothing is spent until their labels are ingested, but their cost is `held`
+so later exports do not offer more than the budget can pay for, and `queued` is the list of
+prompt ids an ingested file may name.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ CREATE TABLE IF NOT EXISTS spend (
     prompt_id TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('reserved', 'paid')),
     cost REAL NOT NULL, owner TEXT NOT NULL, label TEXT, strategy TEXT,
     reserved_at REAL NOT NULL, settled_at REAL);
+CREATE TABLE IF NOT EXISTS queued (
+    prompt_id TEXT PRIMARY KEY, cost REAL NOT NULL, strategy TEXT, file TEXT, queued_at REAL NOT NULL);
 """
 
 
@@ -139,14 +146,31 @@ class Ledger:
                     out["released"] += 1
         return out
 
+    def enqueue(self, prompt_ids: list[str], cost: float, strategy: str = "", file: str = "") -> int:
+        """Record prompts handed to people to label (in `file`); nothing is spent. A prompt
+        queued before keeps its first record; returns how many were new."""
+        with self._tx() as db:
+            cur = db.executemany("INSERT OR IGNORE INTO queued VALUES (?, ?, ?, ?, ?)",
+                                 [(p, float(cost), strategy, file, time.time()) for p in prompt_ids])
+            return cur.rowcount
+
+    def queued(self) -> dict[str, dict]:
+        """prompt id -> {cost, strategy, file} of every prompt ever queued (bought or not)."""
+        with self._tx() as db:
+            rows = db.execute("SELECT prompt_id, cost, strategy, file FROM queued").fetchall()
+        return {p: {"cost": c, "strategy": s, "file": f} for p, c, s, f in rows}
+
     def summary(self) -> dict:
-        """Budget, paid, reserved and left; labels bought per strategy."""
+        """Budget, paid, reserved and left; labels bought per strategy; prompts queued and
+        not bought yet, and the cost they hold."""
         with self._tx() as db:
             budget, used = _totals(db)
             paid = db.execute("SELECT coalesce(sum(cost), 0), count(*) FROM spend WHERE state = 'paid'").fetchone()
             by = dict(db.execute("SELECT strategy, count(*) FROM spend WHERE state = 'paid' GROUP BY 1").fetchall())
+            held = db.execute("SELECT count(*), coalesce(sum(cost), 0) FROM queued "
+                              "WHERE prompt_id NOT IN (SELECT prompt_id FROM spend)").fetchone()
         return {"budget": budget, "spent": paid[0], "labels": paid[1], "reserved": used - paid[0],
-                "left": budget - used, "by_strategy": by}
+                "left": budget - used, "by_strategy": by, "queued": held[0], "held": held[1]}
 
     def paid(self) -> dict[str, str | None]:
         """prompt id -> label of every settled purchase."""

@@ -4,11 +4,12 @@ n answers per prompt from the policy (multi-turn tool rollouts, train/rollout.py
 the chosen ones within the budget (acquire/buy.py), let CARE's probes learn from what was
 bought, and commit the batch's `rollouts` and its pseudo-labels (`labels`, source pseudo,
 cost 0). Prompts are a dataset's triples treated as unlabelled: their answers are held back
-and revealed only by the `column` source when bought.
+and revealed only by the `column` source when bought; the `queue` and `llm` sources
+(acquire/sources.py) label them by people or by an annotator model instead.
 
-    session = Session(cfg, root, backend)
-    for batch in session.batches():
-        counts = session.run_batch(batch, step)
+    source = make_source(cfg, root, prompts, ledger)
+    session = Session(cfg, root, backend, simulator, tools, ledger, writer, source, probes)
+    counts = session.run_batch(prompts[:cfg.batch], step=0)
 
 A batch whose rollouts are committed is done: a rerun (same config) skips it, and the ledger
 never pays twice for a prompt. The probes' state is saved after each batch.
@@ -20,8 +21,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from acquire.buy import ColumnSource, buy, label_id
+from acquire.buy import buy, label_id
 from acquire.group import Group, group_of
+from acquire.sources import QUEUE_FORMATS, SOURCES
 from acquire.strategies import Context, choose, get_strategy
 
 
@@ -32,8 +34,14 @@ class AcquireConfig:
     dataset: str = field(default="", metadata={"help": "dataset whose triples are the prompts (their answers held back)"})
     out: str = field(default="", metadata={"help": "dataset that receives rollouts and labels (default: <dataset>_labels)"})
     strategy: str = field(default="care", metadata={"help": "random, vote_entropy, token_prob, self_certainty, oracle_cag or care"})
-    budget: float = field(default=200.0, metadata={"help": "labels to buy at most (the ledger's total; raise it to buy more)"})
-    source: str = field(default="column", metadata={"help": "where bought labels come from: column (the held-back answers)"})
+    budget: float = field(default=200.0, metadata={"help": "what labels may cost in all, in --label-cost units (the ledger's total; raise it to buy more)"})
+    source: str = field(default="column", metadata={"help": "where bought labels come from: column (the held-back answers), queue (a file people fill in, then forgeplay labels ingest) or llm (an annotator model)"})
+    label_cost: float = field(default=1.0, metadata={"help": "price of one label from --source (reserved, settled and recorded per label)"})
+    queue_format: str = field(default="csv", metadata={"help": "queue: file format of the prompts to label, csv or parquet"})
+    annotator_backend: str = field(default="openai", metadata={"help": "llm: the annotator's backend, transformers, vllm or openai"})
+    annotator_model: str | None = field(default=None, metadata={"help": "llm: the annotator's model folder or name (openai: default the server's first model)"})
+    annotator_url: str | None = field(default=None, metadata={"help": "llm with the openai backend: the server URL ending in /v1"})
+    annotator_max_tokens: int = field(default=64, metadata={"help": "llm: tokens per annotator reply at most"})
     model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
     p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})
@@ -54,8 +62,19 @@ class AcquireConfig:
     def check(self) -> None:
         self.labels_dataset()
         get_strategy(self.strategy)
-        if self.source != "column":
-            raise ValueError(f"--source must be column (queue and llm are not built yet), not {self.source!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {self.source!r}")
+        if self.queue_format not in QUEUE_FORMATS:
+            raise ValueError(f"--queue-format must be one of {', '.join(QUEUE_FORMATS)}, not {self.queue_format!r}")
+        if self.label_cost < 0 or self.annotator_max_tokens < 1:
+            raise ValueError("need --label-cost >= 0 and --annotator-max-tokens >= 1")
+        if self.source == "llm":
+            from generators.llm.registry import BACKENDS
+
+            if self.annotator_backend not in BACKENDS:
+                raise ValueError(f"--annotator-backend must be one of {', '.join(BACKENDS)}, not {self.annotator_backend!r}")
+            if self.annotator_backend == "openai" and not self.annotator_url:
+                raise ValueError("--source llm with the openai annotator backend needs --annotator-url")
         if self.n < 2 or self.batch < 1 or not 0 <= self.p <= 1 or not 0 <= self.gate < 1 or self.budget < 0:
             raise ValueError("need --n >= 2, --batch >= 1, 0 <= --p <= 1, 0 <= --gate < 1 and --budget >= 0")
 
@@ -90,9 +109,10 @@ def load_prompts(root, cfg: AcquireConfig) -> list[Prompted]:
 class Session:
     """The acquisition loop's state: backend, simulator, tools, ledger, source, probes (module docstring)."""
 
-    def __init__(self, cfg: AcquireConfig, root, backend, simulator, tools: list[dict], ledger, writer, probes=None) -> None:
+    def __init__(self, cfg: AcquireConfig, root, backend, simulator, tools: list[dict], ledger, writer, source,
+                 probes=None) -> None:
         self.cfg, self.root, self.backend, self.sim, self.tools = cfg, root, backend, simulator, tools
-        self.ledger, self.writer, self.probes = ledger, writer, probes
+        self.ledger, self.writer, self.source, self.probes = ledger, writer, source, probes
         self.strategy = get_strategy(cfg.strategy)
         self.out = cfg.labels_dataset()
 
@@ -130,9 +150,9 @@ class Session:
         groups, rows = self.sample(prompts, step)
         ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.warmup, gate=self.cfg.gate)
         scores = self.strategy.score(groups, ctx)
-        chosen = choose(groups, scores, self.cfg.p, self.ledger.summary()["left"])
-        source = ColumnSource({p.prompt_id: p.answer for p in prompts})
-        bought = buy(self.ledger, source, [g.prompt_id for g in chosen], self.writer, self.out, self.cfg.strategy,
+        ledger = self.ledger.summary()  # what is queued for people is held for their labels
+        chosen = choose(groups, scores, self.cfg.p, ledger["left"] - ledger["held"], self.source.cost)
+        bought = buy(self.ledger, self.source, [g.prompt_id for g in chosen], self.writer, self.out, self.cfg.strategy,
                      scores={g.prompt_id: s for g, s in zip(groups, scores)})
         if self.probes is not None and bought["labels"]:
             by_id = {g.prompt_id: g for g in groups}

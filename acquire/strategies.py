@@ -120,6 +120,6 @@ def choose(groups: list[Group], scores: list[float], p: float, left: float, cost
     gated group (score -inf) is never chosen."""
     if not 0 <= p <= 1:
         raise ValueError(f"the query fraction p must be in [0, 1], got {p}")
-    k = min(math.ceil(p * len(groups)), int(left // cost) if cost else len(groups))
+    k = max(0, min(math.ceil(p * len(groups)), int(left // cost) if cost else len(groups)))
     order = sorted(range(len(groups)), key=lambda i: -scores[i])
     return [groups[i] for i in order[:k] if scores[i] != -math.inf]

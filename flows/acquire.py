@@ -4,7 +4,9 @@
 left (settled when their label reached the labels shard, released otherwise); a batch whose
 rollouts are committed is skipped, so a rerun continues where a killed run stopped and pays
 for nothing twice. CARE's probes are saved after each batch (`<out>/_care/<run>.pt`) and
-loaded by a rerun.
+loaded by a rerun. The source is built from the registry (acquire/sources.py: column,
+queue, llm) and closed at the end; the result has its summary (`source`: e.g. the queue
+files written for people to fill in).
 
     forgeplay acquire-labels --dataset world --strategy care --budget 200 --source column
     run_acquire(AcquireConfig(dataset="world", strategy="random", budget=20))   # from Python
@@ -21,6 +23,7 @@ from prefect.cache_policies import NONE
 from acquire.buy import labelled_ids
 from acquire.ledger import Ledger
 from acquire.session import AcquireConfig, Session, load_prompts
+from acquire.sources import make_source
 from flows.common import Stages
 from storage import resolve_root
 from storage.manifest import dataset_dir
@@ -68,17 +71,23 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     done = set(writer.committed(out, "rollouts", "prompt_id").to_pylist())
     docs = load_inputs(root, cfg.dataset).documents
     tools = base_rows()
-    backend = TransformersBackend(cfg.model, batch_size=max(8, cfg.n))
-    probes = None
-    if cfg.strategy == "care":
-        from acquire.probes import Probes
-
-        probes = Probes(backend.lm.config.hidden_size, cfg.n, seed=cfg.seed)
-        if _probes_path(root, cfg, run).exists():
-            probes.load_state_dict(torch.load(_probes_path(root, cfg, run), weights_only=False))
-    session = Session(cfg, root, backend, Simulator(docs, seed=cfg.seed, tools=tools), tools, ledger, writer, probes)
+    source = make_source(cfg, root, prompts, ledger)
+    try:
+        backend = TransformersBackend(cfg.model, batch_size=max(8, cfg.n))
+    except BaseException:
+        source.close()
+        raise
     stages, batches, skipped = Stages(), [], 0
     try:
+        probes = None
+        if cfg.strategy == "care":
+            from acquire.probes import Probes
+
+            probes = Probes(backend.lm.config.hidden_size, cfg.n, seed=cfg.seed)
+            if _probes_path(root, cfg, run).exists():
+                probes.load_state_dict(torch.load(_probes_path(root, cfg, run), weights_only=False))
+        session = Session(cfg, root, backend, Simulator(docs, seed=cfg.seed, tools=tools), tools, ledger, writer,
+                          source, probes)
         for step, start in enumerate(range(0, len(prompts), cfg.batch)):
             chunk = prompts[start:start + cfg.batch]
             if all(p.prompt_id in done for p in chunk):
@@ -92,11 +101,12 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
             batches.append({"step": step, **counts})
     finally:
         backend.close()
+        source.close()
     summary = ledger.summary()
     report = stages.publish("acquire-labels", f"labels for {cfg.dataset} ({cfg.strategy})",
                             {"ledger": {k: v for k, v in summary.items() if isinstance(v, (int, float))}})
     return {"run_id": run, "dataset": out, "batches": batches, "skipped_batches": skipped, "recovered": recovered,
-            "ledger": summary, "report": report}
+            "ledger": summary, "source": source.summary(), "report": report}
 
 
 def run_acquire(cfg: AcquireConfig, data_root=None, progress: bool = True) -> dict:

@@ -71,5 +71,7 @@ def test_labels_report_command_and_its_error_without_a_ledger(root, tiny_llama_d
     assert res.exit_code == 0 and "corrected the vote" in res.output and "budget 5" in res.output, res.output
     res = CliRunner().invoke(app, ["labels", "report", "--dataset", "w", "--data-root", str(root)])
     assert res.exit_code == 2 and "no label ledger" in res.output
-    res = CliRunner().invoke(app, ["acquire-labels", "--dataset", "w", "--source", "queue"])
-    assert res.exit_code != 0 and "queue and llm are not built yet" in res.output
+    res = CliRunner().invoke(app, ["acquire-labels", "--dataset", "w", "--source", "human"])
+    assert res.exit_code == 2 and "--source must be one of column, queue, llm" in res.output, res.output
+    res = CliRunner().invoke(app, ["acquire-labels", "--dataset", "w", "--source", "llm"])
+    assert res.exit_code == 2 and "needs --annotator-url" in res.output, res.output

@@ -38,7 +38,7 @@ def test_reserve_settle_release_and_the_budget():
         assert ledger.reserve("b").status == "reserved"
         ledger.release("b")
         assert ledger.summary() == {"budget": 2, "spent": 1.0, "labels": 1, "reserved": 0.0, "left": 1.0,
-                                    "by_strategy": {"": 1}}
+                                    "by_strategy": {"": 1}, "queued": 0, "held": 0}
         with pytest.raises(ValueError, match="no reservation"):
             ledger.settle("b", "x")
         with pytest.raises(ValueError, match="no budget"):
