@@ -51,6 +51,8 @@ class AcquireConfig:
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
+    turn_cache_mb: int = field(default=2048, metadata={
+        "help": "MB of KV kept so an answer's next turn encodes only the tool result (0 = re-encode every turn)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     seed: int = field(default=0, metadata={"help": "sampling and strategy seed"})
 

@@ -44,7 +44,7 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int):
     cfg = AcquireConfig(dataset=a.dataset, strategy="care", model=a.model, n=a.n, batch=a.batch, seed=seed,
                         max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)
     tools = base_rows()
-    backend = TransformersBackend(a.model, batch_size=max(8, a.n))
+    backend = TransformersBackend(a.model, batch_size=max(8, a.n), turn_cache_mb=2048)
     session = Session(cfg, root, backend, Simulator(docs, seed=seed, tools=tools), tools, None, None)
     prompts = [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
                for t in pool]
@@ -142,7 +142,7 @@ def run_eval_on(root, cfg, triples: list[dict]) -> float:
 
     docs = load_table(cfg.data, "documents", root).to_pylist()
     tools = base_tools(root, cfg.data)
-    backend = TransformersBackend(cfg.model, batch_size=cfg.batch_size)
+    backend = TransformersBackend(cfg.model, batch_size=cfg.batch_size, turn_cache_mb=2048)
     try:
         outs = rollout(backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools), cfg,
                        logprobs=False)

@@ -73,7 +73,7 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     tools = base_rows()
     source = make_source(cfg, root, prompts, ledger)
     try:
-        backend = TransformersBackend(cfg.model, batch_size=max(8, cfg.n))
+        backend = TransformersBackend(cfg.model, batch_size=max(8, cfg.n), turn_cache_mb=cfg.turn_cache_mb)
     except BaseException:
         source.close()
         raise

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"examiner: {tr['final_model']} after {tr['steps']} steps "
                           f"(loss {tr['first'].get('loss', float('nan')):.3f} -> {tr['last'].get('loss', float('nan')):.3f})")
 
-    @config_command(sp, "run", PlayConfig, errors=USER_ERRORS)
+    @config_command(sp, "run", PlayConfig, errors=USER_ERRORS, label="selfplay", group_default=True)
     def run(cfg: PlayConfig, data_root=None) -> None:
         """Self-play iterations (a Prefect flow): the examiner builds tasks from start documents
         by searching (each output a task or a reject with its reason), the student attempts

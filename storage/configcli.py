@@ -58,11 +58,14 @@ def _fields(cls) -> list[dataclasses.Field]:
 
 
 def config_command(app: typer.Typer, name: str, *classes, help: str | None = None,
-                   errors: tuple[type[BaseException], ...] = (), label: str | None = None):
+                   errors: tuple[type[BaseException], ...] = (), label: str | None = None,
+                   group_default: bool = False):
     """Decorator: register `fn(*instances, data_root=...)` as command `name` whose options
     are the fields of `classes` (each field name must be unique across them). Exceptions of
     the types in `errors` (bad input the user can fix) print "<label> failed: ..." on stderr
-    and exit with code 2 instead of a traceback."""
+    and exit with code 2 instead of a traceback. With `group_default` the command is also
+    what the group `app` runs when it is given options and no subcommand
+    (`forgeplay selfplay --dataset D` as `forgeplay selfplay run --dataset D`)."""
 
     def wrap(fn: Callable) -> Callable:
         params, owners, decoders = [], {}, {}
@@ -113,6 +116,15 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
         command.__doc__ = " ".join((help or fn.__doc__ or "").split())  # one paragraph in --help
         command.__name__ = fn.__name__
         app.command(name)(command)
+        if group_default:
+            def default(ctx: typer.Context, **kwargs):
+                if ctx.invoked_subcommand is None:
+                    return command(**kwargs)
+
+            ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+            default.__signature__ = inspect.Signature([ctx_param, *params])  # type: ignore[attr-defined]
+            default.__doc__ = command.__doc__
+            app.callback(invoke_without_command=True)(default)
         return fn
 
     return wrap

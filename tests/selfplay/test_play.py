@@ -130,3 +130,15 @@ _run({str(other)!r}, {str(tiny_llama_dir)!r}, iterations=2)
     resumed = _run(other, tiny_llama_dir, iterations=2, resume=True)
     assert resumed["skipped_phases"] == 2
     assert _rows(other) == _rows(root)  # the same rows as the uninterrupted run, none twice
+
+
+def test_bare_selfplay_command_runs_the_iterations_and_keeps_its_subcommands():
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    bare = CliRunner().invoke(app, ["selfplay", "--dataset", "w", "--iterations", "1"])
+    run = CliRunner().invoke(app, ["selfplay", "run", "--dataset", "w", "--iterations", "1"])
+    assert bare.exit_code == run.exit_code == 2 and "--checkpoints DIR is required" in bare.output, bare.output
+    assert CliRunner().invoke(app, ["selfplay", "warmstart", "--help"]).exit_code == 0
+    assert "warmstart" in CliRunner().invoke(app, ["selfplay"]).output  # no options: the help
