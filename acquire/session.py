@@ -51,6 +51,8 @@ class AcquireConfig:
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
+    tool_style: str = field(default="full", metadata={
+        "help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures); match the policy's SFT data"})
     turn_cache_mb: int = field(default=2048, metadata={
         "help": "MB of KV kept so an answer's next turn encodes only the tool result (0 = re-encode every turn)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
@@ -126,7 +128,7 @@ class Session:
 
         triples = [{"question": p.question, "answer": "", "aliases": [], "golden_doc_ids": [],
                     "triple_id": p.prompt_id} for p in prompts]
-        asked = [q for q in make_prompts(triples, self.tools) for _ in range(self.cfg.n)]
+        asked = [q for q in make_prompts(triples, self.tools, self.cfg.tool_style) for _ in range(self.cfg.n)]
         rc = RolloutConfig(max_turns=self.cfg.max_turns, max_new_tokens=self.cfg.max_new_tokens,
                            temperature=self.cfg.temperature, format_weight=0.0)
         outs = rollout(self.backend, self.sim, asked, rc, seed=self.cfg.seed * 7919 + step, logprobs=False)

@@ -42,10 +42,10 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int):
     from generators.tools.simulator import Simulator
 
     cfg = AcquireConfig(dataset=a.dataset, strategy="care", model=a.model, n=a.n, batch=a.batch, seed=seed,
-                        max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)
+                        max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_style=a.tool_style)
     tools = base_rows()
     backend = TransformersBackend(a.model, batch_size=max(8, a.n), turn_cache_mb=2048)
-    session = Session(cfg, root, backend, Simulator(docs, seed=seed, tools=tools), tools, None, None)
+    session = Session(cfg, root, backend, Simulator(docs, seed=seed, tools=tools), tools, None, None, None)
     prompts = [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
                for t in pool]
     groups = []
@@ -112,7 +112,8 @@ def grpo(root, a, name: str, seed: int) -> float:
     out = Path(a.work) / f"grpo_{name}_{seed}"
     cfg = GRPOConfig(data=a.dataset, model=a.model, out=str(out), limit=a.prompts, group_size=a.n, labels=name,
                      budget=a.budget, labels_out=f"{a.dataset}_{name}_{seed}", label_p=a.p, label_gate=a.gate,
-                     label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed)
+                     label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed,
+                     tool_style=a.tool_style)
     run("grpo", cfg, TrainConfig(max_steps=a.grpo_steps, batch_size=a.batch_size, lr=a.lr, schedule="constant",
                                  seed=seed, checkpoint_every=0), root, progress=False)
     return held_out_em(root, a, str(out / "final"))
@@ -121,7 +122,8 @@ def grpo(root, a, name: str, seed: int) -> float:
 def held_out_em(root, a, model) -> float:
     from train.evaluate import EvalConfig
 
-    cfg = EvalConfig(data=a.dataset, model=model, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)
+    cfg = EvalConfig(data=a.dataset, model=model, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
+                     tool_style=a.tool_style)
     return run_eval_on(root, cfg, eval_triples(root, a))
 
 
@@ -163,6 +165,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=16)
     ap.add_argument("--warmup", type=int, default=2, help="care: batches before the probes score and gate")
     ap.add_argument("--gate", type=float, default=0.1)
+    ap.add_argument("--tool-style", default="compact", help="as the policy's SFT data (full or compact)")
     ap.add_argument("--max-turns", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
