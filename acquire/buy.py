@@ -23,12 +23,19 @@ import json
 from acquire.ledger import Ledger
 from acquire.sources import ColumnSource
 
-__all__ = ["ColumnSource", "buy", "label_id", "labelled_ids"]
+__all__ = ["ColumnSource", "buy", "label_id", "labelled_ids", "pseudo_rows"]
 
 
 def label_id(dataset: str, prompt_id: str, kind: str = "bought") -> str:
     """A label row's id: one bought and one pseudo-label per (dataset, prompt)."""
     return hashlib.sha256(f"label|{dataset}|{prompt_id}|{kind}".encode()).hexdigest()[:24]
+
+
+def pseudo_rows(dataset: str, groups, **meta) -> list[dict]:
+    """The labels rows of `groups`' pseudo-labels (their votes; source pseudo, cost 0)."""
+    return [{"id": label_id(dataset, g.prompt_id, "pseudo"), "prompt_id": g.prompt_id, "strategy": "pseudo",
+             "label": g.vote.label, "score": g.vote.share, "source": "pseudo", "cost": 0.0,
+             "meta": json.dumps({"sizes": list(g.vote.sizes), "n": g.n, **meta})} for g in groups]
 
 
 def labelled_ids(root, dataset: str) -> set[str]:

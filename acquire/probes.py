@@ -18,6 +18,7 @@ so the probes are checkpointed with the policy.
     scores = probes.expected_cag(groups)
     p_right, gap_if_wrong = probes.gaps(groups)
     probes.learn([Example.of(group, true_label), ...])
+    probes.learn_labels(groups, {prompt_id: bought_label})
 """
 
 from __future__ import annotations
@@ -147,6 +148,11 @@ class Probes(nn.Module):
             last = float(loss.detach())
         self.updates += 1
         return last
+
+    def learn_labels(self, groups: list[Group], labels: dict[str, str]) -> float | None:
+        """`learn` from the labels bought for some of `groups` ({prompt_id: label})."""
+        by_id = {g.prompt_id: g for g in groups}
+        return self.learn([Example.of(by_id[pid], label) for pid, label in labels.items()])
 
     def state_dict(self, *args, **kwargs) -> dict:  # the networks, the optimizer and the buffer
         return {"nets": super().state_dict(*args, **kwargs), "optimizer": self.optimizer.state_dict(),

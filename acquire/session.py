@@ -21,7 +21,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from acquire.buy import buy, label_id
+from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
 from acquire.sources import QUEUE_FORMATS, SOURCES
 from acquire.strategies import Context, choose, get_strategy
@@ -149,8 +149,6 @@ class Session:
 
     def run_batch(self, prompts: list[Prompted], step: int) -> dict:
         """Sample, vote, score, buy, teach the probes, commit; counts of the batch."""
-        from acquire.probes import Example
-
         groups, rows = self.sample(prompts, step)
         ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.warmup, gate=self.cfg.gate)
         scores = self.strategy.score(groups, ctx)
@@ -159,11 +157,7 @@ class Session:
         bought = buy(self.ledger, self.source, [g.prompt_id for g in chosen], self.writer, self.out, self.cfg.strategy,
                      scores={g.prompt_id: s for g, s in zip(groups, scores)})
         if self.probes is not None and bought["labels"]:
-            by_id = {g.prompt_id: g for g in groups}
-            self.probes.learn([Example.of(by_id[pid], label) for pid, label in bought["labels"].items()])
-        pseudo = [{"id": label_id(self.out, g.prompt_id, "pseudo"), "prompt_id": g.prompt_id, "strategy": "pseudo",
-                   "label": g.vote.label, "score": g.vote.share, "source": "pseudo", "cost": 0.0,
-                   "meta": json.dumps({"sizes": list(g.vote.sizes), "n": g.n})} for g in groups]
-        self.writer.commit(self.out, "labels", pseudo)
+            self.probes.learn_labels(groups, bought["labels"])
+        self.writer.commit(self.out, "labels", pseudo_rows(self.out, groups))
         self.writer.commit(self.out, "rollouts", rows)  # last: a batch with its rollouts is done
         return {"prompts": len(prompts), "chosen": len(chosen), **{k: v for k, v in bought.items() if k != "labels"}}

@@ -25,17 +25,17 @@ held-back column and for these simulation metrics.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, replace
 
-from acquire.buy import ColumnSource, buy, label_id, labelled_ids
+from acquire.buy import ColumnSource, buy, labelled_ids, pseudo_rows
 from acquire.group import group_of
 from acquire.ledger import Ledger
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
 from generators.answers import match
 from train.labelled import register_labeller
-from train.reward import score_answer
+from acquire.vote import rewards
+from train.reward import NO_ANSWER, score_parsed
 
 
 def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, float], soft_adv: float) -> list[float]:
@@ -43,11 +43,6 @@ def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, f
     E[CAG | vote wrong]), else 0."""
     return [1.0 if p in known else min(1.0, max(0.0, soft_adv * gated[p])) if p in gated else 0.0
             for p in prompt_ids]
-
-
-def _final_text(rollout) -> str:
-    last = rollout.messages[-1]
-    return last.get("content") or "" if last["role"] == "assistant" else ""
 
 
 class Labeller:
@@ -86,40 +81,33 @@ class Labeller:
         chosen = choose(open_, scores, cfg.label_p, self.ledger.summary()["left"]) if open_ else []
         stats = {"labels_known": float(len(labels)), "labels_bought": 0.0}
         if chosen:
-            self.writer.commit(self.out, "labels", [
-                {"id": label_id(self.out, g.prompt_id, "pseudo"), "prompt_id": g.prompt_id, "strategy": "pseudo",
-                 "label": g.vote.label, "score": g.vote.share, "source": "pseudo", "cost": 0.0,
-                 "meta": json.dumps({"sizes": list(g.vote.sizes), "n": g.n, "step": step})} for g in chosen])
+            self.writer.commit(self.out, "labels", pseudo_rows(self.out, chosen, step=step))
             source = ColumnSource({p.key: p.answer for p in firsts})
             got = buy(self.ledger, source, [g.prompt_id for g in chosen], self.writer, self.out, cfg.labels,
                       scores={g.prompt_id: s for g, s in zip(open_, scores)})
             labels.update(got["labels"])
             stats["labels_bought"] = float(got["bought"])
             if self.probes is not None and got["labels"]:
-                from acquire.probes import Example
-
-                by_id = {g.prompt_id: g for g in groups}
-                stats["probe_loss"] = self.probes.learn([Example.of(by_id[p], lab) for p, lab in got["labels"].items()])
+                stats["probe_loss"] = self.probes.learn_labels(groups, got["labels"])
         gated = [g for g, s in zip(open_, scores) if s == -math.inf]
         gaps = dict(zip((g.prompt_id for g in gated), self.probes.gaps(gated)[1])) if gated else {}
         weights = advantage_weights([g.prompt_id for g in groups], set(labels), gaps, cfg.soft_adv)
-        out_prompts, rewards, noise, pseudo_noise = [], [], 0, 0
+        out_prompts, scores_, noise, pseudo_noise = [], [], 0, 0
         for i, (g, p, w) in enumerate(zip(groups, firsts, weights)):
             label, aliases = (labels[g.prompt_id], p.aliases) if g.prompt_id in labels else (g.vote.label, [])
             weighted = replace(p, meta={**p.meta, "weight": w})
-            for o in rollouts[i * size:(i + 1) * size]:
-                text = _final_text(o)
-                parts = score_answer(text, label or "", aliases) if label else {"score": 0.0, "em": 0.0}
-                rewards.append(parts["score"] + (cfg.format_weight if o.stats["format"] == 1.0 else 0.0))
+            voted = rewards(g.vote, g.vote.label)  # exact match against the vote
+            for o, answer, v in zip(rollouts[i * size:(i + 1) * size], g.vote.answers, voted):
+                parts = score_parsed(answer, label, aliases) if label else NO_ANSWER
+                scores_.append(parts["score"] + (cfg.format_weight if o.stats["format"] == 1.0 else 0.0))
                 noise += parts["em"] != o.stats["em"]
-                voted = score_answer(text, g.vote.label, [])["em"] if g.vote.label else 0.0
-                pseudo_noise += voted != o.stats["em"]
+                pseudo_noise += v != o.stats["em"]
                 out_prompts.append(weighted)
         truth = [bool(g.vote.label) and match(g.vote.label, p.answer, list(p.aliases)).em for g, p in zip(groups, firsts)]
         stats.update({"label_weight": sum(weights) / len(weights), "vote_right": sum(truth) / len(truth),
                       "reward_noise": noise / len(rollouts), "pseudo_noise": pseudo_noise / len(rollouts),
                       "budget_left": float(self.ledger.summary()["left"])})
-        return out_prompts, rewards, stats
+        return out_prompts, scores_, stats
 
     def state_dict(self) -> dict:
         return {"probes": self.probes.state_dict() if self.probes is not None else None}

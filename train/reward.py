@@ -46,14 +46,21 @@ def score_answer(solution: str, gold: str, aliases: list[str] = ()) -> dict[str,
     """Reward parts for one completion: score, em, f1, format (all floats)."""
     try:
         text = solution if isinstance(solution, str) else str(solution or "")
-        answer, _reason = extract_answer(split_think(text).rest)
-        if answer is None:
-            return {"score": 0.0, "em": 0.0, "f1": 0.0, "format": 0.0}
-        m = match(answer, str(gold or ""), list(aliases))
-        score = 1.0 if m.em else F1_WEIGHT * m.f1
-        return {"score": float(score), "em": float(m.em), "f1": float(m.f1), "format": 1.0}
+        return score_parsed(extract_answer(split_think(text).rest)[0], gold, aliases)
     except Exception:  # garbage in -> zero reward, never a crashed training step
-        return {"score": 0.0, "em": 0.0, "f1": 0.0, "format": 0.0}
+        return dict(NO_ANSWER)
+
+
+NO_ANSWER = {"score": 0.0, "em": 0.0, "f1": 0.0, "format": 0.0}
+
+
+def score_parsed(answer: str | None, gold: str, aliases: list[str] = ()) -> dict[str, float]:
+    """`score_answer`'s parts for an answer already read from its completion (None: none)."""
+    if answer is None:
+        return dict(NO_ANSWER)
+    m = match(answer, str(gold or ""), list(aliases))
+    score = 1.0 if m.em else F1_WEIGHT * m.f1
+    return {"score": float(score), "em": float(m.em), "f1": float(m.f1), "format": 1.0}
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,

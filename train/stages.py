@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from storage.configcli import USER_ERRORS, config_command
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
+from train.labelled import check_labels
 
 # the stat each step function reports whose count its loss is a mean over (train/trainer.py)
 SFT_LOSS_WEIGHT = "trained_tokens"  # cross entropy is a mean over the labelled tokens
@@ -211,14 +212,8 @@ register(StageKind(
     curves.png and the trained model (OUT/final); --resume continues after a kill; --nproc N
     trains data-parallel in N processes (one per GPU, or gloo on CPU)."""))
 
-def check_grpo(cfg: GRPOConfig, tcfg: TrainConfig) -> None:
-    from train.labelled import check_labels
-
-    check_labels(cfg, tcfg)
-
-
 register(StageKind(
-    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"), check=check_grpo,
+    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"), check=check_labels,
     help="""GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
     virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final <answer>
     plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and OUT/final;
