@@ -68,7 +68,7 @@ def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, eva
                      tasks=a.tasks, attempts=a.attempts, seed=seed, batch_size=a.batch_size,
                      student_turns=a.turns, max_new_tokens=a.max_new_tokens, checkpoints=str(root / f"ck_{distill}_{seed}"),
                      examiner_steps=a.steps, student_steps=a.steps, update_batch=a.update_batch, lr=a.lr,
-                     distill=distill, train_layers=a.train_layers)
+                     distill=distill, train_layers=a.train_layers, warmstart=False)  # tasks are replayed demonstrations
     by_id = {d["doc_id"]: d for d in docs}
     curve, phases = [exact_match(a.student, evals, docs, cfg)], []
     print(json.dumps({"arm": distill, "seed": seed, "iteration": -1, "em": curve[0]}), flush=True)

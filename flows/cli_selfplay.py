@@ -48,8 +48,10 @@ def register(app: typer.Typer) -> None:
 
     @config_command(sp, "run", PlayConfig, errors=USER_ERRORS, label="selfplay", group_default=True)
     def run(cfg: PlayConfig, data_root=None) -> None:
-        """Self-play iterations (a Prefect flow): the examiner builds tasks from start documents
-        by searching (each output a task or a reject with its reason), the student attempts
+        """Self-play iterations (a Prefect flow): unless --no-warmstart, the examiner is first
+        fine-tuned on the world's demonstrations; it builds tasks from start documents by
+        searching (each output a task or a reject with its reason, a task also when the reader
+        cannot answer it from its path's documents or can without them), the student attempts
         each task --attempts times, then the examiner is updated from how hard its tasks were
         (HRPO) and the student from exact match plus its EMA teacher, which also reads each
         task's question construction path. Writes tasks, rollouts of both roles and verdicts
@@ -80,7 +82,8 @@ def _iteration_table(s: dict) -> Table:
     return t
 
 
-TIMES = [("examiner generation", "generation_s"), ("filter", "filter_s"), ("student attempts", "attempts_s"),
+TIMES = [("examiner warm-start", "warmstart_s"), ("examiner generation", "generation_s"), ("filter", "filter_s"),
+         ("student attempts", "attempts_s"),
          ("examiner update", "examiner_update_s"), ("student update", "student_update_s"),
          ("  of which teacher scoring", "teacher_s")]
 

@@ -1,5 +1,8 @@
-"""Self-play Prefect flows. `selfplay`: iterations of π-Play (selfplay/play.py). Per
-iteration the examiner builds tasks, the student attempts each `attempts` times, then
+"""Self-play Prefect flows. `selfplay`: iterations of π-Play (selfplay/play.py). Unless
+`--no-warmstart` (or `--no-train`), a first phase fine-tunes the examiner on the world's
+demonstrations (CHECKPOINTS/warmstart; the examiner's KL reference from then on). Per
+iteration the examiner builds tasks (filtered by the parser, the task rules and, read by the
+student or `--reader`, answerability), the student attempts each `attempts` times, then
 (unless `--no-train`) the examiner is updated from how hard its tasks were and the student
 from reward plus its EMA teacher's guidance (selfplay/update.py, run as training stages by
 the `train` flow's task); the teacher follows the student. Every phase commits its rows to
@@ -106,10 +109,11 @@ def _phase_done(root: str, ds: str, phase_run: str) -> dict | None:
 
 @task(name="selfplay-examine", cache_policy=NONE)
 def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, run: str, it: int, root: str,
-                 progress: bool) -> dict:
-    """The examiner's outputs of iteration `it`, committed: rollouts, verdicts, then tasks."""
+                 progress: bool, reader=None) -> dict:
+    """The examiner's outputs of iteration `it`, filtered (with `reader`, answerability too)
+    and committed: rollouts, verdicts, then tasks."""
     timings: dict = {}
-    outs = examine(examiner, sim, documents, tools, cfg, run, it, progress, timings)
+    outs = examine(examiner, sim, documents, tools, cfg, run, it, progress, timings, reader=reader)
     return {**commit_examine(root, cfg, run, it, outs), **timings}
 
 
@@ -126,6 +130,24 @@ def attempt_task(student, sim, tools: list, cfg: PlayConfig, run: str, it: int, 
     scores = score(tasks, rows, cfg.attempts)
     return {"attempts": len(rows), "scores": scores, "attempts_s": seconds,
             "student_em": sum(json.loads(r["meta"])["em"] for r in rows) / len(rows) if rows else None}
+
+
+def _warmstart(cfg: PlayConfig, root: str, progress: bool) -> dict:
+    """The examiner's warm-start before iteration 0: demonstrations from the world (committed
+    to <dataset>_examiner like `selfplay warmstart`), then SFT of `cfg.examiner` on them."""
+    import shutil
+
+    ws = WarmstartConfig(dataset=cfg.dataset, hop_mix=cfg.hop_mix, draw_seed=cfg.seed, model=cfg.examiner,
+                         out=f"{cfg.checkpoints}/warmstart", train_layers=cfg.train_layers)
+    shutil.rmtree(ws.out, ignore_errors=True)  # killed before it was marked done: start over
+    demos = demos_task(ws, root)
+    sft = SFTConfig(data=demos["dataset"], model=ws.model, out=ws.out, train_layers=ws.train_layers)
+    tcfg = TrainConfig(max_steps=cfg.warmstart_steps, batch_size=cfg.update_batch, lr=cfg.warmstart_lr,
+                       checkpoint_every=0, seed=cfg.seed)
+    summary = stage_task("sft", sft, tcfg, root, progress)
+    return {"examiner_model": summary["final_model"], "warmstart_demos": demos["demonstrations"],
+            "warmstart_loss": [summary["first"]["loss"], summary["last"]["loss"]],
+            "warmstart_s": sum(r["seconds"] for r in read_metrics(ws.out))}
 
 
 def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, root: str, progress: bool,
@@ -172,15 +194,17 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     ds = cfg.out_dataset()
     run = run_id(cfg)
     names = ("examine", "attempt") + (("examiner-update", "student-update") if cfg.train else ())
-    phases = [(it, p) for it in range(cfg.iterations) for p in names]
+    first = ("warmstart",) if cfg.train and cfg.warmstart else ()
+    phases = [(it, p) for it in range(cfg.iterations) for p in (first if it == 0 else ()) + names]
     done = {ph: rec for ph in phases if (rec := _phase_done(root, ds, phase_run(run, *ph)))}
     if done and not cfg.resume:
         raise ValueError(f"run {run} already completed {len(done)} phase(s) in {ds}; --resume continues it")
     inputs = load_inputs(root, cfg.dataset)
     tools = base_rows()
     sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
-    current = {"examiner": cfg.examiner, "student": cfg.student, "teacher": None}
+    current = {"examiner": cfg.examiner, "student": cfg.student, "teacher": None, "reader": cfg.reader}
     lambdas = cfg.lambdas() if cfg.train else []
+    reference = cfg.examiner
     backends: dict = {}
 
     def backend(role: str):  # the rollout backend of the role's current weights
@@ -195,20 +219,24 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     try:
         for it in range(cfg.iterations):
             summary = {"iteration": it}
-            for phase in names:
+            for phase in (first if it == 0 else ()) + names:
                 if (it, phase) in done:
                     out = done[(it, phase)]["summary"]
                 else:
                     with stages.stage(f"iteration {it}: {phase}") as st:
-                        if phase == "examine":
-                            out = examine_task(backend("examiner"), sim, inputs.documents, tools, cfg, run, it, root, progress)
+                        if phase == "warmstart":
+                            out = _warmstart(cfg, root, progress)
+                        elif phase == "examine":
+                            reader = backend("reader" if cfg.reader else "student") if cfg.answerability else None
+                            out = examine_task(backend("examiner"), sim, inputs.documents, tools, cfg, run, it, root,
+                                               progress, reader=reader)
                             st.rows_in, st.rows_out = out["examiner_outputs"], out["tasks"]
                         elif phase == "attempt":
                             out = attempt_task(backend("student"), sim, tools, cfg, run, it, root, progress)
                             st.rows_in, st.rows_out = summary.get("tasks"), out["attempts"]
                         elif phase == "examiner-update":
                             out = _update("selfplay-examiner", cfg, it, run, current["examiner"], root, progress,
-                                          reference=cfg.examiner, kl_coef=cfg.kl_coef)
+                                          reference=reference, kl_coef=cfg.kl_coef)
                         else:
                             out = _update("selfplay-student", cfg, it, run, current["student"], root, progress,
                                           teacher=current["teacher"], distill_coef=lambdas[it],
@@ -218,6 +246,8 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
                 summary.update(out)
                 for role in current:  # the next phases use what the updates wrote
                     current[role] = out.get(f"{role}_model", current[role])
+                if phase == "warmstart":  # the examiner's KL holds it near what it started self-play as
+                    reference = current["examiner"]
             iterations.append(summary)
     finally:
         for b in backends.values():

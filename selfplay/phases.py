@@ -4,7 +4,8 @@ the `selfplay` flow's examine task does with sampled outputs; `replay_examine` d
 given examiner conversations instead and marks the phase done, so a `selfplay` run with
 `--resume` goes on from the attempts. The replay is for what the examiner cannot yet write
 itself: tests and benchmarks of the later phases on a small or random model, and an
-iteration 0 on demonstrated tasks (selfplay/warmstart.py).
+iteration 0 on demonstrated tasks (selfplay/warmstart.py). Replayed tasks are not read for
+answerability (selfplay/answerable.py needs a reader model).
 
     commit_examine(root, cfg, run, 0, examine(backend, sim, docs, tools, cfg, run, 0))
     replay_examine(root, cfg, run_id(cfg), 0, [(messages, start_doc, target_hops), ...], documents)
@@ -24,7 +25,7 @@ def commit_examine(root, cfg: PlayConfig, run: str, iteration: int, outs: list[d
     """Commit examiner outputs (rollouts, verdicts, then tasks); the phase summary."""
     writer, ds = RunWriter(root, phase_run(run, iteration, "examine"), {"config_hash": run}), cfg.out_dataset()
     writer.commit(ds, "rollouts", [o["rollout"] for o in outs])
-    writer.commit(ds, "verdicts", [o["verdict"] for o in outs])
+    writer.commit(ds, "verdicts", [v for o in outs for v in o["verdicts"]])
     tasks = [o["task"] for o in outs if o["task"]]
     if tasks:
         writer.commit(ds, "tasks", tasks)

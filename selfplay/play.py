@@ -8,6 +8,9 @@ simulator with no golden ids), and `parse_examiner` turns it into a `tasks` row 
 with its reason code. Every examiner output is kept: as a `rollouts` row (role examiner,
 reward = the format part of the examiner reward until the attempts are scored) and a
 `verdicts` row (check `examiner`, passed or its reason); the accepted ones also as `tasks`.
+Given a `reader` backend, the accepted tasks then go through the answerability check
+(selfplay/answerable.py): one the reader cannot answer from its path's documents, or answers
+without them, becomes a reject too.
 
 `attempt`: every task is put `attempts` times to the student, with the tools offered as in
 GRPO (train/grpo.make_prompts) and no golden ids; each attempt is a `rollouts` row (role
@@ -31,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from generators.llm.toolcalls import final_answer, render_tools_block
+from selfplay.answerable import check_answerable
 from selfplay.examiner import examiner_messages, parse_examiner
 from selfplay.rewards import FORMAT_WEIGHT, examiner_reward, solve_count
 from selfplay.warmstart import examiner_tool, parse_hop_mix, row_messages
@@ -57,7 +61,14 @@ class PlayConfig:
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of examiner and student"})
     batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
+    answerability: bool = field(default=True, metadata={"help": "the filter keeps only tasks the reader answers from their path's documents mixed with distractors and not without them (--no-answerability: skip this check)"})
+    reader: str | None = field(default=None, metadata={"help": "model that reads for the answerability check: folder or prepared name (default: the current student)"})
+    answer_distractors: int = field(default=3, metadata={"help": "answerability: distractor documents mixed into a task's path documents"})
+    answer_f1: float = field(default=0.5, metadata={"help": "answerability: F1 at which the reader's reply counts as the task's answer"})
     train: bool = field(default=True, metadata={"help": "update examiner and student after each iteration (--no-train: only tasks and attempts)"})
+    warmstart: bool = field(default=True, metadata={"help": "before iteration 0, fine-tune the examiner on the world's demonstrations (selfplay warmstart); --no-warmstart: start from --examiner as it is. Part of training: --no-train skips it"})
+    warmstart_steps: int = field(default=40, metadata={"help": "optimizer steps of the examiner's warm-start"})
+    warmstart_lr: float = field(default=5e-5, metadata={"help": "learning rate of the examiner's warm-start"})
     checkpoints: str = field(default="", metadata={"help": "folder of each iteration's examiner, student and teacher (required unless --no-train)"})
     examiner_steps: int = field(default=4, metadata={"help": "optimizer steps of the examiner's update per iteration"})
     student_steps: int = field(default=4, metadata={"help": "optimizer steps of the student's update per iteration"})
@@ -83,6 +94,8 @@ class PlayConfig:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
         if self.iterations < 1 or self.tasks < 1:
             raise ValueError("--iterations and --tasks must be at least 1")
+        if self.answer_distractors < 0 or not 0 < self.answer_f1 <= 1:
+            raise ValueError("--answer-distractors must be >= 0 and --answer-f1 in (0, 1]")
         if self.train:
             if not self.checkpoints:
                 raise ValueError("--checkpoints DIR is required to train (or run with --no-train)")
@@ -92,6 +105,8 @@ class PlayConfig:
                 raise ValueError(f"--teacher-context must be qcp, answer or none, not {self.teacher_context!r}")
             if min(self.examiner_steps, self.student_steps, self.update_batch) < 1:
                 raise ValueError("--examiner-steps, --student-steps and --update-batch must be at least 1")
+            if self.warmstart and self.warmstart_steps < 1:
+                raise ValueError("--warmstart-steps must be at least 1 (or --no-warmstart)")
             self.lambdas()
 
     def lambdas(self) -> list[float]:
@@ -149,10 +164,11 @@ def _rollouts(backend, simulator, prompts: list[Prompt], cfg: PlayConfig, turns:
 
 
 def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: PlayConfig, run: str,
-            iteration: int, progress: bool = False, timings: dict | None = None) -> list[dict]:
+            iteration: int, progress: bool = False, timings: dict | None = None, reader=None) -> list[dict]:
     """The examiner's outputs of one iteration: per prompt its conversation (`rollout`),
-    and either its `task` row or its reject `reason` (module docstring). `timings` gets the
-    seconds of generation (`generation_s`) and of parsing and filtering (`filter_s`)."""
+    and either its `task` row or its reject `reason` (module docstring); with `reader` and
+    `cfg.answerability`, the accepted tasks are also checked for answerability. `timings`
+    gets the seconds of generation (`generation_s`) and of parsing and filtering (`filter_s`)."""
     started = time.perf_counter()
     block = render_tools_block([examiner_tool(tools)])
     seeds = draw_seeds(documents, cfg, iteration)
@@ -162,6 +178,8 @@ def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: P
     texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
     rows = [examined(o.messages, doc, h, cfg, run, iteration, j, texts, o.stats["policy_tokens"])
             for j, (o, (doc, h)) in enumerate(zip(outs, seeds))]
+    if reader is not None and cfg.answerability:
+        check_answerable(rows, reader, texts, cfg, iteration)
     if timings is not None:
         timings.update(generation_s=generated - started, filter_s=time.perf_counter() - generated)
     return rows
@@ -169,8 +187,8 @@ def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: P
 
 def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: str, iteration: int, j: int,
              documents: dict, num_tokens: int = 0) -> dict:
-    """One examiner output as rows: its `rollouts` row, its `verdicts` row and its `tasks`
-    row when the parser accepts it (a function of the conversation alone)."""
+    """One examiner output as rows: its `rollouts` row, its `verdicts` (the parser's) and its
+    `tasks` row when the parser accepts it (a function of the conversation alone)."""
     rid, tid = _id(run, iteration, "examiner", j), _id(run, iteration, "task", j)
     try:
         task, reason, detail = parse_examiner(messages, hops, tid, cfg.dataset, seed_doc_id=doc["doc_id"],
@@ -187,7 +205,7 @@ def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: s
     verdict = {"id": verdict_id(rid, "rollouts", "rules", "examiner"), "record_id": rid, "record_kind": "rollouts", "layer": "rules",
                "check": "examiner", "passed": task is not None, "reason": reason or "ok",
                "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None}
-    return {"rollout": row, "verdict": verdict, "task": task, "reason": reason}
+    return {"rollout": row, "verdicts": [verdict], "task": task, "reason": reason}
 
 
 def attempt(backend, simulator, tasks: list[dict], tools: list[dict], cfg: PlayConfig, run: str, iteration: int,

@@ -1,15 +1,17 @@
 """Layer 4 (SSP-style answerability): a question must be answerable from its golden
 context mixed with distractor passages, and must NOT be answerable with no context at all
-(leakage or a trivial question). Works for trajectories, triples and tasks; calls the model
-only through the backend protocol, both prompts of all records in one batched call.
+(leakage or a trivial question). Works for trajectories, triples and tasks (whose golden context
+is their question construction path: `path_evidence`); calls the model only through the
+backend protocol, both prompts of all records in one batched call.
 `AnswerabilityCheck` is the layer's check (validators/check.py).
 """
 
 from __future__ import annotations
 
+import json
 import random
 
-from generators.answers import match
+from generators.answers import match, normalize
 from generators.llm.base import ChatRequest
 from generators.llm.toolcalls import extract_answer
 from storage.schema import meta_of
@@ -22,10 +24,24 @@ WITH_CONTEXT = ("Answer the question using the passages. Reply with only the ans
 NO_CONTEXT = "Answer the question. Reply with only the answer inside <answer></answer>.\n\nQuestion: {question}"
 
 
-def golden_ids(row: dict, kind: str) -> list[str]:
+def golden_ids(row: dict, kind: str, documents: dict | None = None) -> list[str]:
     if kind == "triples":
         return list(row.get("golden_doc_ids") or [])
+    if kind == "tasks" and row.get("qcp"):
+        return path_evidence(row, documents or {})
     return list(meta_of(row).get("golden_doc_ids") or [])
+
+
+def path_evidence(task: dict, documents: dict[str, tuple[str, str]]) -> list[str]:
+    """A task's golden documents, from its question construction path (`qcp`): the start
+    document, each search's first result, and the last search's results that hold the answer."""
+    qcp = task["qcp"] if isinstance(task["qcp"], dict) else json.loads(task["qcp"])
+    hops = qcp.get("hops") or []
+    ids = [qcp.get("seed_doc_id")] + [h["doc_ids"][0] for h in hops if h.get("doc_ids")]
+    answer = normalize(str(task.get("answer") or ""))
+    if hops and answer:
+        ids += [d for d in hops[-1].get("doc_ids") or [] if d in documents and f" {answer} " in f" {normalize(' '.join(documents[d]))} "]
+    return list(dict.fromkeys(d for d in ids if d))
 
 
 def aliases(row: dict) -> list[str]:
@@ -45,7 +61,7 @@ def check_answerability(rows: list[dict], kind: str, backend, documents: dict[st
     reqs, plan = [], []
     for row in rows:
         q = str(row.get("question") or "")
-        gold = [d for d in golden_ids(row, kind) if d in documents]
+        gold = [d for d in golden_ids(row, kind, documents) if d in documents]
         rng = random.Random(f"{seed}|{q}")
         others = [d for d in rng.sample(doc_ids, min(len(doc_ids), distractors + len(gold))) if d not in gold][:distractors]
         ctx_ids = gold + others

@@ -44,11 +44,11 @@ def test_a_demonstrated_conversation_is_a_task_and_a_garbled_one_a_reject(world)
     seed_doc = next(d for d in docs if d["doc_id"] == demo["task"]["qcp"]["seed_doc_id"])
     cfg = PlayConfig(dataset="w")
     good = examined(msgs, seed_doc, demo["task"]["hop_count"], cfg, "r", 0, 0, texts)
-    assert good["task"]["question"] == demo["task"]["question"] and good["verdict"]["passed"]
+    assert good["task"]["question"] == demo["task"]["question"] and good["verdicts"][0]["passed"]
     assert good["rollout"]["reward"] == 0.5 and json.loads(good["rollout"]["meta"])["task_id"] == good["task"]["task_id"]
     garbled = msgs[:-1] + [{"role": "assistant", "content": "<think>x</think><answer>1</answer><answer>2</answer>"}]
     bad = examined(garbled, seed_doc, 2, cfg, "r", 0, 1, texts)
-    assert bad["task"] is None and bad["reason"] in ("no_question", "multiple_answers") and not bad["verdict"]["passed"]
+    assert bad["task"] is None and bad["reason"] in ("no_question", "multiple_answers") and not bad["verdicts"][0]["passed"]
     assert bad["rollout"]["reward"] == 0.0 and bad["rollout"]["id"] != good["rollout"]["id"]
 
 

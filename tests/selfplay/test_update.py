@@ -87,7 +87,7 @@ def played(tmp_path_factory, tiny_llama_dir):  # noqa: F811
     demos = demonstrations(docs, triples, sim, next(t for t in tools if t["name"] == EXAMINER_TOOL), n=4)[0]
     cfg = PlayConfig(dataset="w", examiner=str(tiny_llama_dir), student=str(tiny_llama_dir), tasks=len(demos),
                      attempts=2, student_turns=2, max_new_tokens=12, batch_size=8, checkpoints=str(root / "ck"),
-                     examiner_steps=2, student_steps=2, update_batch=2, lr=1e-3)
+                     examiner_steps=2, student_steps=2, update_batch=2, lr=1e-3, warmstart_steps=2, warmstart_lr=1e-3)
     by_id = {d["doc_id"]: d for d in docs}
     convs = []
     for demo in demos:
@@ -112,12 +112,15 @@ def test_a_trained_iteration_updates_examiner_and_student_and_every_attempt_has_
     assert {a["prompt_id"] for a in attempts} == {t["task_id"] for t in tasks}
     assert all(QCP.from_json(t["qcp"]).steps for t in tasks)
     start = _weights(tiny_llama_dir)
+    it = summary["iterations"][0]  # the examiner was warm-started on the world's demonstrations first
+    assert it["warmstart_demos"] > 0 and it["warmstart_loss"][1] < it["warmstart_loss"][0]
+    warm = _weights(f"{cfg.checkpoints}/warmstart/final")
+    assert any(not torch.equal(start[k], warm[k]) for k in start)
     for role in ("examiner", "student", "teacher"):
         path = summary["models"][role]
         assert path.startswith(cfg.checkpoints), role
         moved = _weights(path)
         assert any(not torch.equal(start[k], moved[k]) for k in start), f"the {role} did not change"
-    it = summary["iterations"][0]
     assert it["teacher_s"] > 0 and it["student_update_s"] > it["teacher_s"]
     console = Console(record=True, width=200)  # what `forgeplay selfplay run` prints
     console.print(_iteration_table(summary), _timing_table(summary))
@@ -155,6 +158,12 @@ def test_update_options_are_checked_before_anything_runs(tmp_path):
         PlayConfig(dataset="w").check()
     with pytest.raises(ValueError, match="--distill must be on or off"):
         PlayConfig(dataset="w", checkpoints="c", distill="maybe").check()
+    with pytest.raises(ValueError, match="--warmstart-steps"):
+        PlayConfig(dataset="w", checkpoints="c", warmstart_steps=0).check()
+    PlayConfig(dataset="w", checkpoints="c", warmstart_steps=0, warmstart=False).check()
+    PlayConfig(dataset="w", warmstart_steps=0, train=False).check()  # no training, no warm-start
+    with pytest.raises(ValueError, match="--answer-f1"):
+        PlayConfig(dataset="w", train=False, answer_f1=0).check()
     cfg = PlayConfig(dataset="w", checkpoints="c", iterations=4, distill_coef="1,0.5")
     assert cfg.lambdas() == [1.0, 0.5, 0.5, 0.5]
     assert PlayConfig(dataset="w", checkpoints="c", iterations=2, distill="off").lambdas() == [0.0, 0.0]
