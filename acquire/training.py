@@ -32,9 +32,9 @@ from acquire.buy import ColumnSource, buy, labelled_ids, pseudo_rows
 from acquire.group import group_of
 from acquire.ledger import Ledger
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
+from acquire.vote import rewards
 from generators.answers import match
 from train.labelled import register_labeller
-from acquire.vote import rewards
 from train.reward import NO_ANSWER, score_parsed
 
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,11 +40,10 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     from flows.validate import run as validate
     from generators.corpus.build import WorldConfig, write
     from generators.llm.registry import BackendConfig
-    from generators.llm.transformers_backend import TransformersBackend
     from generators.synth.synthesize import SynthConfig
     from storage import load_table
     from train.configs import SFTConfig, TrainConfig
-    from train.evaluate import EvalConfig, evaluate, held_out_triples
+    from train.evaluate import EvalConfig, held_out_triples, run_eval
     from validators.runner import ValidateConfig
 
     data, seconds = root / "data", {}
@@ -62,13 +62,9 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
     def measure(model_dir, name: str) -> dict:
         t = time.perf_counter()
-        be = TransformersBackend(model_dir, batch_size=16, turn_cache_mb=ecfg.turn_cache_mb)  # turns continue
-        try:
-            out = evaluate(be, data, ecfg)[0]
-        finally:
-            be.close()
+        out = run_eval(replace(ecfg, model=str(model_dir)), data, progress=False)  # `train eval`, turns continue
         seconds[f"eval_{name}"] = time.perf_counter() - t
-        log(name, json.dumps({k: v for k, v in out.items() if k != "by_qtype"}))
+        log(name, json.dumps({k: v for k, v in out.items() if k not in ("by_qtype", "config")}))
         return out
 
     before = measure(model, "before")

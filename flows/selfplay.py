@@ -133,20 +133,19 @@ def attempt_task(student, sim, tools: list, cfg: PlayConfig, run: str, it: int, 
 
 
 def _warmstart(cfg: PlayConfig, root: str, progress: bool) -> dict:
-    """The examiner's warm-start before iteration 0: demonstrations from the world (committed
-    to <dataset>_examiner like `selfplay warmstart`), then SFT of `cfg.examiner` on them."""
+    """The examiner's warm-start before iteration 0: the `selfplay-warmstart` flow (the
+    world's demonstrations, committed to <dataset>_examiner, then SFT of `cfg.examiner`)."""
     import shutil
 
     ws = WarmstartConfig(dataset=cfg.dataset, hop_mix=cfg.hop_mix, draw_seed=cfg.seed, model=cfg.examiner,
                          out=f"{cfg.checkpoints}/warmstart", train_layers=cfg.train_layers)
     shutil.rmtree(ws.out, ignore_errors=True)  # killed before it was marked done: start over
-    demos = demos_task(ws, root)
-    sft = SFTConfig(data=demos["dataset"], model=ws.model, out=ws.out, train_layers=ws.train_layers)
     tcfg = TrainConfig(max_steps=cfg.warmstart_steps, batch_size=cfg.update_batch, lr=cfg.warmstart_lr,
                        checkpoint_every=0, seed=cfg.seed)
-    summary = stage_task("sft", sft, tcfg, root, progress)
-    return {"examiner_model": summary["final_model"], "warmstart_demos": demos["demonstrations"],
-            "warmstart_loss": [summary["first"]["loss"], summary["last"]["loss"]],
+    s = warmstart_flow(asdict(ws), asdict(tcfg), root, progress)
+    trained = s["training"]
+    return {"examiner_model": trained["final_model"], "warmstart_demos": s["demos"]["demonstrations"],
+            "warmstart_loss": [trained["first"]["loss"], trained["last"]["loss"]],
             "warmstart_s": sum(r["seconds"] for r in read_metrics(ws.out))}
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import random
 
-from generators.answers import match, normalize
+from generators.answers import match
 from generators.llm.base import ChatRequest
 from generators.llm.toolcalls import extract_answer
 from storage.schema import meta_of
 from validators.check import Check, CheckContext
+from validators.question_rules import answer_documents
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "answerability"
@@ -38,9 +39,8 @@ def path_evidence(task: dict, documents: dict[str, tuple[str, str]]) -> list[str
     qcp = task["qcp"] if isinstance(task["qcp"], dict) else json.loads(task["qcp"])
     hops = qcp.get("hops") or []
     ids = [qcp.get("seed_doc_id")] + [h["doc_ids"][0] for h in hops if h.get("doc_ids")]
-    answer = normalize(str(task.get("answer") or ""))
-    if hops and answer:
-        ids += [d for d in hops[-1].get("doc_ids") or [] if d in documents and f" {answer} " in f" {normalize(' '.join(documents[d]))} "]
+    if hops and hops[-1].get("doc_ids"):  # the documents the task rule `answer_reached` finds
+        ids += answer_documents({**task, "qcp": qcp}, documents)
     return list(dict.fromkeys(d for d in ids if d))
 
 

@@ -141,16 +141,31 @@ def _evidence(row: dict, documents) -> Verdict | None:
     return None
 
 
+def _text(documents: dict, doc_id: str) -> str:
+    return f" {normalize(documents[doc_id][0] + ' ' + documents[doc_id][1])} "
+
+
+def _names(row: dict) -> list[tuple[str, str]]:
+    """(name, normalized name) of the task's answer, then its aliases."""
+    return [(a, normalize(a) if isinstance(a, str) else "") for a in [row["answer"], *(row.get("aliases") or [])]]
+
+
+def answer_documents(row: dict, documents: dict) -> list[str]:
+    """The documents of the task's last search step whose text holds its answer or one of its
+    aliases, as a whole phrase (in step order)."""
+    names = [na for _, na in _names(row) if na]
+    return [d for d in row["qcp"]["hops"][-1]["doc_ids"]
+            if d in documents and any(f" {na} " in _text(documents, d) for na in names)]
+
+
 def _answer_reached(row: dict, documents) -> Verdict | None:
     if documents is None:
         return ok(LAYER, "answer_reached", reason="documents_unknown")
-    last = row["qcp"]["hops"][-1]["doc_ids"]
-    texts = [f" {normalize(documents[d][0] + ' ' + documents[d][1])} " for d in last]
-    for a in [row["answer"], *(row.get("aliases") or [])]:
-        na = normalize(a) if isinstance(a, str) else ""
+    texts = [_text(documents, d) for d in answer_documents(row, documents)]
+    for a, na in _names(row):
         if na and any(f" {na} " in t for t in texts):
             return ok(LAYER, "answer_reached", detail={"matched": a})
-    raise Reject("answer_not_in_last_step", doc_ids=last[:10])
+    raise Reject("answer_not_in_last_step", doc_ids=row["qcp"]["hops"][-1]["doc_ids"][:10])
 
 
 def check_task_rules(row: dict, ctx) -> list[Verdict]:
