@@ -44,8 +44,9 @@ bench: setup
 	$(PY) benchmarks/bench_validate.py
 	$(PY) benchmarks/bench_train.py
 
-bench-vllm: vllm-env
+bench-vllm: setup vllm-env
 	.venv-vllm/bin/python benchmarks/bench_vllm.py
+	$(PY) benchmarks/bench_server_start.py
 
 vllm-env:
 	bash .ci/vllm_env.sh .venv-vllm

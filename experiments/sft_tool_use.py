@@ -14,6 +14,10 @@ What the 135M model needs to learn something it can use at evaluation time:
   routes, and the model learned to answer after one tool turn);
 - a turn may take 160 new tokens (at 80, calls with long names were cut off).
 
+`--backend vllm-server` evaluates through one vLLM server (from .venv-vllm): it is started
+once with the base model, and after SFT the fine-tuned weights are published to it, as GRPO
+publishes its policy after each step; `transformers` evaluates in this process.
+
 The slow test tests/train/test_sft_tool_use.py runs `run` small (a few steps, few held-out
 triples); the exact-match figures come from the defaults:
 
@@ -33,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
-        train_layers: int = 10, batch_size: int = 4, log=print) -> dict:
-    """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures."""
+        train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", log=print) -> dict:
+    """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
+    `backend`: what evaluates (module docstring)."""
     from flows.synthesize import run as synthesize
     from flows.train import run as train
     from flows.validate import run as validate
@@ -43,7 +48,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     from generators.synth.synthesize import SynthConfig
     from storage import load_table
     from train.configs import SFTConfig, TrainConfig
-    from train.evaluate import EvalConfig, held_out_triples, run_eval
+    from train.evaluate import EvalConfig, eval_backend, evaluate, held_out_triples, run_eval
     from validators.runner import ValidateConfig
 
     data, seconds = root / "data", {}
@@ -60,20 +65,38 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     held = {t["triple_id"] for t in held_out_triples(data, "w", True, held_out)}
     trained_on = set(load_table("w", "trajectories", data, columns=["triple_id"]).column("triple_id").to_pylist())
 
+    t = time.perf_counter()
+    served = eval_backend(replace(ecfg, model=str(model), backend=backend)) if backend != "transformers" else None
+    seconds["server_start"] = time.perf_counter() - t
+
     def measure(model_dir, name: str) -> dict:
         t = time.perf_counter()
-        out = run_eval(replace(ecfg, model=str(model_dir)), data, progress=False)  # `train eval`, turns continue
+        if served is None:  # `train eval`: the model loaded here, turns continue from their KV cache
+            out = run_eval(replace(ecfg, model=str(model_dir)), data, progress=False)
+        else:
+            if name == "after":  # the fine-tuned weights go to the running server
+                import torch
+                from transformers import AutoModelForCausalLM
+
+                tuned = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+                seconds["publish"] = served.client.load_weights(tuned.named_parameters())
+            out = evaluate(served, data, ecfg)[0]
         seconds[f"eval_{name}"] = time.perf_counter() - t
         log(name, json.dumps({k: v for k, v in out.items() if k not in ("by_qtype", "config")}))
         return out
 
-    before = measure(model, "before")
-    t = time.perf_counter()
-    sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers)
-    summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=3e-4, warmup_steps=min(3, steps // 4),
-                                            checkpoint_every=0, activation_checkpointing="off"), data, progress=False)
-    seconds["sft"] = time.perf_counter() - t
-    after = measure(summary["final_model"], "after")
+    try:
+        before = measure(model, "before")
+        t = time.perf_counter()
+        sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers)
+        summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=3e-4,
+                                                warmup_steps=min(3, steps // 4), checkpoint_every=0,
+                                                activation_checkpointing="off"), data, progress=False)
+        seconds["sft"] = time.perf_counter() - t
+        after = measure(summary["final_model"], "after")
+    finally:
+        if served is not None:
+            served.close()
     return {"before": before, "after": after, "validated": validated, "held_out": sorted(held),
             "overlap": len(held & trained_on), "sft": summary, "seconds": seconds}
 
@@ -86,11 +109,13 @@ def main() -> None:
     ap.add_argument("--held-out", type=int, default=48)
     ap.add_argument("--trajectories", type=int, default=240)
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
+                    help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     from generators.llm.model_store import resolve_model
 
-    r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed)
+    r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     print(f"{'':18}{'before':>8}{'after':>8}")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 ENV_THREADS = "FORGEPLAY_THREADS"
 ENV_DIR = "FORGEPLAY_RUNTIME_DIR"
-IDLE_BELOW = 0.1  # of a core: a model process using less is waiting, not computing
+IDLE_BELOW = 0.25  # of a core: a model process using less is waiting, not computing (an idle vLLM worker polls at ~0.11)
 FIRST_LOOK = 0.2  # seconds a newly seen process is watched before it is judged
 
 

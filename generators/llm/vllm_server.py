@@ -11,8 +11,11 @@ resets the prefix cache (its entries were computed with the old weights) and ret
 seconds it took; the same calls work on GPU. `backend()` is an OpenAIBackend on the server:
 every request of a batch goes out at once and the engine batches them.
 
-The server's processes are registered as model processes (generators/llm/cores.py), so a
-trainer or another model process beside it gives up torch threads while the engine decodes.
+The server takes its share of the cores like any model process (generators/llm/cores.py):
+its engine's worker is bound to `threads` cores (`--threads`, else FORGEPLAY_THREADS, else
+the cores left after one for the engine's scheduler, divided among the model processes
+computing when it starts), and its processes are registered, so a trainer or another model
+process beside it gives up torch threads while the engine decodes.
 
 Failures are one line that says what to do: no `.venv-vllm` ("run make vllm-env"), a port
 already in use, a server that exits while starting or dies later (its exit code and log).
@@ -42,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from generators.llm.base import BackendError
-from generators.llm.cores import descendants, register
+from generators.llm.cores import ENV_THREADS, available_cores, descendants, register
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "policy"
@@ -74,9 +77,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def server_command(python: Path, model_dir: str, port: int, max_model_len: int | None, seed: int,
-                   dtype: str) -> list[str]:
+                   dtype: str, eager: bool = True) -> list[str]:
     """The command line of a server that can reload weights (module docstring);
-    `max_model_len` None: the model's context length."""
+    `max_model_len` None: the model's context length. `eager` skips torch.compile, whose
+    warm-up made the start 4x slower on 2 cores for no faster decoding."""
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
            "--seed", str(seed), "--enable-prefix-caching",
@@ -85,16 +89,41 @@ def server_command(python: Path, model_dir: str, port: int, max_model_len: int |
         cmd += ["--max-model-len", str(max_model_len)]
     if dtype != "auto":
         cmd += ["--dtype", dtype]
+    if eager:
+        cmd.append("--enforce-eager")
     return cmd
 
 
-def server_env(cpu: bool = True) -> dict[str, str]:
+def worker_cores(threads: int | None = None, busy_others: int | None = None) -> list[int]:
+    """The CPUs the engine's worker is bound to: `threads` of them (else FORGEPLAY_THREADS,
+    else this process's share: the cores but one, kept for the engine's scheduler and HTTP
+    server, divided by the model processes computing now plus the server), from the CPUs
+    this process may run on, the scheduler's core last."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    usable = max(1, min(len(cpus), available_cores()) - 1)
+    env = os.environ.get(ENV_THREADS)
+    if threads is None and env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"{ENV_THREADS} must be a whole number >= 1, got {env!r}")
+        threads = int(env)
+    if threads is None:
+        if busy_others is None:
+            from generators.llm.cores import CoreShare
+
+            busy_others = CoreShare.claim().busy_others()
+        threads = usable // (busy_others + 1)
+    return cpus[:max(1, min(threads, len(cpus)))]
+
+
+def server_env(cpu: bool = True, cores: list[int] | None = None) -> dict[str, str]:
     """The server's environment: development endpoints on, this repository importable (the
-    worker extension), 1 GiB of KV cache on CPU unless set."""
+    worker extension), 1 GiB of KV cache on CPU and the worker bound to `cores` unless set."""
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if cpu:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if cores:
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -105,10 +134,12 @@ class VLLMServer:
 
     def __init__(self, model_dir: str | Path, port: int = 0, python: str | None = None, url: str | None = None,
                  max_model_len: int | None = None, seed: int = 0, dtype: str = "float32", start_timeout: float = 600,
-                 work_dir: str | Path | None = None) -> None:
+                 work_dir: str | Path | None = None, eager: bool = True,
+                 threads: int | None = None) -> None:
         self.model_dir = str(model_dir)
         self.port, self.python, self.max_model_len, self.seed, self.dtype = port, python, max_model_len, seed, dtype
-        self.start_timeout = start_timeout
+        self.start_timeout, self.eager, self.threads = start_timeout, eager, threads
+        self.cores: list[int] = []  # what its worker is bound to (when started here)
         self.url = url.rstrip("/").removesuffix("/v1") if url else None
         self.work = Path(work_dir or tempfile.mkdtemp(prefix="forgeplay-vllm-"))
         self.log = self.work / "server.log"
@@ -129,9 +160,10 @@ class VLLMServer:
         port = self.port or free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.work.mkdir(parents=True, exist_ok=True)
-        cmd = server_command(python, self.model_dir, port, self.max_model_len, self.seed, self.dtype)
+        cmd = server_command(python, self.model_dir, port, self.max_model_len, self.seed, self.dtype, self.eager)
+        self.cores = worker_cores(self.threads)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(),
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(cores=self.cores),
                                          cwd=str(self.work), start_new_session=True)
         try:
             self._wait(time.monotonic() + self.start_timeout)
@@ -255,6 +287,9 @@ def main(argv=None) -> int:
     p.add_argument("--python", default=None, help="python of the vLLM environment (default: .venv-vllm)")
     p.add_argument("--max-model-len", type=int, default=0, help="longest conversation in tokens (0: the model's)")
     p.add_argument("--dtype", default="float32", help="engine dtype (auto: the model's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="cores the engine's worker computes on (default: the cores but one, shared among the model "
+                        "processes running here)")
     args = p.parse_args(argv)
     try:
         python = vllm_python(args.python)
@@ -264,7 +299,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     cmd = server_command(python, args.model, args.port, args.max_model_len or None, 0, args.dtype)
-    return subprocess.call(cmd, env=server_env())
+    return subprocess.call(cmd, env=server_env(cores=worker_cores(args.threads)))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ import signal
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from generators.llm.base import ChatRequest
-from generators.llm.vllm_server import ServerError, VLLMServer, vllm_python
+from generators.llm.vllm_server import ServerError, VLLMServer, server_command, server_env, vllm_python, worker_cores
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
 from train.configs import GRPOConfig
 from train.grpo import build_session
@@ -49,6 +50,27 @@ def test_port_in_use_is_one_line(tmp_path):
         with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use") as e:
             server.start()
     assert "\n" not in str(e.value) and server.proc is None
+
+
+def test_the_worker_takes_the_cores_but_one_shared_among_model_processes(monkeypatch):
+    """The engine's worker is bound to its share of the cores; one is left to the scheduler;
+    --threads / FORGEPLAY_THREADS fix the count; the server runs in eager mode."""
+    monkeypatch.delenv("FORGEPLAY_THREADS", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7, 8})
+    monkeypatch.setattr("generators.llm.vllm_server.available_cores", lambda: 9)
+    assert worker_cores(busy_others=0) == [0, 1, 2, 3, 4, 5, 6, 7]  # the last core: the scheduler's
+    assert worker_cores(busy_others=1) == [0, 1, 2, 3]
+    assert worker_cores(busy_others=20) == [0]
+    assert worker_cores(threads=2, busy_others=0) == [0, 1]
+    monkeypatch.setattr("generators.llm.vllm_server.available_cores", lambda: 3)  # a CPU quota
+    assert worker_cores(busy_others=0) == [0, 1]
+    monkeypatch.setenv("FORGEPLAY_THREADS", "3")
+    assert worker_cores(busy_others=5) == [0, 1, 2]
+    assert server_env(cores=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the user's own binding wins
+    assert server_env(cores=[0, 1])["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "--enforce-eager" in server_command(Path("python"), "m", 1, None, 0, "float32")
 
 
 # ---- a real server ---------------------------------------------------------------------------
@@ -114,6 +136,9 @@ def test_reloaded_server_computes_the_trainers_logprobs(served):
 
     tree = set(descendants(server.proc.pid))
     assert len(tree) >= 2 and tree <= set(live_processes())
+    # its worker computes on the cores it was given, which leave one to the scheduler
+    assert server.cores and len(server.cores) <= max(1, len(os.sched_getaffinity(0)) - 1)
+    assert any(os.sched_getaffinity(pid) == set(server.cores) for pid in tree)
 
 
 @pytest.mark.vllm_server

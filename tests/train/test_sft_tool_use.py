@@ -7,19 +7,32 @@ steps on 48 triples took over an hour here).
 What six steps teach is the answer format, robustly: measured, answered 0.125 -> 1.0, while
 tool calls stay at 0 (the model answers at once). Well-formed calls and exact match need
 the experiment's defaults (25 steps, 48 held-out triples: well-formed 0 -> 1.0, exact match
-0 -> 0.125) and are reported from there, not asserted here."""
+0 -> 0.125) and are reported from there, not asserted here.
+
+Both evaluations go through one vLLM server from .venv-vllm when it exists (as in CI): the
+fine-tuned weights are published to it after SFT, as GRPO publishes its policy. Without it,
+they run in this process (transformers, turns continuing from their KV cache)."""
 
 import pytest
 
 from experiments.sft_tool_use import run
+from generators.llm.vllm_server import ServerError, vllm_python
 
 pytestmark = pytest.mark.slow
 
 N_TRAJ, HELD_OUT, STEPS = 64, 16, 6
 
 
+def _evaluator() -> str:
+    try:
+        vllm_python()
+    except ServerError:  # FORGEPLAY_REQUIRE_VLLM makes this an error (tests/conftest.py)
+        return "transformers"
+    return "vllm-server"
+
+
 def test_a_short_sft_teaches_the_answer_format_on_held_out_triples(embedded_dir, tmp_path):
-    r = run(tmp_path, str(embedded_dir), steps=STEPS, held_out=HELD_OUT, n_traj=N_TRAJ)
+    r = run(tmp_path, str(embedded_dir), steps=STEPS, held_out=HELD_OUT, n_traj=N_TRAJ, backend=_evaluator())
     v, before, after, sft = r["validated"], r["before"], r["after"], r["sft"]
     print("before", before, "\nafter", after, "\nsft", sft["counts"], r["seconds"])
     assert v["rows_in"] == N_TRAJ and v["rows_out"] >= 0.9 * N_TRAJ, v["funnel"]
