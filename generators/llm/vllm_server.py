@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from generators.llm.base import BackendError
-from generators.llm.cores import ENV_THREADS, available_cores, descendants, register
+from generators.llm.cores import ENV_THREADS, CoreShare, available_cores, descendants, register
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "policy"
@@ -80,7 +80,7 @@ def server_command(python: Path, model_dir: str, port: int, max_model_len: int |
                    dtype: str, eager: bool = True) -> list[str]:
     """The command line of a server that can reload weights (module docstring);
     `max_model_len` None: the model's context length. `eager` skips torch.compile, whose
-    warm-up made the start 4x slower on 2 cores for no faster decoding."""
+    warm-up made the start 3-4x slower on 2 cores for no faster decoding."""
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
            "--seed", str(seed), "--enable-prefix-caching",
@@ -108,8 +108,6 @@ def worker_cores(threads: int | None = None, busy_others: int | None = None) -> 
         threads = int(env)
     if threads is None:
         if busy_others is None:
-            from generators.llm.cores import CoreShare
-
             busy_others = CoreShare.claim().busy_others()
         threads = usable // (busy_others + 1)
     return cpus[:max(1, min(threads, len(cpus)))]
