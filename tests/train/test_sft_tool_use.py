@@ -1,7 +1,7 @@
 """Slow: SFT of the embedded model on validated, synthesized trajectories, then greedy
 multi-turn rollouts on held-out world triples. Every stage is the real one (world corpus, the
 synthesize, validate and train-sft Prefect flows, rollouts through the BM25 simulator), run
-by experiments/sft_tool_use.py at a size CI can afford on two cores (about 14 minutes; 25
+by experiments/sft_tool_use.py at a size CI can afford on two cores (about 10 minutes; 25
 steps on 48 triples took over an hour here).
 
 What six steps teach is the answer format, robustly: measured, answered 0.125 -> 1.0, while
@@ -10,7 +10,8 @@ the experiment's defaults (25 steps, 48 held-out triples: well-formed 0 -> 1.0, 
 0 -> 0.125) and are reported from there, not asserted here.
 
 Both evaluations go through one vLLM server from .venv-vllm when it exists (as in CI): the
-fine-tuned weights are published to it after SFT, as GRPO publishes its policy. Without it,
+fine-tuned weights are published to it after SFT, as GRPO publishes its policy (the rise in
+`answered` then also shows that the served model changed with them). Without it,
 they run in this process (transformers, turns continuing from their KV cache)."""
 
 import pytest
