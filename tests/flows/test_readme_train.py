@@ -1,7 +1,10 @@
 """Slow: README's `forgeplay train sft` command runs to completion on the output of `make run`
 (`forgeplay pipeline`: a world of 1,000 entities, 16 trajectories with full JSON tool schemas,
-2.5-6.6k tokens each, validated into `demo_valid`), with one optimizer step instead of
-README's count so CI stays short. The pipeline runs with `--texts template`: the program
+2.5-6.6k tokens each, validated into `demo_valid`), with one optimizer step of two
+conversations instead of README's count so CI stays short: the peak memory is decided by one
+packed micro-batch (up to 8,192 tokens) and the model's weights, gradients and optimizer
+state, not by how many micro-batches a step accumulates (a step of the default batch took
+18 minutes of CI on two cores). The pipeline runs with `--texts template`: the program
 writes the reasoning instead of the embedded model, which changes a few words per think but
 not what decides the memory (the schemas, the turns, the lengths), and saves the 15-20
 minutes the model takes to write them on two cores. Before the memory plan and packed
@@ -33,6 +36,7 @@ def test_readme_sft_command_completes_on_make_run_output(embedded_dir, data_root
     args = readme_command()
     at = args.index("--max-steps")
     args[at + 1] = "1"
+    args += ["--batch-size", "2"]
     out = tmp_path / "runs" / "sft"
     args[args.index("--out") + 1] = str(out)
     res = CliRunner().invoke(app, [*args, "--model", str(embedded_dir)])
