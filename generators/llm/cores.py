@@ -48,6 +48,17 @@ def available_cores() -> int:
     return max(1, cores)
 
 
+def env_threads() -> int | None:
+    """The count FORGEPLAY_THREADS fixes, None when it is unset; ValueError when it is not a
+    whole number >= 1."""
+    env = os.environ.get(ENV_THREADS)
+    if not env:
+        return None
+    if not env.isdigit() or int(env) < 1:
+        raise ValueError(f"{ENV_THREADS} must be a whole number >= 1, got {env!r}")
+    return int(env)
+
+
 def registry_dir() -> Path:
     d = os.environ.get(ENV_DIR)
     return Path(d) if d else Path(tempfile.gettempdir()) / f"forgeplay-{os.getuid()}" / "model-processes"
@@ -161,11 +172,8 @@ class CoreShare:
         FORGEPLAY_THREADS) fixes the count; a later claim with a count replaces it."""
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
-        env = os.environ.get(ENV_THREADS)
-        if threads is None and env:
-            if not env.isdigit() or int(env) < 1:
-                raise ValueError(f"{ENV_THREADS} must be a whole number >= 1, got {env!r}")
-            threads = int(env)
+        if threads is None:
+            threads = env_threads()
         with cls._lock:
             if cls._mine is None or cls._mine.file.parent != registry_dir() or cls._mine.pid != os.getpid():
                 cls._mine = cls(threads, registry_dir())

@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from generators.llm.base import BackendError
-from generators.llm.cores import ENV_THREADS, CoreShare, available_cores, descendants, register
+from generators.llm.cores import CoreShare, available_cores, descendants, env_threads, register
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "policy"
@@ -101,11 +101,8 @@ def worker_cores(threads: int | None = None, busy_others: int | None = None) -> 
     this process may run on, the scheduler's core last."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     usable = max(1, min(len(cpus), available_cores()) - 1)
-    env = os.environ.get(ENV_THREADS)
-    if threads is None and env:
-        if not env.isdigit() or int(env) < 1:
-            raise ValueError(f"{ENV_THREADS} must be a whole number >= 1, got {env!r}")
-        threads = int(env)
+    if threads is None:
+        threads = env_threads()
     if threads is None:
         if busy_others is None:
             busy_others = CoreShare.claim().busy_others()
