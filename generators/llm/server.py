@@ -15,6 +15,10 @@ so a client's timeout-and-retry does not make the server generate twice. Accepte
 max_completion_tokens), stop, seed, logprobs, top_logprobs, return_token_ids; `stream` is
 refused with 400. Each choice carries `token_ids` when `return_token_ids` is true (as vLLM).
 In tests: `create_app(backend)` and run it with uvicorn in a thread.
+
+`--api-key KEY` (or $FORGEPLAY_API_KEY) makes every /v1 route require `Authorization:
+Bearer KEY` (401 otherwise; /health stays open for probes), as vLLM's server does; the
+`openai` backend sends its `api_key`. Binding anything but a loopback address needs a key.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from typing import Any, Optional, Union
+
+import hmac
+import ipaddress
+import os
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -159,9 +167,10 @@ def completion_body(backend: Backend, model: str, body: ChatBody, outs: list[Com
 
 def create_app(backend: Backend, model_name: str | None = None, max_batch: int = 16,
                default_max_tokens: int = 256, batch_wait: float = 0.005,
-               disconnect_poll: float = 0.5, close_backend: bool = False) -> FastAPI:
+               disconnect_poll: float = 0.5, close_backend: bool = False, api_key: str | None = None) -> FastAPI:
     """The FastAPI app serving `backend`; `app.state.batcher` holds the batching worker.
-    With `close_backend`, the app's shutdown closes the backend (stops vLLM's engine)."""
+    With `close_backend`, the app's shutdown closes the backend (stops vLLM's engine).
+    With `api_key`, /v1 requests without `Authorization: Bearer <api_key>` get 401."""
     name = model_name or str(getattr(backend, "model", None) or "forgeplay")
     batcher = Batcher(backend, max_batch=max_batch, wait=batch_wait)
 
@@ -177,6 +186,17 @@ def create_app(backend: Backend, model_name: str | None = None, max_batch: int =
 
     app = FastAPI(title="forgeplay OpenAI-compatible server", lifespan=lifespan)
     app.state.batcher = batcher
+
+    if api_key:
+        expected = f"Bearer {api_key}".encode()
+
+        @app.middleware("http")
+        async def require_key(request: Request, call_next):
+            if request.url.path.startswith("/v1") and not hmac.compare_digest(
+                    request.headers.get("authorization", "").encode(), expected):
+                return _error(401, "missing or wrong API key (send Authorization: Bearer <key>)",
+                              "authentication_error")
+            return await call_next(request)
 
     @app.get("/health")
     async def health() -> dict:
@@ -242,6 +262,16 @@ def build_backend(kind: str, model: str | None, options: dict) -> Backend:
     return make_backend(cfg)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or name to bind) is reachable only from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _parse_options(pairs: list[str]) -> dict:
     out = {}
     for p in pairs:
@@ -265,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--served-model-name", default=None, help="Name shown by /v1/models (default: --model).")
     ap.add_argument("--host", default="127.0.0.1", help="Address to bind (default 127.0.0.1).")
     ap.add_argument("--port", type=int, default=8000, help="Port to bind (default 8000).")
+    ap.add_argument("--api-key", default=os.environ.get("FORGEPLAY_API_KEY"),
+                    help="Require `Authorization: Bearer KEY` on /v1 routes (default $FORGEPLAY_API_KEY); "
+                         "needed when --host is not a loopback address.")
     ap.add_argument("--max-batch", type=int, default=16, help="Most queued requests per generate call.")
     ap.add_argument("--max-tokens", type=int, default=256, help="max_tokens when a request gives none.")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -273,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                     help="Generate one token before serving, so /health answers only when ready.")
     args = ap.parse_args(argv)
+    if not args.api_key and not is_loopback(args.host):
+        ap.error(f"--host {args.host} is reachable from other machines: give --api-key (or $FORGEPLAY_API_KEY)")
 
     import uvicorn
 
@@ -285,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
         log.info("warming up the %s backend", args.backend)
         backend.generate([ChatRequest(messages=[{"role": "user", "content": "Hi"}], temperature=0.0, max_tokens=1)])
     app = create_app(backend, model_name=args.served_model_name, max_batch=args.max_batch,
-                     default_max_tokens=args.max_tokens, close_backend=True)
+                     default_max_tokens=args.max_tokens, close_backend=True, api_key=args.api_key)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
 
 

@@ -239,11 +239,11 @@ def test_one_bad_request_does_not_fail_its_batch():
     assert "poisoned prompt" in str(results["bad"]) and gated.seen.count("poison") == 2  # batch + alone
 
 
-def test_server_command_line_serves_a_model_folder(tiny_model_dir):
+def test_server_command_line_serves_a_model_folder_to_holders_of_its_key(tiny_model_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", FORGEPLAY_API_KEY="s3cret")
     proc = subprocess.Popen([sys.executable, "-m", "generators.llm.server", "--backend", "transformers",
                              "--model", str(tiny_model_dir), "--port", str(port), "--served-model-name", "tiny",
                              "--option", "batch_size=4"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -259,7 +259,15 @@ def test_server_command_line_serves_a_model_folder(tiny_model_dir):
                 pass
             assert time.monotonic() < deadline, "server did not come up"
             time.sleep(0.3)
-        out = OpenAIBackend(base, "tiny").generate([_chat("Hello", n=2, max_tokens=4, logprobs=True)])
+        body = json.dumps({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}).encode()
+        status, err = _post(base + "/v1/chat/completions", body)
+        assert status == 401 and "API key" in err["error"]["message"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get_json(base + "/v1/models")
+        assert refused.value.code == 401
+        with pytest.raises(BackendError):
+            OpenAIBackend(base, "tiny", api_key="wrong", max_retries=0).generate([_chat("Hello", max_tokens=2)])
+        out = OpenAIBackend(base, "tiny", api_key="s3cret").generate([_chat("Hello", n=2, max_tokens=4, logprobs=True)])
         assert len(out[0]) == 2 and all(len(c.token_ids) == len(c.logprobs) >= 1 for c in out[0])
     finally:
         proc.terminate()
@@ -292,3 +300,14 @@ def test_server_command_line_rejects_bad_input_with_exit_code_2(tmp_path):
     res = subprocess.run([sys.executable, "-m", "generators.llm.server", "--model", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     assert res.returncode == 2 and "unknown model" in res.stderr
+    env = {k: v for k, v in os.environ.items() if k != "FORGEPLAY_API_KEY"}
+    res = subprocess.run([sys.executable, "-m", "generators.llm.server", "--host", "0.0.0.0"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 2 and "--api-key" in res.stderr.splitlines()[-1]
+
+
+def test_loopback_hosts_need_no_key():
+    from generators.llm.server import is_loopback
+
+    assert [is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "127.0.0.2")] == [True] * 4
+    assert [is_loopback(h) for h in ("0.0.0.0", "10.1.2.3", "::", "myhost.example")] == [False] * 4
