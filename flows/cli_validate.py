@@ -3,6 +3,7 @@ as a Prefect flow. Options come from ValidateConfig and BackendConfig (the judge
 `--list-checks` prints the registered checks (validators/registry.py) instead.
 
     forgeplay validate --dataset demo --workers 2
+    forgeplay validate --input theirs.jsonl --out theirs --corpus demo --strict
     forgeplay validate --list-checks
 """
 
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from storage.configcli import config_command
 from generators.llm.registry import BackendConfig
+from validators.reasons import describe
 from validators.registry import listing
 from validators.runner import ValidateConfig
 
@@ -64,6 +66,10 @@ def register(app: typer.Typer) -> None:
         summary = run(cfg, backend, data_root)
         console = Console()
         console.print(funnel_table(summary))
+        for s in summary["skipped_checks"]:
+            console.print(f"[yellow]{s['records']} record(s) passed {s['layer']}/{s['check']} without it running "
+                          f"({s['reason']}: {describe(s['reason'])})[/]; --strict rejects them"
+                          + ("; --corpus DATASET gives replay its documents" if s["check"] == "replay" else ""))
         console.print(f"{summary['seconds']:.1f}s, {summary['records_per_s']:.0f} records/s with "
                       f"{summary['workers']} worker(s); "
                       f"{summary['skipped_committed']} already validated in this run")

@@ -169,8 +169,10 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
     for name, seconds in summary["seconds_by_phase"].items():
         stages.add(name, seconds=seconds, notes="writer thread" if writer and name == "commit" else "flow process")
     reasons = Counter({f"{f['layer']}/{f['reason']}": f["rejected"] for f in summary["funnel"] if f["reason"]})
+    skipped = {f"{s['layer']}/{s['check']}/{s['reason']}": s["records"] for s in summary["skipped_checks"]}
     summary["report"] = stages.publish("validate-report", f"validate {job.verdict_ds} ({job.run_id})",
-                                       {"rejects by layer/reason": dict(reasons)})
+                                       {"rejects by layer/reason": dict(reasons),
+                                        "checks passed without running (--strict rejects)": skipped})
     return summary
 
 

@@ -118,6 +118,18 @@ class Catalog:
         cols = ["layer", "check", "reason", "rejected", "rows_in", "rows_out"]
         return [dict(zip(cols, r[:6])) for r in self.rows(funnel_sql(dataset, run_id, view=view))]
 
+    def passed_with(self, dataset: str, reasons, run_id: str | None = None) -> list[dict]:
+        """Records whose verdict passed with one of `reasons` (e.g. a check that could not
+        run), per layer, check and reason: dicts with layer, check, reason, records."""
+        view = view_name(dataset, "verdicts")
+        if view not in self.views or not reasons:
+            return []
+        marks = ", ".join("?" * len(reasons))
+        where = f"passed AND reason IN ({marks})" + (" AND run_id = ?" if run_id else "")
+        rows = self.rows(f'SELECT layer, "check", reason, count(DISTINCT record_id) FROM "{view}" WHERE {where} '
+                         'GROUP BY ALL ORDER BY 4 DESC, 1, 2, 3', [*reasons, *([run_id] if run_id else [])])
+        return [dict(zip(("layer", "check", "reason", "records"), r)) for r in rows]
+
     def close(self) -> None:
         """Close the connection and drop it: a Catalog object that outlives its use (a frame
         kept by a traceback) then holds no DuckDB object at interpreter exit."""

@@ -41,7 +41,8 @@ REASONS: dict[str, str] = {
     "unknown_route": "the route is not single, parallel, sequential or mixed",
     "replay_mismatch": "replaying a call with the simulator does not reproduce the tool message",
     "replay_failed": "a call cannot be replayed (missing replay keys or documents)",
-    "replay_skipped_no_corpus": "passed: no documents/tool bank available, replay not checked",
+    "replay_skipped_no_corpus": "passed: no documents/tool bank available, replay not checked (--corpus gives "
+                                "one; --strict rejects)",
     "wrong_answer": "the final answer does not match the gold answer or an alias after normalization",
     "no_rules_for_kind": "passed: the rules layer has no checks for this record kind",
     # rules layer: triples and tasks
@@ -81,6 +82,13 @@ REASONS: dict[str, str] = {
     "ok": "passed",
     "check_crashed": "a check raised an unexpected error (detail has it); the record is rejected",
 }
+
+
+# Codes of a check that passed without running (nothing to check against): `--strict`
+# turns them into rejects, and the validate summary counts them. (judge_skipped_sample is
+# the user's own sampling choice, not a missing input, so it is not among them.)
+SKIPPED: frozenset[str] = frozenset({"replay_skipped_no_corpus", "documents_unknown", "no_rules_for_kind",
+                                     "no_program", "no_context"})
 
 
 def describe(code: str | None) -> str:

@@ -38,6 +38,7 @@ from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config
 from storage.schema import SHARED_COLUMNS
 from validators.context import corpus_fingerprint, rule_context
+from validators.reasons import SKIPPED
 from validators.records import Records, gc_paused, read_input
 from validators.registry import CHECKS, uses_backend
 from validators.runner import Checked, ValidateConfig, Validator
@@ -87,11 +88,15 @@ class ValidationRun:
             if not self.rows_in:
                 raise ValueError(f"dataset {cfg.dataset!r} has no {cfg.kind} rows under {self.root}")
             self.verdict_ds, self.accepted_ds = cfg.dataset, cfg.out or f"{cfg.dataset}_valid"
-        self.fingerprint = corpus_fingerprint(self.root, cfg.dataset)
+        corpus = cfg.corpus_dataset()
+        if cfg.corpus and not any(e.kind == "documents" for e in entries(self.root, cfg.corpus)):
+            raise ValueError(f"--corpus {cfg.corpus!r} has no documents under {self.root} "
+                             "(import one with `forgeplay corpus import`)")
+        self.fingerprint = corpus_fingerprint(self.root, corpus)
         self.backend = make_backend(bcfg) if model else None
         try:
             self.validator = Validator(cfg, cfg.kind, backend=self.backend, corpus=lambda: rule_context(
-                self.root, cfg.dataset, self.fingerprint, cfg.answer_min_f1, cfg.replay))
+                self.root, corpus, self.fingerprint, cfg.answer_min_f1, cfg.replay))
         except BaseException:
             self.close_backend()
             raise
@@ -190,12 +195,14 @@ class ValidationRun:
         self.close_backend()
         with Catalog(self.root) as cat:
             funnel = cat.funnel(self.verdict_ds, self.run_id)
+            skipped = cat.passed_with(self.verdict_ds, sorted(SKIPPED), self.run_id)
         wall = time.perf_counter() - self.t0
         summary = {"run_id": self.run_id, "verdict_dataset": self.verdict_ds, "accepted_dataset": self.accepted_ds,
                    "kind": self.cfg.kind, "rows_in": self.rows_in,
                    "rows_out": self.writer.count(self.accepted_ds, self.cfg.kind),
                    "accepted_this_run": self.accepted, "skipped_committed": self.skipped,
-                   "verdicts_written": self.written, "funnel": funnel, "workers": self.cfg.workers,
+                   "verdicts_written": self.written, "funnel": funnel, "skipped_checks": skipped,
+                   "workers": self.cfg.workers,
                    "seconds_by_phase": {k: round(v, 3) for k, v in self.seconds.items()}, "seconds": wall,
                    "records_per_s": (self.rows_in - self.skipped) / wall if wall else 0.0}
         save_run_config(self.root, self.verdict_ds, self.run_id, {"validate": asdict(self.cfg), "backend": self.bcfg.to_dict()},

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from validators.check import Check, CheckContext
 from validators.context import rule_context
+from validators.reasons import SKIPPED
 from validators.records import Records, gc_paused, raw_id, read_input
 from validators.registry import CHECKS, LAYERS, checks_for, layer_list
 from validators.trajectory_rules import RuleContext
@@ -42,6 +43,8 @@ class ValidateConfig:
     all_layers: bool = field(default=False, metadata={"help": "Run every layer on every record instead of stopping at the first failing layer."})
     answer_min_f1: float = field(default=1.0, metadata={"help": "rules: accept a final answer with token F1 >= this even without exact match."})
     replay: bool = field(default=True, metadata={"help": "rules: replay tool calls with the simulator when documents and tools exist."})
+    corpus: str | None = field(default=None, metadata={"help": "Dataset whose documents and tool bank the rules read (replay, golden documents); default: --dataset. With --input, e.g. a corpus imported with `forgeplay corpus import`."})
+    strict: bool = field(default=False, metadata={"help": "A check that could not run (e.g. replay with no corpus, document checks with unknown documents) rejects the record instead of passing it."})
     judge_threshold: float = field(default=0.5, metadata={"help": "judge: reject when the lowest turn score (0-1) is below this."})
     judge_strict: bool = field(default=False, metadata={"help": "judge: reject when a judge reply has no readable score."})
     judge_sample_rate: float = field(default=1.0, metadata={"help": "judge: fraction of records judged (deterministic by record id)."})
@@ -59,6 +62,10 @@ class ValidateConfig:
     def layer_list(self) -> list[str]:
         return layer_list(self.layers)
 
+    def corpus_dataset(self) -> str | None:
+        """The dataset whose documents and tool bank the rules read."""
+        return self.corpus or self.dataset
+
 
 class Checked:
     """The verdicts of one chunk so far (one tuple per verdict, in COLUMNS order; `pos` is
@@ -67,18 +74,20 @@ class Checked:
 
     COLUMNS = ("pos", "id", "layer", "check", "passed", "reason", "score", "detail")
 
-    def __init__(self, ids: list[str], kind: str):
-        self.ids, self.kind = ids, kind
+    def __init__(self, ids: list[str], kind: str, strict: bool = False):
+        self.ids, self.kind, self.strict = ids, kind, strict
         self.alive = [True] * len(ids)
         self.verdicts: list[tuple] = []
 
     def add(self, pos: int, vs: list[Verdict]) -> None:
-        """Keep the verdicts of one check; a failed one takes the record out of the running."""
+        """Keep the verdicts of one check; a failed one takes the record out of the running
+        (when strict, so does a check that passed without running: reasons.SKIPPED)."""
         keep = self.verdicts.append
         for v, vid in zip(vs, verdict_ids(self.ids[pos], self.kind, vs)):
-            keep((pos, vid, v.layer, v.check, bool(v.passed), v.code,
+            passed = bool(v.passed) and not (self.strict and v.code in SKIPPED)
+            keep((pos, vid, v.layer, v.check, passed, v.code,
                   None if v.score is None else float(v.score), v.detail_text()))
-            if not v.passed:
+            if not passed:
                 self.alive[pos] = False
 
     def accepted(self) -> list[int]:
@@ -113,7 +122,7 @@ def run_check(check: Check, records: Records, checked: Checked, ctx: CheckContex
 def check_records(records: Records, kind: str, layers: list[str], ctx: CheckContext, all_layers: bool = False,
                   registry: tuple[Check, ...] = CHECKS) -> Checked:
     """The per-record checks of `layers` for `kind` over `records`."""
-    out = Checked(records.ids, kind)
+    out = Checked(records.ids, kind, strict=bool(getattr(ctx.options, "strict", False)))
     with gc_paused():  # a chunk's rows are thousands of live objects each collection would walk
         for check in checks_for(layers, kind, registry):
             if check.per_record:
@@ -126,7 +135,7 @@ def check_chunk(records: Records, config: dict, root: str, fingerprint: str) -> 
     """`check_records` for a run's config (ValidateConfig fields) in whatever process runs
     it: the RuleContext comes from this process's cache (validators/context.py)."""
     cfg = ValidateConfig(**config)
-    ctx = CheckContext(cfg.kind, cfg, rules=rule_context(root, cfg.dataset, fingerprint, cfg.answer_min_f1, cfg.replay))
+    ctx = CheckContext(cfg.kind, cfg, rules=rule_context(root, cfg.corpus_dataset(), fingerprint, cfg.answer_min_f1, cfg.replay))
     return check_records(records, cfg.kind, cfg.layer_list(), ctx, cfg.all_layers)
 
 
