@@ -1,6 +1,7 @@
 """The `synthesize` Prefect flow: documents + triples -> tool bank + trajectories shards.
 
-Tasks: load the inputs, build the gated tool bank (written as `tools`), plan every triple,
+Tasks: load the inputs, build the gated tool bank (written as `tools`; the tools
+`forgeplay tools import` put in the dataset join it), plan every triple,
 then one task per chunk that asks the backend for the reasoning texts and commits the
 chunk's trajectories as one shard. A rerun of the same config resumes: trajectories whose
 id is already committed are skipped, so nothing is generated or written twice. The flow ends
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 from flows.common import Stages
 from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs, mix_report, pending
+from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.runs import config_hash, save_run_config
 
@@ -31,12 +33,15 @@ def load_task(root: str, dataset: str):
 
 
 @task(name="build-tool-bank", cache_policy=NONE, retries=1)
-def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, backend=None):
+def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, imported: list,
+              backend=None):
+    """The gated bank (written as this run's `tools`) plus the dataset's imported tools."""
     from generators.tools.bank import generate_bank
 
-    build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend)
+    build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend,
+                          reserved_names=[t["name"] for t in imported])
     write_rows(root, dataset, "tools", run_id, build.tools, lineage=lineage)
-    return build.tools, build.reasons()
+    return build.tools + imported, build.reasons()
 
 
 @task(name="synthesize-chunk", cache_policy=NONE, retries=2, retry_delay_seconds=5)
@@ -56,7 +61,11 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     """Synthesize trajectories for `config` (SynthConfig fields) with `backend` (BackendConfig fields)."""
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
-    run_id = cfg.run_id or f"synth-{config_hash({'synth': asdict(cfg), 'backend': bcfg.config_hash()})}"
+    imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
+    keyed = {"synth": asdict(cfg), "backend": bcfg.config_hash()}
+    if imported:  # new imports make a new run; without any, run ids stay what they were
+        keyed["imported_tools"] = [t["tool_id"] for t in imported]
+    run_id = cfg.run_id or f"synth-{config_hash(keyed)}"
     stages, t0 = Stages(), time.perf_counter()
     with stages.stage("load") as st:
         inputs = load_task(root, cfg.dataset)
@@ -67,8 +76,9 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
     with stages.stage("tool bank") as st:
         tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
-                                        be if cfg.llm_variants else None)
-        st.rows_out, st.notes = len(tools), ", ".join(f"{k}={v}" for k, v in gate_reasons.items())
+                                        imported, be if cfg.llm_variants else None)
+        st.rows_out = len(tools)
+        st.notes = ", ".join([f"{k}={v}" for k, v in gate_reasons.items()] + [f"imported={len(imported)}"])
     with stages.stage("plan", rows_in=len(inputs.triples)) as st:
         session = Session(inputs, cfg, tools)
         plans = session.plans()

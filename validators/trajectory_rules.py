@@ -30,6 +30,7 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
+from generators.tools.fill import roles_of
 from storage.schema import meta_of
 from validators.check import CheckContext, PerRecordCheck
 from validators.question_rules import check_task_rules, check_triple_rules
@@ -68,9 +69,11 @@ class RuleContext:
 
 @dataclass
 class ToolSchema:
-    """A tool's parameters compiled once (fastjsonschema), with a readable error."""
+    """A tool's parameters compiled once (fastjsonschema), with a readable error, and the
+    name of its lookup argument (generators.tools.fill.roles_of; `query` for the base tools)."""
 
     check: Callable[[Any], Any]
+    lookup: str = "query"
 
     def error(self, args: Any) -> str | None:
         try:
@@ -88,7 +91,7 @@ def tool_validator(parameters: str) -> ToolSchema | None:
         if not isinstance(schema, dict):
             return None
         schema.pop("$schema", None)
-        return ToolSchema(fastjsonschema.compile(schema))
+        return ToolSchema(fastjsonschema.compile(schema), roles_of(schema).lookup or "query")
     except (ValueError, TypeError, fastjsonschema.JsonSchemaDefinitionException):
         return None
 
@@ -100,10 +103,11 @@ class Call:
     args: Any
     flag: str | None
     turn: int
+    lookup: str = "query"  # the tool's lookup argument, set by the tools check
 
     @property
     def query(self) -> str | None:
-        q = self.args.get("query") if isinstance(self.args, dict) else None
+        q = self.args.get(self.lookup) if isinstance(self.args, dict) else None
         return q if isinstance(q, str) else None
 
 
@@ -209,12 +213,15 @@ def _tools(row: dict, p: Parsed) -> set[int]:
         if v is None:
             raise Reject("bad_tool_schema", tool=t.get("name"))
         offered[t.get("name")] = v
-    correct = set(row.get("correct_tools") or [])
-    repairs: set[int] = set()
     for ti, turn in enumerate(p.turns):
         for c in turn:
             if c.name not in offered:
                 raise Reject("unknown_tool", tool=c.name, turn=ti)
+            c.lookup = offered[c.name].lookup
+    correct = set(row.get("correct_tools") or [])
+    repairs: set[int] = set()
+    for ti, turn in enumerate(p.turns):
+        for c in turn:
             err = offered[c.name].error(c.args) if isinstance(c.args, dict) else "arguments are not an object"
             valid = err is None
             if c.flag:

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
-from generators.tools.base import DOMAINS, GENERAL
+from generators.tools.base import DOMAINS, GENERAL, parameters_of
+from generators.tools.fill import check_arguments, fill_arguments, roles_of
 
 
 @dataclass
@@ -120,10 +121,16 @@ class SkeletonBuilder:
                                  supporting=c.supporting, answers=c.answers)
         return c
 
-    def _args(self, rng: random.Random, hop: Hop) -> dict:
-        args = {"query": hop.query}
-        if rng.random() < self.top_k_rate:
-            args["top_k"] = rng.choice(self.top_k_choices)
+    def _args(self, rng: random.Random, hop: Hop, tool: dict, top_k: bool = True) -> dict:
+        """Arguments from the tool's schema (generators.tools.fill): the hop's query as the
+        lookup and the entity name, every required argument filled; top_k at `top_k_rate`."""
+        params = parameters_of(tool)
+        args = fill_arguments(params, hop.query, [hop.query], rng)
+        k = roles_of(params).k
+        if top_k and rng.random() < self.top_k_rate and k:
+            value = rng.choice(self.top_k_choices)
+            if check_arguments(params, {**args, k: value}) is None:
+                args[k] = value
         return args
 
     def build(self, plan: Plan, triple: dict) -> Skeleton:
@@ -167,16 +174,16 @@ class SkeletonBuilder:
                 if plan.case == "early_stop" and ri == 0:
                     nxt = rounds[1][0]
                     both = tool if nxt.domain == hop.domain else chosen[GENERAL]
-                    calls.append(self._call(sk_id, t, j, both, self._args(rng, hop), hop, ctx,
+                    calls.append(self._call(sk_id, t, j, both, self._args(rng, hop, both), hop, ctx,
                                             golden=[hop.doc_id, nxt.doc_id]))
                 elif hop is target and plan.case == "wrong_args":
-                    bad, kind = corrupt_arguments(tool, self._args(rng, hop), None, rng)
+                    bad, kind = corrupt_arguments(tool, self._args(rng, hop, tool), None, rng)
                     calls.append(self._call(sk_id, t, j, tool, bad, hop, ctx, injected=f"wrong_args:{kind}"))
                 elif hop is target and plan.case in ("wrong_tool", "escalation"):
-                    calls.append(self._call(sk_id, t, j, wrong_tool, {"query": hop.query}, hop, ctx, mode="bad",
-                                            injected="wrong_tool"))
+                    calls.append(self._call(sk_id, t, j, wrong_tool, self._args(rng, hop, wrong_tool, False), hop, ctx,
+                                            mode="bad", injected="wrong_tool"))
                 else:
-                    calls.append(self._call(sk_id, t, j, tool, self._args(rng, hop), hop, ctx))
+                    calls.append(self._call(sk_id, t, j, tool, self._args(rng, hop, tool), hop, ctx))
             turns.append(Turn(calls, slot))
             self._repairs(turns, rng, plan, chosen, ctx)
             found = [c.hop.query for c in calls]
@@ -210,16 +217,17 @@ class SkeletonBuilder:
             return json.loads(call.result).get("detail", "")
 
         if bad.injected_error.startswith("wrong_args"):
-            add(Slot("fix_args", {"tool": tool["name"], "error": detail(bad), "query": hop.query}), self._args(rng, hop))
+            add(Slot("fix_args", {"tool": tool["name"], "error": detail(bad), "query": hop.query}),
+                self._args(rng, hop, tool))
             return
         switch = Slot("switch_tool", {"wrong_tool": bad.tool["name"], "tool": tool["name"], "query": hop.query})
         if plan.case == "wrong_tool":
-            add(switch, self._args(rng, hop))
+            add(switch, self._args(rng, hop, tool))
             return
         # escalation: right tool with wrong arguments, then an insufficient result, then general search
-        wrong_args, kind = corrupt_arguments(tool, self._args(rng, hop), None, rng)
+        wrong_args, kind = corrupt_arguments(tool, self._args(rng, hop, tool), None, rng)
         failed = add(switch, wrong_args, injected=f"wrong_args:{kind}")
         add(Slot("fix_args", {"tool": tool["name"], "error": detail(failed), "query": hop.query}),
-            self._args(rng, hop), mode="insufficient")
+            self._args(rng, hop, tool), mode="insufficient")
         add(Slot("escalate", {"tool": tool["name"], "general": chosen[GENERAL]["name"], "query": hop.query}),
-            self._args(rng, hop), use=chosen[GENERAL])
+            self._args(rng, hop, chosen[GENERAL]), use=chosen[GENERAL])

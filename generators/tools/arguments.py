@@ -1,7 +1,8 @@
 """Deliberately wrong tool arguments, for the "wrong arguments" reflection case.
 
 `corrupt_arguments(tool_row, arguments, kind, rng)` returns arguments that break the tool's
-JSON Schema in one named way; the simulator answers them with
+JSON Schema in one named way (the "query" of the kinds is the tool's lookup argument,
+generators.tools.fill.roles_of; a made-up argument only breaks a closed schema); the simulator answers them with
 {"error": "invalid_arguments", ...}, and the next turn's reasoning fixes the call.
 
     rng = random.Random(7)
@@ -17,12 +18,18 @@ import random
 import jsonschema
 
 from generators.tools.base import parameters_of
+from generators.tools.fill import roles_of
 
 KINDS = ("missing_query", "unknown_parameter", "wrong_type", "out_of_range", "bad_enum")
 _EXTRA_NAMES = ["name", "date", "sort", "q", "keywords", "filter", "limit", "category"]
 
 
-def _applicable(kind: str, props: dict) -> bool:
+def _applicable(kind: str, params: dict, lookup: str) -> bool:
+    props = params.get("properties", {})
+    if kind == "missing_query":
+        return lookup in (params.get("required") or [])
+    if kind == "unknown_parameter":  # only a closed schema rejects a made-up argument
+        return params.get("additionalProperties") is False
     if kind == "out_of_range":
         return any(p.get("type") == "integer" and ("maximum" in p or "minimum" in p) for p in props.values())
     if kind == "bad_enum":
@@ -35,24 +42,25 @@ def corrupt_arguments(tool: dict, arguments: dict, kind: str | None, rng: random
     Returns (bad_arguments, kind_used); a kind the schema cannot express falls back to wrong_type."""
     params = parameters_of(tool)
     props = params.get("properties", {})
+    lookup = roles_of(params).lookup or "query"
     if kind is None:
-        kind = rng.choice([k for k in KINDS if _applicable(k, props)])
+        kind = rng.choice([k for k in KINDS if _applicable(k, params, lookup)])
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
-    if not _applicable(kind, props):
+    if not _applicable(kind, params, lookup):
         kind = "wrong_type"
     bad = copy.deepcopy(arguments)
     if kind == "missing_query":
-        bad.pop("query", None)
+        bad.pop(lookup, None)
         if not bad and "top_k" in props:
             bad["top_k"] = 5
     elif kind == "unknown_parameter":
         extra = rng.choice([n for n in _EXTRA_NAMES if n not in props])
-        bad[extra] = str(bad.get("query", "")) or "x"
+        bad[extra] = str(bad.get(lookup, "")) or "x"
         if rng.random() < 0.5:
-            bad.pop("query", None)  # the model put the query under a made-up name
+            bad.pop(lookup, None)  # the model put the query under a made-up name
     elif kind == "wrong_type":
-        bad["query"] = [str(bad.get("query", ""))]
+        bad[lookup] = [str(bad.get(lookup, ""))]
     elif kind == "out_of_range":
         name, p = rng.choice(sorted((n, p) for n, p in props.items()
                                     if p.get("type") == "integer" and ("maximum" in p or "minimum" in p)))

@@ -41,17 +41,18 @@ class BankBuild:
 
 def generate_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_config=None,
                   domains: Sequence[str] = DOMAINS, candidates_per_tool: int | None = None,
-                  embedder=None) -> BankBuild:
+                  embedder=None, reserved_names: Sequence[str] = ()) -> BankBuild:
     """Base tools plus up to `variants_per_tool` gated paraphrases each.
 
     Rule paraphrases are deterministic for `seed`; with a `backend` (generators.llm
     protocol) LLM proposals are gated first and rule paraphrases fill the remaining slots.
+    No variant takes a name in `reserved_names` (e.g. the dataset's imported tools).
     """
     gate = gating.Gate(config=gate_config, embedder=embedder)
     rows = [r for r in base_rows() if r["domain"] in domains]
     by_domain = {r["domain"]: r for r in rows}
     results: list = []
-    used_names = {r["name"] for r in base_rows()}
+    used_names = {r["name"] for r in base_rows()} | set(reserved_names)
     n_cand = candidates_per_tool or max(8, variants_per_tool * 6)
     for domain in domains:
         base = BASE_BY_DOMAIN[domain]

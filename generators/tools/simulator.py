@@ -21,6 +21,9 @@ RNG seeded from (seed, tool, canonical arguments, mode, golden ids, supporting, 
 so the same call always gives byte-identical output. Arguments are checked against the
 tool's JSON Schema: {"error": "invalid_arguments", "detail": ...}; unknown tool:
 {"error": "unknown_tool", ...}. `search(query, k, domain)` is plain BM25 for other callers.
+The BM25 query of a call is its lookup argument plus, for a base tool or variant, every other
+scalar argument but top_k and language; an imported tool (generators.tools.imported) searches
+its domain like that domain's base tool, with its lookup and its name arguments only.
 Benchmark: `python benchmarks/bench_simulator.py`.
 """
 
@@ -40,6 +43,8 @@ import numpy as np
 
 from generators.tools.base import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALIASES, GENERAL, base_rows,
                                    canonical, parameters_of)
+from generators.tools.fill import roles_of
+from generators.tools.imported import is_imported
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG lines are noise here
 
@@ -113,11 +118,16 @@ class Simulator:
         if self.doc_ids:
             self.retriever.index(corpus, show_progress=False)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
+        self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}
         for row in list(base_rows()) + list(tools or []):
             schema = parameters_of(row)
             self.tools[row["name"]] = (row["domain"], row, jsonschema.Draft202012Validator(schema))
+            roles = roles_of(schema)  # an imported tool searches with its lookup and name arguments only
+            names = roles.names if is_imported(row) else None
+            self.search_args[row["name"]] = (roles.lookup or "query", names, roles.k)
         for row in base_rows():  # a bare domain name means that domain's base tool
             self.tools.setdefault(row["domain"], self.tools[row["name"]])
+            self.search_args.setdefault(row["domain"], self.search_args[row["name"]])
 
     # -- plain search -------------------------------------------------------------------
     def _tokenize(self, texts: list[str]) -> list[list[str]]:
@@ -224,6 +234,15 @@ class Simulator:
             return None
         return "; ".join(f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5])
 
+    @staticmethod
+    def _terms(arguments: dict, lookup: str, names: tuple[str, ...] | None) -> list[str]:
+        """The BM25 query words of a call (see the module docstring)."""
+        extra = names if names is not None else [a for a in sorted(arguments) if a not in NOT_QUERY and a != lookup]
+        words = [arguments.get(lookup, "")]
+        for a in extra:
+            words += arguments[a] if isinstance(arguments.get(a), list) else [arguments.get(a)]
+        return [str(w) for w in words if isinstance(w, (str, int, float))]
+
     def call(self, tool: str, arguments: Any, *, golden_doc_ids: Sequence[str] = (), mode: str = "good",
              k: int | None = None, supporting: Sequence[str] = (), answers: Sequence[str] = ()) -> str:
         """The tool message content (a JSON string) for one call; see the module docstring.
@@ -243,16 +262,15 @@ class Simulator:
             raise ValueError(f"golden doc ids not in the corpus: {unknown[:5]}")
         domain = self.tools[tool][0]
         mask = self.masks[domain]
-        n = int(arguments.get("top_k") or k or self.config.default_k)
+        lookup, names, k_arg = self.search_args[tool]
+        n = int((arguments.get(k_arg) if k_arg else None) or k or self.config.default_k)
         golden = sorted({self.index_of[g] for g in golden_doc_ids})
         seen_golden = [i for i in golden if mask[i]]
         key = canonical([self.seed, tool, arguments, mode, [self.doc_ids[i] for i in golden], n,
                          list(supporting), list(answers)])
         rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
 
-        terms = [str(arguments["query"])] + [str(v) for a, v in sorted(arguments.items())
-                                             if a not in NOT_QUERY and isinstance(v, (str, int, float))]
-        query = " ".join(terms)
+        query = " ".join(self._terms(arguments, lookup, names))
         qtoks = set(self._tokenize([query])[0])
         sc = self.scores(query)
         gtypes = {self.types[i] for i in golden if self.types[i]}
