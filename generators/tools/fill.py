@@ -172,12 +172,13 @@ class _Filler:
         return out[:int(hi)] if hi is not None else out
 
     def number(self, spec: dict, prop: str, t: str) -> int | float:
-        lo = spec.get("minimum", -math.inf)
-        if "exclusiveMinimum" in spec:
-            lo = max(lo, spec["exclusiveMinimum"] + (1 if t == "integer" else 1e-6))
-        hi = spec.get("maximum", math.inf)
-        if "exclusiveMaximum" in spec:
-            hi = min(hi, spec["exclusiveMaximum"] - (1 if t == "integer" else 1e-6))
+        def bound(key: str, default: float) -> float:
+            x = spec.get(key, default)
+            return x if isinstance(x, (int, float)) and not isinstance(x, bool) else default
+
+        gap = 1 if t == "integer" else 1e-6
+        lo = max(bound("minimum", -math.inf), bound("exclusiveMinimum", -math.inf) + gap)
+        hi = min(bound("maximum", math.inf), bound("exclusiveMaximum", math.inf) - gap)
         want = 2000 if "year" in prop.lower() else 5 if prop == "top_k" else 1
         for x in (spec.get("default"), *(spec.get("examples") or [])):
             if isinstance(x, (int, float)) and not isinstance(x, bool):

@@ -160,7 +160,7 @@ def import_file(path: Path, root, dataset: str, domain: str = GENERAL) -> Import
     from storage import load_table, write_rows
 
     existing = load_table(dataset, "tools", root, columns=["name", "tool_id"]).to_pylist()
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not part of line 1
         report = read_tools(f, domain, {r["name"]: r["tool_id"] for r in existing})
     if report.rows:
         entries = write_rows(root, dataset, "tools", RUN_ID, report.rows)
