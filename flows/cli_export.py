@@ -1,6 +1,8 @@
-"""`forgeplay export verl|trl`: write training-ready Parquet for verl and TRL (train/export.py).
+"""`forgeplay export verl|trl`: write training-ready Parquet for verl (train/verl_export.py) and
+TRL (train/export.py).
 
     forgeplay export verl --data demo --out exports/verl
+    forgeplay export verl --tool-agent --data demo_valid --out exports/verl   # + tool config, adapter, corpus
     forgeplay export trl --data demo --out exports/trl --kinds trajectories --test-fraction 0.1
 """
 
@@ -30,7 +32,7 @@ KeepRejected = Annotated[bool, typer.Option("--keep-rejected/--skip-rejected",
 
 
 def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[str]], test_fraction: float,
-         keep_rejected: bool, data_root: Optional[Path]) -> None:
+         keep_rejected: bool, data_root: Optional[Path], **options) -> dict[str, int]:
     from train.export import KINDS
 
     chosen = tuple(kinds) if kinds else KINDS
@@ -40,11 +42,12 @@ def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[s
         raise typer.Exit(2)
     try:
         with err.status(f"exporting {data} for {target}"):
-            counts = fn(data, out, resolve_root(data_root), kinds=chosen, test_fraction=test_fraction,
-                        skip_rejected=not keep_rejected)
+            result = fn(data, out, resolve_root(data_root), kinds=chosen, test_fraction=test_fraction,
+                        skip_rejected=not keep_rejected, **options)
     except ValueError as e:
         err.print(f"[red]export failed:[/red] {e}")
         raise typer.Exit(2)
+    counts = getattr(result, "files", result)
     if not any(counts.values()):
         err.print(f"[yellow]nothing exported: dataset {data!r} has no rows of kinds {', '.join(chosen)}[/yellow]")
     t = Table(title=f"{target} export of {data} -> {out}")
@@ -54,17 +57,38 @@ def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[s
         t.add_row(name, str(n))
     Console().print(t)
     err.print(f"see {out / 'README.md'} for the {target} command")
+    return result
 
 
 @export_app.command("verl")
 def verl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
-         keep_rejected: KeepRejected = False, data_root: DataRoot = None) -> None:
+         keep_rejected: KeepRejected = False, data_root: DataRoot = None,
+         tool_agent: Annotated[bool, typer.Option(
+             "--tool-agent", help="Export the tool-use prompts for verl's multi-turn tool agent: tool_config.yaml "
+                                  "and the simulator-backed tool adapter (without it they are left out).")] = False,
+         tokenizer: Annotated[Optional[Path], typer.Option(
+             help="Model folder whose tokenizer and chat template count the prompts. Default: the embedded model.")] = None,
+         corpus: Annotated[Optional[str], typer.Option(
+             help="Dataset whose documents and tools the tools search. Default: the dataset the trajectories "
+                  "came from.")] = None) -> None:
     """Write train.parquet / test.parquet with verl's columns (data_source, prompt, ability,
-    reward_model, extra_info, agent_name) and a README with the verl command; the reward is
-    train/reward.py:compute_score."""
-    from train.export import export_verl
+    reward_model, extra_info, agent_name), reward.py (standard library only) and a README with
+    the verl command; print the prompt lengths and the data.max_prompt_length to set."""
+    from train.verl_export import export_verl
 
-    _run(export_verl, "verl", data, out, kinds, test_fraction, keep_rejected, data_root)
+    r = _run(export_verl, "verl", data, out, kinds, test_fraction, keep_rejected, data_root,
+             tool_agent=tool_agent, tokenizer=tokenizer, corpus=corpus)
+    s = r.lengths
+    if s:
+        err.print(f"prompt lengths ({r.tokenizer}): median {s['median']}, p95 {s['p95']}, max {s['max']} tokens "
+                  f"-> set data.max_prompt_length={s['max_prompt_length']}")
+    else:
+        err.print("[yellow]prompt lengths not measured (no tokenizer): pass --tokenizer PATH[/yellow]")
+    if r.tools_in:
+        err.print(f"{len(r.tool_names)} tools in tool_config.yaml, listed in the "
+                  f"{'system prompt' if r.tools_in == 'system' else 'chat template'}; they search {r.corpus!r}")
+    if r.left_out:
+        err.print(f"[yellow]{r.left_out} tool-use prompts left out: add --tool-agent to export them[/yellow]")
 
 
 @export_app.command("trl")

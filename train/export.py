@@ -1,22 +1,14 @@
 """Export committed shards to Parquet files that verl's RL trainer and TRL's GRPO/SFT trainers
-read as they are. This is the way to train past one machine.
+read as they are. This is the way to train past one machine. This module holds what both
+exporters share and the TRL exporter; the verl one is train/verl_export.py.
 
-    forgeplay export verl --data demo --out exports/verl      # train.parquet, test.parquet, README.md
+    forgeplay export verl --data demo --out exports/verl      # train.parquet, test.parquet, README.md, ...
     forgeplay export trl  --data demo --out exports/trl       # grpo_{train,test}.parquet, sft_{train,test}.parquet
 
 Sources: `triples` and `tasks` (a question with a gold answer -> an RL prompt) and
 `trajectories` (a tool-use conversation -> an RL prompt with its tools, and an SFT example).
 Records that failed validation (storage.reader.rejected_ids: a failed verdict about the
 committed row) are left out.
-
-verl row: data_source "forgeplay/<dataset>/<qtype>", prompt [{role, content}] (system + user),
-ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: the gold answer
-as a plain string}, extra_info {split, index, id, kind, question, answer, aliases, hop_count,
-qtype, need_tools_kwargs, tools_kwargs, tools}, agent_name "single_turn_agent" | "tool_agent".
-Aliases travel in extra_info (verl hands extra_info to compute_score, see train/reward.py).
-tools_kwargs has one fixed key, "forgeplay_simulator" -> {create_kwargs: {dataset, source_id,
-golden_doc_ids, meta}}, so its Arrow type is the same in every row; `tools` is the offered
-tools as an OpenAI tool-list JSON string.
 
 TRL GRPO row: prompt [{role, content}] plus answer, aliases, hop_count, qtype, data_source,
 ability, id (every extra column reaches TRL reward functions as a keyword argument).
@@ -47,18 +39,6 @@ QA_SYSTEM = ("Answer the user's question. Reason step by step inside <think></th
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 CHAT = pa.list_(MESSAGE)
-CREATE_KWARGS = pa.struct([("dataset", pa.string()), ("source_id", pa.string()),
-                           ("golden_doc_ids", pa.list_(pa.string())), ("meta", pa.string())])
-TOOLS_KWARGS = pa.struct([("forgeplay_simulator", pa.struct([("create_kwargs", CREATE_KWARGS)]))])
-EXTRA_INFO = pa.struct([
-    ("split", pa.string()), ("index", pa.int64()), ("id", pa.string()), ("kind", pa.string()),
-    ("question", pa.string()), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
-    ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_()),
-    ("tools_kwargs", TOOLS_KWARGS), ("tools", pa.string())])
-VERL_SCHEMA = pa.schema([
-    ("data_source", pa.string()), ("prompt", CHAT), ("ability", pa.string()),
-    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-    ("extra_info", EXTRA_INFO), ("agent_name", pa.string())])
 GRPO_SCHEMA = pa.schema([
     ("prompt", CHAT), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
     ("hop_count", pa.int64()), ("qtype", pa.string()), ("data_source", pa.string()),
@@ -87,7 +67,7 @@ class Item:
     case: str = ""
 
 
-def _openai_tools(tools: list[dict]) -> list[dict]:
+def openai_tools(tools: list[dict]) -> list[dict]:
     out = []
     for t in tools:
         params = t.get("parameters") or "{}"
@@ -149,8 +129,15 @@ def split_of(key: str, test_fraction: float) -> str:
     return "test" if h < test_fraction else "train"
 
 
-def _split(items: list[Item], test_fraction: float, key=lambda i: i.id) -> dict[str, list[Item]]:
-    parts: dict[str, list[Item]] = {"train": [], "test": []}
+def split_items(items: list[Item], test_fraction: float, key=lambda i: i.id, group=None) -> dict[str, list[Item]]:
+    """train/test by key hash; with `group` (item -> label), each group is split on its own."""
+    if group is not None:
+        parts: dict[str, list[Item]] = {"train": [], "test": []}
+        for label in dict.fromkeys(group(i) for i in items):
+            for name, part in split_items([i for i in items if group(i) == label], test_fraction, key).items():
+                parts[name] += part
+        return parts
+    parts = {"train": [], "test": []}
     for i in items:
         parts[split_of(key(i), test_fraction)].append(i)
     if test_fraction > 0 and not parts["test"] and len(parts["train"]) > 1:
@@ -161,7 +148,7 @@ def _split(items: list[Item], test_fraction: float, key=lambda i: i.id) -> dict[
     return parts
 
 
-def _dedupe_prompts(items: list[Item]) -> list[Item]:
+def dedupe_prompts(items: list[Item]) -> list[Item]:
     seen, out = set(), []
     for i in items:
         k = json.dumps(i.prompt, sort_keys=True)
@@ -171,42 +158,10 @@ def _dedupe_prompts(items: list[Item]) -> list[Item]:
     return out
 
 
-def verl_row(i: Item, dataset: str, split: str, index: int) -> dict:
-    tool_use = i.kind == "trajectories"
-    return {
-        "data_source": f"forgeplay/{dataset}/{i.qtype or i.kind}",
-        "prompt": i.prompt,
-        "ability": "tool_use" if tool_use else "multihop_qa",
-        "reward_model": {"style": "rule", "ground_truth": i.answer},
-        "extra_info": {
-            "split": split, "index": index, "id": i.id, "kind": i.kind, "question": i.question,
-            "answer": i.answer, "aliases": i.aliases, "hop_count": i.hop_count, "qtype": i.qtype,
-            "need_tools_kwargs": tool_use,
-            "tools_kwargs": {"forgeplay_simulator": {"create_kwargs": {
-                "dataset": dataset, "source_id": i.id, "golden_doc_ids": i.golden_doc_ids, "meta": i.meta}}},
-            "tools": json.dumps(_openai_tools(i.tools), ensure_ascii=False)},
-        "agent_name": "tool_agent" if tool_use else "single_turn_agent",
-    }
-
-
-def _write(rows: list[dict], schema: pa.Schema, path: Path) -> int:
+def write_parquet(rows: list[dict], schema: pa.Schema, path: Path) -> int:
     with atomic_path(path) as tmp:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
     return len(rows)
-
-
-def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
-                skip_rejected: bool = True) -> dict[str, int]:
-    """Write out_dir/train.parquet and out_dir/test.parquet for verl; returns rows per file."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    items = _dedupe_prompts(load_items(dataset, root, kinds, skip_rejected))
-    counts = {}
-    for split, part in _split(items, test_fraction).items():
-        rows = [verl_row(i, dataset, split, n) for n, i in enumerate(part)]
-        counts[f"{split}.parquet"] = _write(rows, VERL_SCHEMA, out / f"{split}.parquet")
-    write_readme(out, "verl", dataset, counts)
-    return counts
 
 
 def export_trl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
@@ -216,42 +171,18 @@ def export_trl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: flo
     out.mkdir(parents=True, exist_ok=True)
     items = load_items(dataset, root, kinds, skip_rejected)
     counts = {}
-    for split, part in _split(_dedupe_prompts(items), test_fraction).items():
+    for split, part in split_items(dedupe_prompts(items), test_fraction).items():
         rows = [{"prompt": i.prompt, "answer": i.answer, "aliases": i.aliases, "hop_count": i.hop_count,
                  "qtype": i.qtype, "data_source": f"forgeplay/{dataset}/{i.qtype or i.kind}",
                  "ability": "tool_use" if i.kind == "trajectories" else "multihop_qa", "id": i.id} for i in part]
-        counts[f"grpo_{split}.parquet"] = _write(rows, GRPO_SCHEMA, out / f"grpo_{split}.parquet")
+        counts[f"grpo_{split}.parquet"] = write_parquet(rows, GRPO_SCHEMA, out / f"grpo_{split}.parquet")
     convs = [i for i in items if i.messages]
-    for split, part in _split(convs, test_fraction).items():
+    for split, part in split_items(convs, test_fraction).items():
         rows = [{"messages": i.messages, "id": i.id, "route": i.route, "case": i.case} for i in part]
-        counts[f"sft_{split}.parquet"] = _write(rows, SFT_SCHEMA, out / f"sft_{split}.parquet")
-    write_readme(out, "trl", dataset, counts)
+        counts[f"sft_{split}.parquet"] = write_parquet(rows, SFT_SCHEMA, out / f"sft_{split}.parquet")
+    write_readme(out, dataset, counts)
     return counts
 
-
-_VERL_README = """# forgeplay export of `{dataset}` for verl
-
-Files: {files}
-
-Columns: data_source, prompt (chat list), ability, reward_model {{style, ground_truth}},
-extra_info {{split, index, id, kind, question, answer, aliases, hop_count, qtype,
-need_tools_kwargs, tools_kwargs, tools}}, agent_name. ground_truth is the plain gold answer;
-aliases are in extra_info. The reward module needs `forgeplay` installed in verl's environment
-(`pip install forgeplay`), or `generators/` on PYTHONPATH.
-
-```bash
-python -m verl.trainer.main_ppo \\
-  algorithm.adv_estimator=grpo \\
-  data.train_files={out}/train.parquet data.val_files={out}/test.parquet \\
-  data.prompt_key=prompt data.max_prompt_length=2048 data.max_response_length=1024 \\
-  actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\
-  actor_rollout_ref.rollout.n=8 \\
-  custom_reward_function.path={reward} custom_reward_function.name=compute_score
-```
-(newer verl spells the last two `reward.custom_reward_function.path/name`.) Tool-use rows set
-agent_name=tool_agent; serving the virtual tools to verl's tool agent needs a verl tool class
-registered as `forgeplay_simulator` whose create() receives tools_kwargs.forgeplay_simulator.create_kwargs.
-"""
 
 _TRL_README = """# forgeplay export of `{dataset}` for TRL
 
@@ -278,9 +209,6 @@ SFTTrainer(model="HuggingFaceTB/SmolLM2-135M-Instruct", train_dataset=ds["train"
 """
 
 
-def write_readme(out: Path, target: str, dataset: str, counts: dict[str, int]) -> None:
+def write_readme(out: Path, dataset: str, counts: dict[str, int]) -> None:
     files = ", ".join(f"{k} ({v} rows)" for k, v in counts.items())
-    reward = Path(__file__).with_name("reward.py").resolve()
-    text = (_VERL_README if target == "verl" else _TRL_README).format(
-        dataset=dataset, files=files, out=out.resolve(), reward=reward)
-    (out / "README.md").write_text(text)
+    (out / "README.md").write_text(_TRL_README.format(dataset=dataset, files=files, out=out.resolve()))

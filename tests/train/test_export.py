@@ -1,5 +1,6 @@
-"""train/export.py, train/reward.py and `forgeplay export`: files load with
-`datasets.load_dataset("parquet")` and carry the exact Arrow types verl and TRL read."""
+"""train/export.py, train/verl_export.py, train/reward.py and `forgeplay export`: files load with
+`datasets.load_dataset("parquet")` and carry the exact Arrow types verl and TRL read
+(the tool-agent export and verl's own loaders: tests/train/test_export_verl.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from generators.llm.scripted import ScriptedBackend
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import load_table, write_rows
-from train.export import export_trl, export_verl, split_of
+from train.export import export_trl, split_of
 from train.reward import answer_reward
+from train.verl_export import export_verl
 
 STR, I64 = pa.string(), pa.int64()
 CHAT = pa.list_(pa.struct([("role", STR), ("content", STR)]))
@@ -27,12 +29,14 @@ CHAT = pa.list_(pa.struct([("role", STR), ("content", STR)]))
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    """triples from a small world, clean trajectories, one task, and one failed verdict."""
+    """triples from a small world, its tool bank, trajectories, one task, and one failed verdict."""
     root = tmp_path_factory.mktemp("data")
     write(WorldConfig(seed=3, entities=200), root, "w")
-    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=12), build_bank(seed=3, variants_per_tool=1))
+    bank = build_bank(seed=3, variants_per_tool=1)
+    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=12), bank)
     rows, _ = s.trajectories(s.plans(), ScriptedBackend(), "run")
     write_rows(root, "w", "trajectories", "run", rows)
+    write_rows(root, "w", "tools", "run", bank)
     write_rows(root, "w", "tasks", "sp", [{"task_id": "t1", "question": "Who built the tower?", "answer": "Ada",
                                            "aliases": ["Ada L."], "qcp": {"seed_doc_id": None, "hops": []},
                                            "hop_count": 2, "examiner_step": 0}])
@@ -45,11 +49,13 @@ def _field_types(t: pa.DataType) -> dict:
     return {f.name: f.type for f in t}
 
 
-def test_verl_files_have_verl_types_and_load(root, tmp_path):
-    counts = export_verl("w", tmp_path, root, test_fraction=0.2)
+def test_verl_files_have_verl_types_and_load(root, tmp_path, embedded_tokenizer_dir):
+    r = export_verl("w", tmp_path, root, test_fraction=0.2, tokenizer=embedded_tokenizer_dir)
+    counts = r.files
     triples = load_table("w", "triples", root).num_rows
     trajs = load_table("w", "trajectories", root).to_pylist()
-    assert sum(counts.values()) >= triples + 1  # + the task; trajectories add prompts too
+    assert sum(counts.values()) == triples + 1  # + the task; without --tool-agent no trajectory prompt
+    assert r.left_out == len(trajs) - 1 and not r.tools_in  # all but the rejected one, which is never counted
     schema = pq.read_schema(tmp_path / "train.parquet")
     assert schema.field("data_source").type == STR and schema.field("ability").type == STR
     assert schema.field("prompt").type == CHAT
@@ -57,7 +63,7 @@ def test_verl_files_have_verl_types_and_load(root, tmp_path):
     extra = _field_types(schema.field("extra_info").type)
     assert extra["index"] == I64 and extra["split"] == STR and extra["hop_count"] == I64
     assert extra["aliases"] == pa.list_(STR) and extra["need_tools_kwargs"] == pa.bool_()
-    assert pa.types.is_struct(extra["tools_kwargs"])
+    assert "tools_kwargs" not in extra  # no tool rows, so no tool columns
     ds = datasets.load_dataset("parquet", data_files={"train": str(tmp_path / "train.parquet"),
                                                       "test": str(tmp_path / "test.parquet")})
     assert ds["train"].num_rows == counts["train.parquet"] and ds["test"].num_rows == counts["test.parquet"] > 0
@@ -66,26 +72,21 @@ def test_verl_files_have_verl_types_and_load(root, tmp_path):
         assert [r["extra_info"]["index"] for r in ds[split]] == list(range(ds[split].num_rows))
         assert {r["extra_info"]["split"] for r in ds[split]} == {split}
     by_id = {r["extra_info"]["id"]: r for r in rows}
-    # the rejected trajectory is left out; the others come with their tools and the tool agent
-    assert trajs[0]["traj_id"] not in by_id
-    tool_rows = [r for r in rows if r["ability"] == "tool_use"]
-    assert tool_rows and all(r["agent_name"] == "tool_agent" and r["extra_info"]["need_tools_kwargs"] for r in tool_rows)
-    t = tool_rows[0]
-    assert [m["role"] for m in t["prompt"]] == ["system", "user"] and "<tools>" in t["prompt"][0]["content"]
-    tools = json.loads(t["extra_info"]["tools"])
-    assert tools and all(x["type"] == "function" and isinstance(x["function"]["parameters"], dict) for x in tools)
-    assert t["extra_info"]["tools_kwargs"]["forgeplay_simulator"]["create_kwargs"]["golden_doc_ids"]
+    assert {r["agent_name"] for r in rows} == {"single_turn_agent"}
     task = by_id["t1"]
     assert task["reward_model"] == {"style": "rule", "ground_truth": "Ada"}
     assert task["extra_info"]["aliases"] == ["Ada L."] and task["agent_name"] == "single_turn_agent"
     assert task["data_source"] == "forgeplay/w/selfplay"
     # the split is deterministic and follows the id hash
-    for r in rows:
-        if r["extra_info"]["split"] == "test" and counts["test.parquet"] > 1:
-            assert split_of(r["extra_info"]["id"], 0.2) == "test"
-    assert export_verl("w", tmp_path / "again", root, test_fraction=0.2) == counts
+    for row in rows:
+        if row["extra_info"]["split"] == "test" and counts["test.parquet"] > 1:
+            assert split_of(row["extra_info"]["id"], 0.2) == "test"
+    assert export_verl("w", tmp_path / "again", root, test_fraction=0.2, tokenizer=embedded_tokenizer_dir).files == counts
     assert pq.read_table(tmp_path / "again" / "train.parquet").equals(pq.read_table(tmp_path / "train.parquet"))
-    assert "custom_reward_function.path=" in (tmp_path / "README.md").read_text()
+    readme = (tmp_path / "README.md").read_text()
+    assert f"data.max_prompt_length={r.lengths['max_prompt_length']}" in readme and r.lengths["rows"] == triples + 1
+    assert f"reward.custom_reward_function.path={tmp_path.resolve()}/reward.py" in readme
+    assert "--tool-agent" in readme and "multi_turn" not in readme
 
 
 def test_trl_files_have_trl_types_and_load(root, tmp_path):
@@ -112,6 +113,7 @@ def test_trl_files_have_trl_types_and_load(root, tmp_path):
 
 
 def test_compute_score_loaded_by_file_path_as_verl_does():
+    """The repository's own module (the export carries a copy: test_export_verl.py)."""
     path = Path(__file__).resolve().parents[2] / "train" / "reward.py"
     spec = importlib.util.spec_from_file_location("custom_module", path)
     mod = importlib.util.module_from_spec(spec)
@@ -131,7 +133,7 @@ def test_compute_score_loaded_by_file_path_as_verl_does():
     assert fn("d", "<answer>x</answer>", "1887", {"aliases": None})["score"] == 0.0
 
 
-def test_cli_export(root, tmp_path, monkeypatch):
+def test_cli_export(root, tmp_path, embedded_tokenizer_dir):
     import typer
 
     from flows.cli_export import register
@@ -146,8 +148,9 @@ def test_cli_export(root, tmp_path, monkeypatch):
     runner = CliRunner()
     out = tmp_path / "verl"
     res = runner.invoke(app, ["export", "verl", "--data", "w", "--out", str(out), "--data-root", str(root),
-                              "--kinds", "tasks", "--kinds", "triples"])
+                              "--kinds", "tasks", "--kinds", "triples", "--tokenizer", str(embedded_tokenizer_dir)])
     assert res.exit_code == 0, res.output
+    assert "set data.max_prompt_length=" in res.output
     assert (out / "train.parquet").exists() and (out / "README.md").exists()
     abilities = set(pq.read_table(out / "train.parquet").column("ability").to_pylist())
     assert abilities == {"multihop_qa"}
@@ -156,3 +159,6 @@ def test_cli_export(root, tmp_path, monkeypatch):
     res = runner.invoke(app, ["export", "trl", "--data", "w", "--out", str(tmp_path / "t"), "--data-root", str(root),
                               "--kinds", "bogus"])
     assert res.exit_code == 2 and "unknown kind" in res.output
+    res = runner.invoke(app, ["export", "verl", "--data", "w", "--out", str(out), "--data-root", str(root),
+                              "--tool-agent", "--tokenizer", str(tmp_path)])
+    assert res.exit_code == 2 and "cannot load a tokenizer from" in res.output

@@ -1,0 +1,211 @@
+"""`forgeplay export verl`: Parquet that verl's PPO/GRPO trainer reads, and with `--tool-agent`
+what verl's multi-turn tool agent needs to run forgeplay's virtual tools.
+
+    export_verl("demo_valid", "exports/verl", tool_agent=True)   # -> VerlExport (files, lengths, ...)
+
+Files: train.parquet, test.parquet, reward.py (the custom reward, standard library only), the
+package forgeplay_verl/ (train/verl_bundle.py) and README.md with the verl command; with
+`tool_agent` also tool_config.yaml and the corpus inside the package.
+
+Row: data_source "forgeplay/<dataset>/<qtype>", prompt [{role, content}] (system + user),
+ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: the gold answer},
+extra_info {split, index, id, kind, question, answer, aliases, hop_count, qtype,
+need_tools_kwargs, and for tool rows tool_selection (the names offered, verl's per-row tool
+filter) and tools_kwargs {<tool name>: {create_kwargs: {golden_doc_ids, seed}}} for each
+offered tool (verl looks the called function's name up there; the struct has every exported
+tool name, null where a row does not offer it)}, agent_name "single_turn_agent" | "tool_agent".
+Without `tool_agent` the trajectories' prompts are left out (their tools would not run).
+
+Tools are listed once: by the chat template when it renders `tools=` (verl passes the
+schemas of the row's tool_selection; the `<tools>` block is cut from the system prompt), else
+in the system prompt as synthesized (the template ignores verl's schemas). Prompt lengths are
+counted with the model's tokenizer as verl's dataset filter counts them (train/prompt_lengths.py).
+
+The tools search the corpus of the dataset the trajectories were synthesized from (corpus_of:
+a validated `<dataset>_valid` has no documents of its own). The split is by id hash, per
+ability, so a test file gets tool rows too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage import manifest, reader
+from storage.files import write_text
+from storage.runs import runs_dir
+from train import prompt_lengths, verl_bundle
+from train.export import CHAT, KINDS, Item, dedupe_prompts, load_items, openai_tools, split_items, write_parquet
+
+CREATE_KWARGS = pa.struct([("golden_doc_ids", pa.list_(pa.string())), ("seed", pa.int64())])
+_TOOLS_BLOCK = re.compile(r"(?:[^\n]*\n)?<tools>\n.*?</tools>", re.DOTALL)  # the block and the line that introduces it
+
+
+@dataclass
+class VerlExport:
+    """What an export wrote and measured."""
+
+    files: dict[str, int]
+    lengths: dict = field(default_factory=dict)  # prompt_lengths.summary, {} when not measured
+    tools_in: str = ""  # "system" | "template" | "" (no tool rows)
+    corpus: str | None = None
+    left_out: int = 0  # tool-use prompts not exported (no --tool-agent)
+    requirements: list[str] = field(default_factory=list)  # pip packages the tool adapter needs beside verl
+    tokenizer: str = ""  # the folder whose tokenizer counted the prompts
+    tool_names: list[str] = field(default_factory=list)  # the tools of tool_config.yaml
+
+
+def verl_schema(tool_names: list[str]) -> pa.Schema:
+    extra = [("split", pa.string()), ("index", pa.int64()), ("id", pa.string()), ("kind", pa.string()),
+             ("question", pa.string()), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
+             ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_())]
+    if tool_names:  # Parquet has no empty structs
+        extra += [("tool_selection", pa.list_(pa.string())),
+                  ("tools_kwargs", pa.struct([(n, pa.struct([("create_kwargs", CREATE_KWARGS)])) for n in tool_names]))]
+    return pa.schema([
+        ("data_source", pa.string()), ("prompt", CHAT), ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", pa.struct(extra)), ("agent_name", pa.string())])
+
+
+def _has_documents(root, dataset: str) -> bool:
+    return bool(reader.entries(root, dataset, "documents"))
+
+
+def corpus_of(root, dataset: str) -> str:
+    """The dataset whose documents `dataset`'s tools search: itself when it has documents; else
+    the input (or --corpus) of the run that wrote its rows (a validate run keeps its record
+    beside its input and writes what it accepts to `<input>_valid`); else the name without
+    `_valid`."""
+    if _has_documents(root, dataset):
+        return dataset
+    run_ids = sorted({e.run_id for e in reader.entries(root, dataset)})
+    for other in manifest.datasets(root):
+        for run_id in run_ids:
+            path = runs_dir(root, other) / f"{run_id}.json"
+            config = json.loads(path.read_text()).get("config", {}) if path.exists() else {}
+            for part in (p for p in config.values() if isinstance(p, dict)):
+                source = part.get("corpus") or part.get("dataset")
+                if isinstance(source, str) and source != dataset and _has_documents(root, source):
+                    return source
+    if dataset.endswith("_valid") and _has_documents(root, dataset[:-len("_valid")]):
+        return dataset[:-len("_valid")]
+    raise ValueError(f"dataset {dataset!r} has no documents and no run that wrote it names a dataset that has; "
+                     "pass --corpus DATASET")
+
+
+def _tool_rows(root, corpus: str, names: set[str]) -> list[dict]:
+    """The `tools` rows of `corpus` for the offered names (the simulator needs their domain)."""
+    from generators.tools.base import base_rows
+    from storage.schema import SHARED_COLUMNS
+
+    table = reader.load_table(corpus, "tools", root) if reader.entries(root, corpus, "tools") else None
+    rows = {r["name"]: r for r in table.drop_columns([c for c in SHARED_COLUMNS if c in table.schema.names])
+            .to_pylist()} if table is not None else {}
+
+    for r in base_rows():
+        rows.setdefault(r["name"], r)
+    missing = sorted(names - set(rows))
+    if missing:
+        raise ValueError(f"tools {', '.join(missing[:5])} are offered by the trajectories but not in dataset "
+                         f"{corpus!r}'s tools; pass --corpus with the dataset they were synthesized with")
+    return [rows[n] for n in sorted(names)]
+
+
+def _offered(items: list[Item]) -> list[dict]:
+    """One OpenAI function dict per tool name, sorted; an error when a name has two schemas."""
+    seen: dict[str, dict] = {}
+    for i in items:
+        for t in openai_tools(i.tools):
+            name = t["function"]["name"]
+            if seen.setdefault(name, t) != t:
+                raise ValueError(f"tool {name!r} is offered with two different schemas; export one bank at a time")
+    return [seen[n] for n in sorted(seen)]
+
+
+def _prompt(i: Item, tools_in: str) -> list[dict]:
+    if tools_in != "template":
+        return i.prompt
+    return [{**m, "content": _TOOLS_BLOCK.sub("", m["content"], count=1)} if m["role"] == "system" else m
+            for m in i.prompt]
+
+
+def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str], tools_in: str = "") -> dict:
+    tool_use = i.kind == "trajectories"
+    extra = {"split": split, "index": index, "id": i.id, "kind": i.kind, "question": i.question, "answer": i.answer,
+             "aliases": i.aliases, "hop_count": i.hop_count, "qtype": i.qtype, "need_tools_kwargs": tool_use}
+    if tool_names:
+        offered = [t["function"]["name"] for t in openai_tools(i.tools)] if tool_use else []
+        seed = int(json.loads(i.meta or "{}").get("seed") or 0) if tool_use else 0
+        kwargs = {"create_kwargs": {"golden_doc_ids": i.golden_doc_ids, "seed": seed}}
+        extra["tool_selection"] = offered or None
+        extra["tools_kwargs"] = {n: kwargs for n in offered} or None
+    return {"data_source": f"forgeplay/{dataset}/{i.qtype or i.kind}", "prompt": _prompt(i, tools_in) if tool_use else i.prompt,
+            "ability": "tool_use" if tool_use else "multihop_qa",
+            "reward_model": {"style": "rule", "ground_truth": i.answer}, "extra_info": extra,
+            "agent_name": "tool_agent" if tool_use else "single_turn_agent"}
+
+
+def _measure(tokenizer, rows: list[dict], tools: list[dict], tools_in: str) -> dict:
+    """Prompt lengths as verl's dataset filter counts them (with every configured tool's schema)."""
+    from tqdm.auto import tqdm
+
+    schemas = tools if tools_in == "template" else None
+    return prompt_lengths.summary([prompt_lengths.count(tokenizer, r["prompt"], schemas)
+                                   for r in tqdm(rows, desc="prompt lengths", unit="row", disable=len(rows) < 500)])
+
+
+def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
+                skip_rejected: bool = True, tool_agent: bool = False, tokenizer: str | Path | None = None,
+                corpus: str | None = None) -> VerlExport:
+    """Write the files of the module docstring to out_dir; see VerlExport for what is returned."""
+    root = manifest.resolve_root(root)
+    out = Path(out_dir)
+    items = dedupe_prompts(load_items(dataset, root, kinds, skip_rejected))
+    tool_items = [i for i in items if i.kind == "trajectories"]
+    result = VerlExport({}, left_out=0 if tool_agent else len(tool_items))
+    if not tool_agent:
+        items, tool_items = [i for i in items if i.kind != "trajectories"], []
+    try:
+        tok = prompt_lengths.load_tokenizer(tokenizer)
+        result.tokenizer = str(tok.name_or_path)
+    except ValueError:
+        if tool_agent or tokenizer is not None:
+            raise
+        tok = None  # plain QA rows: lengths are only reported
+    tools = _offered(tool_items)
+    names = result.tool_names = [t["function"]["name"] for t in tools]
+    if tool_items:
+        result.corpus = corpus or corpus_of(root, dataset)
+        docs = reader.load_table(result.corpus, "documents", root)
+        bank = _tool_rows(root, result.corpus, set(names))
+        result.tools_in = "template" if prompt_lengths.renders_tools(tok) else "system"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for split, part in split_items(items, test_fraction, group=lambda i: i.kind == "trajectories").items():
+        split_rows = [verl_row(i, dataset, split, n, names, result.tools_in) for n, i in enumerate(part)]
+        result.files[f"{split}.parquet"] = write_parquet(split_rows, verl_schema(names), out / f"{split}.parquet")
+        rows += split_rows
+    if tool_items:
+        verl_bundle.write_package(out, docs, bank)
+        verl_bundle.write_tool_config(out, tools)
+        result.requirements = verl_bundle.requirements()
+    else:
+        verl_bundle.write_package(out)
+    verl_bundle.write_reward(out)
+    if tok is not None:
+        result.lengths = _measure(tok, rows, tools, result.tools_in)
+    write_text(out / "README.md", readme(dataset, out, result))
+    return result
+
+
+def readme(dataset: str, out: Path, r: VerlExport) -> str:
+    """The export's README: files, how a worker gets the adapter and reward, the verl command."""
+    from train.verl_readme import render
+
+    return render(dataset, out.resolve(), r)

@@ -1,0 +1,81 @@
+"""verl tool adapter: a `verl.tools.base_tool.BaseTool` that answers a forgeplay virtual tool's
+calls with forgeplay's BM25 simulator (generators/tools/simulator.py) over an exported corpus.
+
+It runs in verl's environment, not forgeplay's: `forgeplay export verl --tool-agent` copies it,
+with the simulator, into the package `forgeplay_verl` of the export (train/verl_bundle.py), and
+the export's tool config names it once per tool:
+
+    - class_name: forgeplay_verl.train.verl_tool.SimulatorTool
+      config: {type: native, corpus: corpus}      # a folder: documents.parquet + tools.jsonl
+      tool_schema: {type: function, function: {name, description, parameters}}
+
+A relative `corpus` is read from the top package's folder (forgeplay_verl/corpus). Per row,
+verl's tool agent passes `extra_info.tools_kwargs[<tool name>].create_kwargs` to `create`:
+{golden_doc_ids, seed}. `execute` returns the simulator's text for
+`Simulator(documents, seed, tools).call(<tool name>, arguments, golden_doc_ids=..., mode="good")`,
+as forgeplay's own GRPO rollouts call it (train/rollout.py), a tool reward of 0.0 (the answer
+reward is the custom reward function), and {"tool_error": 1.0 | 0.0}. One simulator (one BM25
+index) per corpus and seed per process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pyarrow.parquet as pq
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import ToolResponse
+
+from generators.tools.simulator import Simulator
+
+
+@lru_cache(maxsize=8)
+def simulator(corpus: str, seed: int) -> Simulator:
+    """The simulator over corpus/documents.parquet with the tool rows of corpus/tools.jsonl."""
+    folder = Path(corpus)
+    docs = pq.read_table(folder / "documents.parquet").to_pylist()
+    tools = [json.loads(line) for line in (folder / "tools.jsonl").read_text().splitlines() if line.strip()]
+    return Simulator(docs, seed=seed, tools=tools)
+
+
+def corpus_folder(value: str) -> str:
+    """An absolute corpus path as it is; a relative one inside this module's top package."""
+    path = Path(value)
+    if not path.is_absolute():
+        top = sys.modules[__name__.split(".")[0]]
+        path = Path(list(top.__path__)[0]) / path
+    if not (path / "documents.parquet").is_file():
+        raise FileNotFoundError(f"no documents.parquet in the tool corpus folder {path}")
+    return str(path)
+
+
+class SimulatorTool(BaseTool):
+    """One forgeplay virtual tool (its name is the tool schema's) answered by the simulator."""
+
+    def __init__(self, config: dict, tool_schema):
+        super().__init__(config, tool_schema)
+        self.corpus = corpus_folder(str(config.get("corpus") or "corpus"))
+        self._instances: dict[str, dict] = {}
+
+    async def create(self, instance_id: str | None = None, create_kwargs: dict | None = None,
+                     **kwargs) -> tuple[str, ToolResponse]:
+        instance_id = instance_id or uuid4().hex
+        ck = create_kwargs or {}
+        self._instances[instance_id] = {"golden_doc_ids": [str(g) for g in (ck.get("golden_doc_ids") or [])],
+                                        "seed": int(ck.get("seed") or 0)}
+        return instance_id, ToolResponse()
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
+        state = self._instances.get(instance_id) or {"golden_doc_ids": [], "seed": 0}
+        sim = simulator(self.corpus, state["seed"])
+        golden = [g for g in state["golden_doc_ids"] if g in sim.index_of]
+        text = sim.call(self.name, parameters, golden_doc_ids=golden, mode="good")
+        return ToolResponse(text=text), 0.0, {"tool_error": float(text.startswith('{"error"'))}
+
+    async def release(self, instance_id: str, **kwargs) -> None:
+        self._instances.pop(instance_id, None)
