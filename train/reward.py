@@ -1,7 +1,8 @@
 """Answer rewards for external trainers: verl's custom reward function and a TRL reward function.
 
-verl (config `custom_reward_function.path=<this file>`, `.name=compute_score`; verl loads the
-file by path, so `forgeplay` must be importable in verl's environment):
+verl (config `reward.custom_reward_function.path=<file>`, `.name=compute_score`; verl loads the
+file by path: `forgeplay export verl` writes a copy that needs only the standard library, so this
+module and what it imports must stay standard-library only, train/verl_bundle.py checks it):
 
     compute_score(data_source, solution_str, ground_truth, extra_info=None) -> {"score": ..., ...}
 
