@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+from tqdm.auto import tqdm
 
+from generators.tools.base import base_rows
 from storage import manifest, reader
 from storage.files import write_text
 from storage.runs import runs_dir
-from train import prompt_lengths, verl_bundle
+from storage.schema import SHARED_COLUMNS
+from train import prompt_lengths, verl_bundle, verl_readme
 from train.export import CHAT, KINDS, Item, dedupe_prompts, load_items, openai_tools, split_items, write_parquet
 
 CREATE_KWARGS = pa.struct([("golden_doc_ids", pa.list_(pa.string())), ("seed", pa.int64())])
@@ -101,13 +103,9 @@ def corpus_of(root, dataset: str) -> str:
 
 def _tool_rows(root, corpus: str, names: set[str]) -> list[dict]:
     """The `tools` rows of `corpus` for the offered names (the simulator needs their domain)."""
-    from generators.tools.base import base_rows
-    from storage.schema import SHARED_COLUMNS
-
     table = reader.load_table(corpus, "tools", root) if reader.entries(root, corpus, "tools") else None
     rows = {r["name"]: r for r in table.drop_columns([c for c in SHARED_COLUMNS if c in table.schema.names])
             .to_pylist()} if table is not None else {}
-
     for r in base_rows():
         rows.setdefault(r["name"], r)
     missing = sorted(names - set(rows))
@@ -153,8 +151,6 @@ def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str
 
 def _measure(tokenizer, rows: list[dict], tools: list[dict], tools_in: str) -> dict:
     """Prompt lengths as verl's dataset filter counts them (with every configured tool's schema)."""
-    from tqdm.auto import tqdm
-
     schemas = tools if tools_in == "template" else None
     return prompt_lengths.summary([prompt_lengths.count(tokenizer, r["prompt"], schemas)
                                    for r in tqdm(rows, desc="prompt lengths", unit="row", disable=len(rows) < 500)])
@@ -181,8 +177,7 @@ def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: fl
     tools = _offered(tool_items)
     names = result.tool_names = [t["function"]["name"] for t in tools]
     if tool_items:
-        result.corpus = corpus or corpus_of(root, dataset)
-        docs = reader.load_table(result.corpus, "documents", root)
+        result.corpus, docs = _corpus(root, dataset, corpus, tool_items)
         bank = _tool_rows(root, result.corpus, set(names))
         result.tools_in = "template" if prompt_lengths.renders_tools(tok) else "system"
     out.mkdir(parents=True, exist_ok=True)
@@ -197,15 +192,23 @@ def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: fl
         result.requirements = verl_bundle.requirements()
     else:
         verl_bundle.write_package(out)
+        (out / "tool_config.yaml").unlink(missing_ok=True)  # an earlier export's
     verl_bundle.write_reward(out)
     if tok is not None:
         result.lengths = _measure(tok, rows, tools, result.tools_in)
-    write_text(out / "README.md", readme(dataset, out, result))
+    write_text(out / "README.md", verl_readme.render(dataset, out.resolve(), result))
     return result
 
 
-def readme(dataset: str, out: Path, r: VerlExport) -> str:
-    """The export's README: files, how a worker gets the adapter and reward, the verl command."""
-    from train.verl_readme import render
-
-    return render(dataset, out.resolve(), r)
+def _corpus(root, dataset: str, corpus: str | None, tool_items: list[Item]) -> tuple[str, pa.Table]:
+    """(the corpus dataset, its documents); an error when it lacks a golden document of a row."""
+    name = corpus or corpus_of(root, dataset)
+    docs = reader.load_table(name, "documents", root) if _has_documents(root, name) else None
+    if docs is None:
+        raise ValueError(f"--corpus {name!r} has no documents under {root}")
+    known = set(docs.column("doc_id").to_pylist())
+    stray = [i.id for i in tool_items if not set(i.golden_doc_ids) <= known]
+    if stray:
+        raise ValueError(f"{len(stray)} tool rows (e.g. {stray[0]}) name golden documents that {name!r} lacks; "
+                         "pass --corpus with the dataset they were synthesized from")
+    return name, docs

@@ -127,6 +127,11 @@ def test_a_validated_dataset_searches_the_corpus_it_came_from(root, embedded_tok
     assert corpus_of(root, "w") == "w" and corpus_of(root, "w_checked") == "w" and corpus_of(root, "w_valid") == "w"
     with pytest.raises(ValueError, match="pass --corpus"):
         corpus_of(root, "lonely")
+    doc = {k: v for k, v in load_table("w", "documents", root).to_pylist()[0].items() if k not in SHARED_COLUMNS}
+    write_rows(root, "other", "documents", "x", [doc])
+    for wrong, error in (("lonely", "has no documents"), ("other", "name golden documents that 'other' lacks")):
+        with pytest.raises(ValueError, match=error):
+            export_verl("lonely", tmp_path, root, tool_agent=True, tokenizer=embedded_tokenizer_dir, corpus=wrong)
     r = export_verl("lonely", tmp_path, root, tool_agent=True, tokenizer=embedded_tokenizer_dir, corpus="w")
     docs = pq.read_table(tmp_path / "forgeplay_verl" / "corpus" / "documents.parquet")
     assert r.corpus == "w" and docs.num_rows == load_table("w", "documents", root).num_rows
