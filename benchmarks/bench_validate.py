@@ -3,12 +3,15 @@ synthesized ones with new ids; replay is off (no corpus). Three ways, in the sam
 a raw loop in one process, a raw ProcessPoolExecutor, and the real `validate` flow
 (flows.validate.run: reads the shards, runs the chunk tasks on its task runner, commits
 verdicts and accepted shards) with --workers 1 and with --workers N; each with records/s
-and its ratio to the raw one-process loop. The raw loop and the one-worker flow run
+and its ratio to the raw one-process loop. Then the flow on each distributed task runner of
+--runners (a local cluster of --workers workers, started and stopped inside the run), with
+its ratios to the default runner's one-worker flow and N-process flow. The raw loop and the one-worker flow run
 --repeat times alternately; the medians and their ratio come last. With --judge K, also
 the judge layer on K records with the embedded model: records/s and tokens/s against the
 same backend generating the same judge prompts raw (the peer).
 
     .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2 --judge 8
+    .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2 --repeat 1 --runners dask,ray
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000, help="trajectories to validate")
     ap.add_argument("--workers", type=int, default=2, help="processes in the pool run")
     ap.add_argument("--chunk", type=int, default=2000, help="records per chunk task in the flow runs")
+    ap.add_argument("--runners", default="dask",
+                    help="comma list of distributed task runners to compare with the default one ('' = none)")
     ap.add_argument("--judge", type=int, default=0, help="records for the judge-layer run (0 = skip)")
     ap.add_argument("--judge-max-tokens", type=int, default=48, help="tokens per judge reply")
     ap.add_argument("--repeat", type=int, default=3,
@@ -81,7 +86,13 @@ def main() -> None:
         pool = a.n / (time.perf_counter() - t)
         print(json.dumps({"passed_pool": passed_pool, "records_per_s_pool": round(pool), "workers": a.workers,
                           "pool_vs_one_process": round(pool / one, 3)}), flush=True)
-        print(json.dumps(flow_bench(root, a.n, a.workers, one, a.chunk)), flush=True)
+        pooled = flow_bench(root, a.n, a.workers, one, a.chunk)
+        print(json.dumps(pooled), flush=True)
+        for kind in filter(None, a.runners.split(",")):
+            other = flow_bench(root, a.n, a.workers, one, a.chunk, kind)
+            print(json.dumps({**other, f"{kind}_vs_flow_1_worker": round(other["records_per_s_flow"] / flow_1, 3),
+                              f"{kind}_vs_flow_{a.workers}_processes":
+                                  round(other["records_per_s_flow"] / pooled["records_per_s_flow"], 3)}), flush=True)
     shutil.rmtree(root, ignore_errors=True)
     if a.judge:
         print(json.dumps(judge_bench(rows[:a.judge], a.judge_max_tokens)))
@@ -102,9 +113,12 @@ def committed_root(rows: list[dict]) -> str:
     return root
 
 
-def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int) -> dict:
-    """The validate flow (schema,rules) over dataset "b" of a copy of `root`; records/s
-    inside the flow and around it (incl. Prefect's start), and seconds per phase."""
+def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int, runner: str = "default") -> dict:
+    """The validate flow (schema,rules) over dataset "b" of a copy of `root` on task runner
+    `runner`; records/s inside the flow (a distributed runner's local cluster starts before
+    it, its workers import the task's modules within it) and around it (incl. Prefect's and
+    the cluster's start), and seconds per phase."""
+    from flows.runners import RunnerConfig
     from flows.validate import run
     from validators.runner import ValidateConfig
 
@@ -112,10 +126,10 @@ def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int) 
     shutil.copytree(root, copy, dirs_exist_ok=True)
     t = time.perf_counter()
     s = run(ValidateConfig(dataset="b", layers="schema,rules", replay=False, workers=workers, chunk=chunk),
-            data_root=copy, progress=False)
+            data_root=copy, progress=False, runner=RunnerConfig(task_runner=runner))
     wall = time.perf_counter() - t
     shutil.rmtree(copy, ignore_errors=True)
-    return {"flow_workers": workers, "n": n, "accepted": s["rows_out"], "chunk": chunk,
+    return {"flow_workers": workers, "task_runner": runner, "n": n, "accepted": s["rows_out"], "chunk": chunk,
             "records_per_s_flow": round(s["records_per_s"]), "flow_vs_one_process": round(s["records_per_s"] / one_process, 3),
             "records_per_s_incl_prefect_start": round(n / wall), "seconds_by_phase": s["seconds_by_phase"]}
 

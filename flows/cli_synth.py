@@ -1,15 +1,28 @@
 """`forgeplay synthesize`: the ToolForge-style synthesis flow from the command line.
-Options come from SynthConfig and BackendConfig (storage/configcli.py)."""
+Options come from SynthConfig, BackendConfig and RunnerConfig (storage/configcli.py);
+`--workers` and the task runner are no part of the run id (the rows do not depend on them)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.runners import RunnerConfig
 from storage.configcli import config_command
 from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
+
+
+@dataclass
+class CommandOptions:
+    """Options of the command that are no part of a run's config (nor of its run id)."""
+
+    workers: int = field(default=1, metadata={
+        "help": "Chunks in parallel: 1 = one after another in the flow; N > 1 = a pool of N processes, or with "
+                "--task-runner dask|ray the workers of the local cluster."})
 
 
 def _mix_table(summary: dict) -> Table:
@@ -25,14 +38,18 @@ def _mix_table(summary: dict) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    @config_command(app, "synthesize", SynthConfig, BackendConfig, errors=(ValueError, KeyError))
-    def synthesize(synth: SynthConfig, backend: BackendConfig, data_root=None) -> None:
+    @config_command(app, "synthesize", SynthConfig, BackendConfig, RunnerConfig, CommandOptions,
+                    errors=(ValueError, KeyError))
+    def synthesize(synth: SynthConfig, backend: BackendConfig, runner: RunnerConfig, opts: CommandOptions,
+                   data_root=None) -> None:
         """Synthesize multi-hop tool-calling trajectories (a Prefect flow): builds the gated
         tool bank, plans each triple's route and reflection case, lets the model write the
-        reasoning, and commits `tools` and `trajectories` shards to the dataset."""
+        reasoning, and commits `tools` and `trajectories` shards to the dataset. `--workers N`
+        runs N chunks at once (`--task-runner dask|ray`: on a Dask or Ray cluster, local unless
+        `--address`)."""
         from flows.synthesize import run
 
-        summary = run(synth, backend, data_root)
+        summary = run(synth, backend, data_root, runner=runner, workers=opts.workers)
         console = Console()
         console.print(_mix_table(summary))
         u = summary.get("usage") or {}

@@ -3,6 +3,7 @@ as a Prefect flow. Options come from ValidateConfig and BackendConfig (the judge
 `--list-checks` prints the registered checks (validators/registry.py) instead.
 
     forgeplay validate --dataset demo --workers 2
+    forgeplay validate --dataset demo --task-runner dask --workers 2
     forgeplay validate --input theirs.jsonl --out theirs --corpus demo --strict
     forgeplay validate --list-checks
 """
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.runners import RunnerConfig
 from storage.configcli import config_command
 from generators.llm.registry import BackendConfig
 from validators.reasons import describe
@@ -50,12 +52,15 @@ def funnel_table(summary: dict) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    @config_command(app, "validate", ValidateConfig, BackendConfig, CommandOptions, errors=(ValueError, KeyError))
-    def validate(cfg: ValidateConfig, backend: BackendConfig, opts: CommandOptions, data_root=None) -> None:
+    @config_command(app, "validate", ValidateConfig, BackendConfig, RunnerConfig, CommandOptions,
+                    errors=(ValueError, KeyError))
+    def validate(cfg: ValidateConfig, backend: BackendConfig, runner: RunnerConfig, opts: CommandOptions,
+                 data_root=None) -> None:
         """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,
         answerability and dedup layers; writes `verdicts` (every check, with a reason code)
         and the accepted records to <dataset>_valid (or --out), and prints the funnel.
-        `--workers N` runs the schema and rule layers in N processes; `--list-checks` lists
+        `--workers N` runs the schema and rule layers in N processes (`--task-runner dask|ray`:
+        on a Dask or Ray cluster, local unless `--address`); `--list-checks` lists
         the checks. `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""
         if opts.list_checks:
             Console(width=max(Console().width, 150)).print(checks_table())
@@ -63,7 +68,7 @@ def register(app: typer.Typer) -> None:
         from flows.validate import run
 
         cfg.layer_list()  # a bad --layers fails before any work
-        summary = run(cfg, backend, data_root)
+        summary = run(cfg, backend, data_root, runner=runner)
         console = Console()
         console.print(funnel_table(summary))
         for s in summary["skipped_checks"]:
@@ -71,5 +76,5 @@ def register(app: typer.Typer) -> None:
                           f"({s['reason']}: {describe(s['reason'])})[/]; --strict rejects them"
                           + ("; --corpus DATASET gives replay its documents" if s["check"] == "replay" else ""))
         console.print(f"{summary['seconds']:.1f}s, {summary['records_per_s']:.0f} records/s with "
-                      f"{summary['workers']} worker(s); "
+                      f"{summary['workers']} worker(s) ({runner.task_runner} task runner); "
                       f"{summary['skipped_committed']} already validated in this run")

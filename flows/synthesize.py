@@ -7,12 +7,22 @@ chunk's trajectories as one shard. A rerun of the same config resumes: trajector
 id is already committed are skipped, so nothing is generated or written twice. The flow ends
 with a Prefect artifact (rows per stage, case and route mix, text sources, timing).
 
+The chunks run one after another in the flow, or fan out (`--workers N`: a pool of N
+processes; `--task-runner dask|ray [--address ADDR]`: a Dask or Ray cluster, flows/runners.py),
+a few in flight per worker. Each chunk task gets the session (the corpus and its simulator,
+pickled, a few MB) and commits its own shard (commits are atomic and the manifest is
+appended under a file lock, so workers commit side by side); the rows and ids are the same
+as one after another, only the order of the shards may differ. A model loaded in the flow
+does not travel: fanning out with `--texts llm` needs the HTTP backend (`--backend openai`).
+
     forgeplay synthesize --dataset demo --n 500
+    forgeplay synthesize --dataset demo --n 500 --texts template --task-runner dask --workers 2
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import asdict
 
 from prefect import flow, task
@@ -20,11 +30,16 @@ from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
 from flows.common import Stages
+from flows.runners import RunnerConfig, cancel
+from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs, mix_report, pending
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.runs import config_hash, save_run_config
+
+
+SHIPPED_BACKENDS = ("openai",)  # backends whose object a worker process can receive (an HTTP client's settings)
 
 
 @task(name="load-inputs", cache_policy=NONE, retries=1)
@@ -47,7 +62,13 @@ def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, li
 @task(name="synthesize-chunk", cache_policy=NONE, retries=2, retry_delay_seconds=5)
 def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id: str, lineage: dict,
                triple_ids: dict) -> dict:
+    """Generate one chunk's trajectories and commit them as one shard; its stats, with the
+    backend usage of this chunk (a copy of the backend in a worker process counts there)."""
+    used = getattr(backend, "usage", None)
+    before = asdict(used) if used is not None else None
     rows, stats = session.trajectories(plans, backend, run_id)
+    if used is not None:
+        stats["usage"] = {k: v - before[k] for k, v in asdict(backend.usage).items()}
     t = time.perf_counter()
     with ShardWriter(root, dataset, "trajectories", run_id, lineage=lineage) as w:
         w.write([{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows])
@@ -57,8 +78,12 @@ def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id
 
 
 @flow(name="synthesize", log_prints=True)
-def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True) -> dict:
-    """Synthesize trajectories for `config` (SynthConfig fields) with `backend` (BackendConfig fields)."""
+def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True,
+                    runner: dict | None = None, workers: int = 1) -> dict:
+    """Synthesize trajectories for `config` (SynthConfig fields) with `backend` (BackendConfig
+    fields); the chunks fan out when `runner` (RunnerConfig fields) and `workers` say so
+    (`run` puts the flow on that task runner)."""
+    fan_out = RunnerConfig(**(runner or {})).fans_out(workers)
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
@@ -88,14 +113,29 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         st.notes = f"{len(plans) - len(todo)} already committed; unplannable: {dict(session.rejected)}"
 
     triple_ids = {tr["triple_id"]: tr["id"] for tr in inputs.triples}
-    tally = Tally()
+    tally, in_flight = Tally(), deque()  # (size, stats or their future) of chunks not added yet
     with tqdm(total=len(todo), desc="synthesize", unit="traj", disable=not progress) as bar:
-        for i in range(0, len(todo), cfg.chunk):
-            chunk = todo[i:i + cfg.chunk]
-            tally.add(chunk_task(session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids))
-            bar.update(len(chunk))
+        def add_oldest() -> None:
+            size, out = in_flight.popleft()
+            stats = out.result() if fan_out else out
+            tally.add(stats)
+            if fan_out and "usage" in stats:  # the flow's backend did not see a worker's calls
+                be.usage.add(Usage(**stats["usage"]))
+            bar.update(size)
             if getattr(be, "usage", None) is not None and be.usage.seconds:
                 bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
+
+        try:
+            for i in range(0, len(todo), cfg.chunk):
+                chunk = todo[i:i + cfg.chunk]
+                args = (session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
+                in_flight.append((len(chunk), chunk_task.submit(*args) if fan_out else chunk_task(*args)))
+                while len(in_flight) >= (2 * workers if fan_out else 1):  # workers stay busy, memory bounded
+                    add_oldest()
+            while in_flight:
+                add_oldest()
+        finally:
+            cancel([out for _, out in in_flight] if fan_out else [])
     usage = be.usage.to_dict() if getattr(be, "usage", None) else {}
     if be is not None:
         be.close()
@@ -118,6 +158,15 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     return summary
 
 
-def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = True) -> dict:
-    """Run the flow (Prefect's temporary local server when no PREFECT_API_URL is set)."""
-    return synthesize_flow(asdict(cfg), bcfg.to_dict(), str(data_root) if data_root else None, progress)
+def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = True,
+        runner: RunnerConfig | None = None, workers: int = 1) -> dict:
+    """Run the flow on `runner`'s task runner (Prefect's temporary local server when no
+    PREFECT_API_URL is set); the data root is made absolute for workers elsewhere."""
+    runner = runner or RunnerConfig()
+    task_runner = runner.make(workers)
+    if runner.fans_out(workers) and cfg.texts == "llm" and bcfg.backend not in SHIPPED_BACKENDS:
+        raise ValueError(f"fanning out (--workers {workers}, --task-runner {runner.task_runner}) sends each chunk "
+                         f"to another process, and the {bcfg.backend} backend's model cannot go along: use "
+                         f"--texts template or --backend {' or '.join(SHIPPED_BACKENDS)}")
+    return synthesize_flow.with_options(task_runner=task_runner)(
+        asdict(cfg), bcfg.to_dict(), str(resolve_root(data_root).absolute()), progress, asdict(runner), workers)

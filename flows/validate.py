@@ -7,14 +7,16 @@ their original id; verdicts go to the input dataset (with --input: to --out).
 Orchestration only; the run itself (reading chunks, resuming, the shared checks, commits)
 is validators/run.py. Per chunk: the per-record checks (schema, rules) run as a
 `validate-records` task on a pool of N processes (`--workers N`, a few chunks in flight
-at once; with one worker they are a plain call in the flow thread); then, in the flow
+at once; with one worker they are a plain call in the flow thread), or on a Dask or Ray
+cluster (`--task-runner dask|ray [--address ADDR]`, flows/runners.py); then, in the flow
 process and in record order, the shared checks (model layers with one backend, dedup)
 and `validate-commit`, which commits the accepted shard first, then the verdict shard
 (with one worker on the task runner's one thread, in order, overlapping the next chunk's
 checks). A rerun of the same config skips records whose verdicts are committed, so a kill + rerun leaves no
-duplicates, and results do not depend on N.
+duplicates, and results depend neither on N nor on the task runner.
 
     forgeplay validate --dataset demo --layers schema,rules,dedup --workers 2
+    forgeplay validate --dataset demo --task-runner dask --workers 2
     forgeplay validate --input other.jsonl --kind trajectories --out theirs
     forgeplay validate --list-checks
 """
@@ -28,10 +30,11 @@ from dataclasses import asdict
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
-from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
 from flows.common import Stages
+from flows.runners import RunnerConfig, cancel
 from generators.llm.registry import BackendConfig
 from storage import resolve_root
 from validators.run import ValidationRun
@@ -41,7 +44,8 @@ from validators.runner import ValidateConfig, check_chunk
 class Opaque:
     """A task argument or result Prefect passes along without walking it: its input and
     result walkers visit every element of nested lists and dicts, which for a chunk of
-    records costs about as much as the checks themselves."""
+    records costs about as much as the checks themselves. It pickles with its value (how
+    process pools and Dask or Ray workers receive it)."""
 
     __slots__ = ("value",)
 
@@ -52,7 +56,8 @@ class Opaque:
 @task(name="validate-records", cache_policy=NONE, retries=1)
 def records_task(records: Opaque, config: dict, root: str, fingerprint: str) -> Opaque:
     """The per-record checks over one chunk; runs on the flow's task runner (in a worker
-    process with --workers N > 1), building its RuleContext once per process."""
+    process with --workers N > 1 or a Dask/Ray worker), building its RuleContext once per
+    process from the data root: it needs nothing else of the flow process."""
     return Opaque(check_chunk(records.value, config, root, fingerprint))
 
 
@@ -61,13 +66,6 @@ def commit_task(run: Opaque, commit: Opaque) -> tuple[int, int]:
     """Commit one chunk: the accepted shard first, then the verdict shard (rows already
     committed are skipped by id, so a retry writes only what is missing)."""
     return run.value.commit(commit.value)
-
-
-def task_runner(workers: int):
-    """Threads in the flow process for 1 worker, else a pool of `workers` processes."""
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
-    return ThreadPoolTaskRunner(max_workers=1) if workers == 1 else ProcessPoolTaskRunner(max_workers=workers)
 
 
 class Done:
@@ -80,24 +78,16 @@ class Done:
         return self.value
 
 
-def check(records, job: ValidationRun):
+def check(records, job: ValidationRun, fan_out: bool):
     """The per-record checks of one chunk as a future: a `validate-records` task on the
-    runner's pool with --workers N > 1; with one worker a plain call in the flow thread,
-    one chunk after another (a second thread would not check any sooner, the checks hold
-    the interpreter lock; and a task run per chunk cost 4% of the run, measured with
-    benchmarks/bench_validate.py)."""
-    if job.cfg.workers == 1:
+    task runner when the flow fans out (--workers N > 1, Dask, Ray); else a plain call in
+    the flow thread, one chunk after another (a second thread would not check any sooner,
+    the checks hold the interpreter lock; and a task run per chunk cost 4% of the run,
+    measured with benchmarks/bench_validate.py)."""
+    if not fan_out:
         with job.phase("per-record checks"):
             return Done(Opaque(check_chunk(records, *job.task_args)))
     return records_task.submit(Opaque(records), *job.task_args)
-
-
-def _cancel(futures) -> None:
-    """Chunks still queued after an error need not run."""
-    for f in futures:
-        wrapped = getattr(f, "wrapped_future", None)
-        if wrapped is not None:
-            wrapped.cancel()
 
 
 @contextmanager
@@ -116,15 +106,18 @@ def short_switches(seconds: float = 0.0005):
 
 
 @flow(name="validate", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
-def validate_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True) -> dict:
-    """Validate records with the layers of `config` (ValidateConfig fields). `run` picks the
-    task runner for `workers`; called directly (e.g. as a subflow) it uses one thread.
-    With one worker the checks run in the flow thread and the commits, in order, on the
-    runner's one thread (Parquet encoding and fsync overlap the next chunk's checks);
-    with N workers the checks run in the pool and the commits in the flow thread."""
+def validate_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True,
+                  runner: dict | None = None) -> dict:
+    """Validate records with the layers of `config` (ValidateConfig fields). `run` puts the
+    flow on the task runner of `runner` (RunnerConfig fields) and `workers`; called
+    directly (e.g. as a subflow) it uses one thread. When the run does not fan out (the
+    default runner, one worker) the checks run in the flow thread and the commits, in order,
+    on the runner's one thread (Parquet encoding and fsync overlap the next chunk's checks);
+    otherwise the checks run on the task runner and the commits in the flow thread."""
     job = ValidationRun(ValidateConfig(**config), BackendConfig(**backend), resolve_root(data_root))
+    fan_out = RunnerConfig(**(runner or {})).fans_out(job.cfg.workers)
     window = max(2, 2 * job.cfg.workers)  # chunks in flight: workers stay busy, memory stays bounded
-    writer = job.cfg.workers == 1
+    writer = not fan_out
     pending: deque = deque()  # (chunk, future of its checks)
     commits: deque = deque()  # commits in flight on the writer thread
     bar = tqdm(total=job.rows_in, desc="validate", unit="rec", disable=not progress)
@@ -149,7 +142,7 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
     try:
         with short_switches() if writer else nullcontext():
             for chunk in job.chunks():
-                future = check(chunk.todo, job) if len(chunk.todo) else None
+                future = check(chunk.todo, job, fan_out) if len(chunk.todo) else None
                 pending.append((chunk, future))
                 if len(pending) >= window:
                     finish_oldest()
@@ -159,7 +152,7 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
                 wait_commit()
     finally:
         bar.close()
-        _cancel([f for _, f in pending if f is not None] + list(commits))
+        cancel([f for _, f in pending if f is not None] + list(commits))
         job.close_backend()
 
     summary = job.close()
@@ -176,8 +169,11 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
     return summary
 
 
-def run(cfg: ValidateConfig, bcfg: BackendConfig | None = None, data_root=None, progress: bool = True) -> dict:
-    """Run the flow on the task runner for `cfg.workers` (Prefect's temporary local server
-    when no PREFECT_API_URL is set)."""
-    return validate_flow.with_options(task_runner=task_runner(cfg.workers))(
-        asdict(cfg), (bcfg or BackendConfig()).to_dict(), str(data_root) if data_root else None, progress)
+def run(cfg: ValidateConfig, bcfg: BackendConfig | None = None, data_root=None, progress: bool = True,
+        runner: RunnerConfig | None = None) -> dict:
+    """Run the flow on `runner`'s task runner (default: threads, or a pool of `cfg.workers`
+    processes), with Prefect's temporary local server when no PREFECT_API_URL is set. The
+    data root is made absolute: a Dask or Ray worker need not share the flow's working directory."""
+    return validate_flow.with_options(task_runner=(runner or RunnerConfig()).make(cfg.workers))(
+        asdict(cfg), (bcfg or BackendConfig()).to_dict(), str(resolve_root(data_root).absolute()), progress,
+        asdict(runner) if runner else None)

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 SCALARS = (str, int, float, bool)
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError)  # bad input: a readable message, exit 2
@@ -109,7 +110,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                 built = [cls(**values) for cls, values in zip(classes, built)]
                 return fn(*built, data_root=data_root)
             except errors as e:
-                _err.print(f"[red]{label or name} failed:[/red] {e}", soft_wrap=True)
+                _err.print(f"[red]{label or name} failed:[/red] {escape(str(e))}", soft_wrap=True)
                 raise typer.Exit(2) from None
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.validate import run, task_runner
+from flows.runners import make_task_runner
+from flows.validate import run
 from storage import load_table, write_rows
 from storage.schema import SHARED_COLUMNS
 from validators.runner import ValidateConfig
@@ -62,10 +63,10 @@ def test_one_worker_and_a_process_pool_give_the_same_results(world, tmp_path):
 
 
 def test_task_runner_choice_and_bad_workers(tmp_path):
-    assert type(task_runner(1)).__name__ == "ThreadPoolTaskRunner"
-    assert type(task_runner(3)).__name__ == "ProcessPoolTaskRunner"
+    assert type(make_task_runner("default", None, 1)).__name__ == "ThreadPoolTaskRunner"
+    assert type(make_task_runner("default", None, 3)).__name__ == "ProcessPoolTaskRunner"
     with pytest.raises(ValueError, match="workers"):
-        task_runner(0)
+        make_task_runner("default", None, 0)
     bad = subprocess.run([sys.executable, "-m", "flows.cli", "validate", "--dataset", "w", "--workers", "0"],
                          cwd=REPO, env={**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=120)
