@@ -15,6 +15,7 @@ import typer
 
 from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_selfplay, cli_synth,
                    cli_train, cli_validate)
+from flows import cli_serve
 from flows import cli_tools
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
@@ -39,6 +40,7 @@ cli_train.register(app)
 cli_pipeline.register(app)
 cli_selfplay.register(app)
 cli_acquire.register(app)
+cli_serve.register(app)
 cli_tools.register(app)
 
 

@@ -1,8 +1,10 @@
 """Helpers every flow uses: `Stages` (storage/runs.py: times each stage of a flow and counts
-its rows in and out) and the end-of-flow artifact it publishes (that table plus counts such
-as reject reasons). Run records (a run's resolved config and its hash, which names the run)
-are storage/runs.py too. (Prefect's defaults for running with no server are set in
-flows/__init__.py, before prefect is imported.)
+its rows in and out) and the end-of-flow artifacts it publishes: a markdown report under
+`key` and a table under `key-table` (a row per stage with its rows in and out, seconds and
+notes, then a row per count such as a reject reason), which the Prefect client reads back.
+Run records (a run's resolved config and its hash, which names the run) are storage/runs.py
+too. (Prefect's defaults for running with no server are set in flows/__init__.py, before
+prefect is imported.)
 
     stages = Stages()
     with stages.stage("load") as st:
@@ -13,14 +15,22 @@ flows/__init__.py, before prefect is imported.)
 
 from __future__ import annotations
 
+import logging
+import re
+
 from storage import runs
 
 
 class Stages(runs.Stages):
-    """storage.runs.Stages that also publishes itself as the flow's artifact."""
+    """storage.runs.Stages that also publishes itself as the flow's artifacts."""
 
     def publish(self, key: str, title: str, counts: dict[str, dict] | None = None) -> str:
         return publish_artifact(key, title, self.as_dicts(), counts)
+
+
+def artifact_key(key: str) -> str:
+    """A Prefect artifact key: lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9-]+", "-", key.lower()).strip("-")
 
 
 def stage_table(stages: list[dict]) -> str:
@@ -32,20 +42,35 @@ def stage_table(stages: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def table_rows(stages: list[dict], counts: dict[str, dict] | None = None) -> list[dict]:
+    """The rows of the table artifact, all with the same columns: per stage (`section`
+    "stage") its rows in and out, seconds and notes; per count (`section` the count's name,
+    e.g. "rejects by layer/reason") the value as `name` and its `count`, largest first."""
+    rows = [{"section": "stage", "name": s["stage"], "rows_in": s.get("rows_in"), "rows_out": s.get("rows_out"),
+             "seconds": round(s.get("seconds", 0.0), 3), "count": None, "notes": s.get("notes", "")}
+            for s in stages]
+    for section, table in (counts or {}).items():
+        rows += [{"section": section, "name": str(k), "rows_in": None, "rows_out": None, "seconds": None,
+                  "count": v, "notes": ""} for k, v in sorted(table.items(), key=lambda kv: -kv[1])]
+    return rows
+
+
 def publish_artifact(key: str, title: str, stages: list[dict], counts: dict[str, dict] | None = None) -> str:
-    """End-of-flow Prefect artifact: rows in and out per stage, counts (e.g. reject reasons,
-    case mix) and timing. Returns the markdown (also when no Prefect run is active)."""
+    """End-of-flow Prefect artifacts: rows in and out per stage, counts (e.g. reject reasons,
+    case mix) and timing, as markdown (key `key`) and as a table (key `key-table`). Returns
+    the markdown (also when no Prefect run is active)."""
     md = [f"# {title}", "", stage_table(stages)]
     for name, table in (counts or {}).items():
         md += ["", f"## {name}", "", "| value | count |", "|---|---:|"]
         md += [f"| {k} | {v} |" for k, v in sorted(table.items(), key=lambda kv: -kv[1])]
     text = "\n".join(md)
     try:
-        from prefect.artifacts import create_markdown_artifact
+        from prefect.artifacts import create_markdown_artifact, create_table_artifact
         from prefect.context import FlowRunContext
 
         if FlowRunContext.get() is not None:
-            create_markdown_artifact(markdown=text, key=key.lower().replace("_", "-"), description=title)
-    except Exception:  # an artifact is a report; never fail a flow over it
-        pass
+            create_markdown_artifact(markdown=text, key=artifact_key(key), description=title)
+            create_table_artifact(table_rows(stages, counts), key=artifact_key(f"{key}-table"), description=title)
+    except Exception as e:  # an artifact is a report; never fail a flow over it
+        logging.getLogger(__name__).warning("artifact %s not published: %s: %s", key, type(e).__name__, e)
     return text

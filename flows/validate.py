@@ -169,11 +169,18 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
     return summary
 
 
+def flow_for(cfg: ValidateConfig, bcfg: BackendConfig | None = None, runner: RunnerConfig | None = None):
+    """The flow on the task runner of `runner` (default: threads, or a pool of `cfg.workers`
+    processes) (what `run` calls and `forgeplay serve` deploys; pass the same `runner` as
+    the flow's parameter)."""
+    return validate_flow.with_options(task_runner=(runner or RunnerConfig()).make(cfg.workers))
+
+
 def run(cfg: ValidateConfig, bcfg: BackendConfig | None = None, data_root=None, progress: bool = True,
         runner: RunnerConfig | None = None) -> dict:
-    """Run the flow on `runner`'s task runner (default: threads, or a pool of `cfg.workers`
-    processes), with Prefect's temporary local server when no PREFECT_API_URL is set. The
-    data root is made absolute: a Dask or Ray worker need not share the flow's working directory."""
-    return validate_flow.with_options(task_runner=(runner or RunnerConfig()).make(cfg.workers))(
-        asdict(cfg), (bcfg or BackendConfig()).to_dict(), str(resolve_root(data_root).absolute()), progress,
-        asdict(runner) if runner else None)
+    """Run the flow on `runner`'s task runner (Prefect's temporary local server when no
+    PREFECT_API_URL is set). The data root is made absolute: a Dask or Ray worker need not
+    share the flow's working directory."""
+    return flow_for(cfg, bcfg, runner)(asdict(cfg), (bcfg or BackendConfig()).to_dict(),
+                                       str(resolve_root(data_root).absolute()), progress,
+                                       asdict(runner) if runner else None)

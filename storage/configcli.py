@@ -1,8 +1,9 @@
 """Typed configs on the command line: Typer commands built from config dataclasses (every
 field an option, its `metadata["help"]` the help text, so the CLI and the saved config never
 drift apart), and the way back, a config instance as the options that rebuild it (how a
-launcher passes configs to the processes it starts). Both `forgeplay` (flows/) and
-`python -m train` build their commands here.
+launcher passes configs to the processes it starts), and a JSON Schema of the fields, how a
+file naming options is checked (`json_schema`). Both `forgeplay` (flows/) and `python -m
+train` build their commands here.
 
     @config_command(app, "synthesize", SynthConfig, BackendConfig)
     def synthesize(synth: SynthConfig, backend: BackendConfig, data_root: Path | None) -> None: ...
@@ -151,3 +152,27 @@ def to_args(*configs, skip: Sequence[str] = ()) -> list[str]:
             else:
                 out += [f"--{flag}", str(v)]
     return out
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array",
+               type(None): "null"}
+
+
+def _json_types(tp) -> list[str]:
+    """JSON Schema type names of a field's type (none known: any value)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [t for a in typing.get_args(tp) for t in _json_types(a)]
+    name = _JSON_TYPES.get(typing.get_origin(tp) or tp)
+    return [name] if name else []
+
+
+def json_schema(*classes) -> dict:
+    """A JSON Schema of an object that sets some fields of config dataclasses `classes` (no
+    other keys; a value of the field's type): how a file naming options, such as the
+    parameters of a `forgeplay serve` schedule, is checked before the configs are built."""
+    props = {}
+    for cls in classes:
+        for f in _fields(cls):
+            kinds = _json_types(f.type)
+            props[f.name] = {"description": f.metadata.get("help", ""), **({"type": kinds} if kinds else {})}
+    return {"type": "object", "properties": props, "additionalProperties": False}

@@ -1,0 +1,232 @@
+"""The schedules file of `forgeplay serve`: which flows run when, with which parameters.
+
+    schedules:
+      - flow: validate            # synthesize, validate, selfplay, selfplay-warmstart, acquire-labels, pipeline
+        name: nightly             # the deployment's name (unique per flow)
+        cron: "0 2 * * *"         # or interval: 3600 (seconds); optional timezone: Europe/Paris
+        parameters:               # the command's options, without dashes: forgeplay validate --help
+          dataset: demo
+          layers: schema,rules,dedup
+
+A file is checked whole before anything is served (the file's JSON Schema is built from the
+flows' config dataclasses, storage/configcli.py), and a malformed one is one error line
+naming the field: `schedules.yaml: schedules[1].cron: Invalid cron string: "61 * * * *"`.
+Unset parameters take the command's defaults; every deployment gets the full config, so the
+Prefect UI shows what a run will use. `SERVABLE` lists the flows; a new one is an entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jsonschema
+import yaml
+
+from acquire.session import AcquireConfig
+from flows.configs import PipelineConfig
+from flows.runners import RunnerConfig
+from generators.llm.registry import BackendConfig
+from generators.synth.synthesize import SynthConfig
+from selfplay.play import PlayConfig
+from selfplay.warmstart import WarmstartConfig
+from storage.configcli import json_schema
+from train.configs import TrainConfig
+from validators.runner import ValidateConfig
+
+
+@dataclass(frozen=True)
+class Servable:
+    """A flow `forgeplay serve` can schedule: `target` ("module:attribute", a Prefect flow or
+    a function of the configs that returns one) and the config dataclasses whose fields are
+    its parameters, each passed as a dict to the flow parameter named beside it in `params`;
+    `check(*configs)` raises ValueError on values the command would refuse before running."""
+
+    target: str
+    configs: tuple[type, ...]
+    params: tuple[str, ...]
+    check: Callable | None = None
+
+    def flow(self, configs: list):
+        module, attr = self.target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        return obj if hasattr(obj, "to_deployment") else obj(*configs)
+
+
+SERVABLE = {
+    "synthesize": Servable("flows.synthesize:synthesize_flow", (SynthConfig, BackendConfig), ("config", "backend")),
+    "validate": Servable("flows.validate:flow_for", (ValidateConfig, BackendConfig, RunnerConfig),
+                         ("config", "backend", "runner"), check=lambda cfg, _, runner: (cfg.layer_list(), runner.kind())),
+    "selfplay": Servable("flows.selfplay:selfplay_flow", (PlayConfig,), ("config",)),
+    "selfplay-warmstart": Servable("flows.selfplay:warmstart_flow", (WarmstartConfig, TrainConfig),
+                                   ("config", "train")),
+    "acquire-labels": Servable("flows.acquire:acquire_flow", (AcquireConfig,), ("config",)),
+    "pipeline": Servable("flows.pipeline:pipeline_flow", (PipelineConfig, BackendConfig), ("config", "backend")),
+}
+COMMANDS = {"selfplay": "selfplay run", "selfplay-warmstart": "selfplay warmstart"}  # else the flow's name
+KEYS = ("flow", "name", "cron", "interval", "timezone", "description", "parameters")
+
+
+class ScheduleError(ValueError):
+    """A malformed schedules file; the message is one line naming the file and the field."""
+
+
+def file_schema() -> dict:
+    """The JSON Schema of a schedules file; each flow's parameters are its configs' fields."""
+    entry = {
+        "type": "object", "required": ["flow", "name"], "additionalProperties": False,
+        "properties": {
+            "flow": {"enum": list(SERVABLE)},
+            "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9 _.-]*$"},
+            "cron": {"type": "string"},
+            "interval": {"type": "number", "exclusiveMinimum": 0},
+            "timezone": {"type": "string"},
+            "description": {"type": "string"},
+            "parameters": {"type": "object"},
+        },
+        "allOf": [{"if": {"properties": {"flow": {"const": name}}, "required": ["flow"]},
+                   "then": {"properties": {"parameters": json_schema(*s.configs)}}} for name, s in SERVABLE.items()],
+    }
+    return {"type": "object", "required": ["schedules"], "additionalProperties": False,
+            "properties": {"schedules": {"type": "array", "minItems": 1, "items": entry}}}
+
+
+@dataclass
+class Schedule:
+    """One entry of the file, its parameters built into the flow's configs."""
+
+    flow: str
+    name: str
+    configs: list
+    cron: str | None = None
+    interval: float | None = None
+    timezone: str | None = None
+    description: str | None = None
+
+    def parameters(self, root: Path) -> dict:
+        """The flow's parameters: each config as a dict, the data root, no progress bars."""
+        servable = SERVABLE[self.flow]
+        params = {p: dataclasses.asdict(c) for p, c in zip(servable.params, self.configs)}
+        params["data_root"] = str(root)
+        return params
+
+    def options(self, root: Path) -> dict:
+        """Prefect's `Runner.add_flow` arguments of this schedule: the deployment's name,
+        schedule, parameters and description, and at most one run at a time (a run due while
+        the previous one still runs is cancelled, not queued: queued runs would pile up)."""
+        import inspect
+
+        from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+        from prefect.schedules import Cron, Interval
+
+        flow = SERVABLE[self.flow].flow(self.configs)
+        params = self.parameters(root)
+        if "progress" in inspect.signature(flow.fn).parameters:
+            params["progress"] = False
+        return {"flow": flow, "name": self.name, "parameters": params, "description": self.description,
+                "schedule": (Cron(self.cron, timezone=self.timezone) if self.cron
+                             else Interval(dt.timedelta(seconds=self.interval), timezone=self.timezone)),
+                "concurrency_limit": ConcurrencyLimitConfig(limit=1,
+                                                            collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)}
+
+
+def where(path) -> str:
+    """A JSON path as the user reads it: schedules[1].parameters.n."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _explain(err: jsonschema.ValidationError, doc) -> tuple[list, str]:
+    """(path of the field at fault, message) of a schema error."""
+    path = list(err.absolute_path)
+    if err.validator == "required":
+        missing = next(k for k in err.validator_value if k not in err.instance)
+        return path + [missing], "missing (required)"
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))[0]
+        if path and path[-1] == "parameters":
+            flow = doc["schedules"][path[1]]["flow"]
+            return path + [extra], (f"not a parameter of {flow} (the options of "
+                                    f"`forgeplay {COMMANDS.get(flow, flow)} --help`, without dashes)")
+        return path + [extra], f"unknown field (expected one of: {', '.join(err.schema['properties'])})"
+    return path, err.message
+
+
+def _check_when(entry: dict, at: str) -> None:
+    """Exactly one of cron and interval, and a cron string and timezone Prefect accepts."""
+    if ("cron" in entry) == ("interval" in entry):
+        field = "interval" if "cron" in entry else "cron"
+        raise ScheduleError(f"{at}.{field}: give cron or interval, not both" if "cron" in entry
+                            else f"{at}: give cron (a cron string) or interval (seconds)")
+    from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
+    from pydantic import ValidationError
+
+    try:
+        if "cron" in entry:
+            CronSchedule(cron=entry["cron"], timezone=entry.get("timezone"))
+        else:
+            IntervalSchedule(interval=dt.timedelta(seconds=entry["interval"]), timezone=entry.get("timezone"))
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = first["loc"][0] if first["loc"] else "timezone"
+        raise ScheduleError(f"{at}.{field}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+def _configs(entry: dict, at: str) -> list:
+    """The flow's config instances from the entry's parameters (their own checks included)."""
+    params, servable = entry.get("parameters") or {}, SERVABLE[entry["flow"]]
+    try:
+        out = [cls(**{k: v for k, v in params.items() if k in {f.name for f in dataclasses.fields(cls)}})
+               for cls in servable.configs]
+        if servable.check is not None:
+            servable.check(*out)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ScheduleError(f"{at}.parameters: {e}") from None
+    return out
+
+
+def parse(doc, source: str = "schedules") -> list[Schedule]:
+    """Schedules from a parsed file; ScheduleError "<source>: <field>: <what is wrong>"."""
+    try:
+        if doc is None:
+            raise ScheduleError("(top level): the file is empty; it needs a `schedules` list")
+        err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(file_schema()).iter_errors(doc))
+        if err is not None:
+            path, msg = _explain(err, doc)
+            raise ScheduleError(f"{where(path)}: {msg}")
+        seen: dict[tuple[str, str], int] = {}
+        out = []
+        for i, entry in enumerate(doc["schedules"]):
+            at = f"schedules[{i}]"
+            key = (entry["flow"], entry["name"])
+            if key in seen:
+                raise ScheduleError(f"{at}.name: {entry['name']!r} is already the name of schedules[{seen[key]}] "
+                                    f"(names are unique per flow)")
+            seen[key] = i
+            _check_when(entry, at)
+            out.append(Schedule(entry["flow"], entry["name"], _configs(entry, at), entry.get("cron"),
+                                entry.get("interval"), entry.get("timezone"), entry.get("description")))
+        return out
+    except ScheduleError as e:
+        raise ScheduleError(f"{source}: {e}") from None
+
+
+def load(path: str | Path) -> list[Schedule]:
+    """Read and check a schedules file (YAML or JSON); ScheduleError naming the field."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ScheduleError(f"{path}: cannot read it ({e.strerror})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark else ""
+        raise ScheduleError(f"{path}: {line}not YAML ({getattr(e, 'problem', None) or e})") from None
+    return parse(doc, str(path))
