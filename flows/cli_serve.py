@@ -1,6 +1,7 @@
 """`forgeplay serve`: the flows of a schedules file (flows/schedules.py) as Prefect
-deployments with their cron or interval schedules, served by Prefect's own `serve` until
-Ctrl-C or SIGTERM (which pause the schedules). Needs a Prefect server:
+deployments with their cron or interval schedules, served by Prefect's Runner (what
+`Flow.serve` runs) until Ctrl-C or SIGTERM (which pause the schedules). Needs a Prefect
+server:
 
     prefect server start
     PREFECT_API_URL=http://127.0.0.1:4200/api forgeplay serve --config schedules.yaml

@@ -68,7 +68,6 @@ SERVABLE = {
     "pipeline": Servable("flows.pipeline:pipeline_flow", (PipelineConfig, BackendConfig), ("config", "backend")),
 }
 COMMANDS = {"selfplay": "selfplay run", "selfplay-warmstart": "selfplay warmstart"}  # else the flow's name
-KEYS = ("flow", "name", "cron", "interval", "timezone", "description", "parameters")
 
 
 class ScheduleError(ValueError):
@@ -108,7 +107,7 @@ class Schedule:
     description: str | None = None
 
     def parameters(self, root: Path) -> dict:
-        """The flow's parameters: each config as a dict, the data root, no progress bars."""
+        """The flow's parameters: each config as a dict, and the data root."""
         servable = SERVABLE[self.flow]
         params = {p: dataclasses.asdict(c) for p, c in zip(servable.params, self.configs)}
         params["data_root"] = str(root)
@@ -160,10 +159,10 @@ def _explain(err: jsonschema.ValidationError, doc) -> tuple[list, str]:
 
 def _check_when(entry: dict, at: str) -> None:
     """Exactly one of cron and interval, and a cron string and timezone Prefect accepts."""
-    if ("cron" in entry) == ("interval" in entry):
-        field = "interval" if "cron" in entry else "cron"
-        raise ScheduleError(f"{at}.{field}: give cron or interval, not both" if "cron" in entry
-                            else f"{at}: give cron (a cron string) or interval (seconds)")
+    if "cron" in entry and "interval" in entry:
+        raise ScheduleError(f"{at}.interval: give cron or interval, not both")
+    if "cron" not in entry and "interval" not in entry:
+        raise ScheduleError(f"{at}: give cron (a cron string) or interval (seconds)")
     from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
     from pydantic import ValidationError
 
@@ -214,7 +213,7 @@ def parse(doc, source: str = "schedules") -> list[Schedule]:
                                 entry.get("interval"), entry.get("timezone"), entry.get("description")))
         return out
     except ScheduleError as e:
-        raise ScheduleError(f"{source}: {e}") from None
+        raise ScheduleError(f"{source}: {e}".replace("\n", " ")) from None
 
 
 def load(path: str | Path) -> list[Schedule]:
