@@ -13,10 +13,8 @@ from typing import Optional
 
 import typer
 
-from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_selfplay, cli_synth,
-                   cli_train, cli_validate)
-from flows import cli_serve
-from flows import cli_tools
+from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_selfplay, cli_serve,
+                   cli_synth, cli_tools, cli_train, cli_validate)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
                   help="forgeplay: turn a corpus into verified RL training data, and train on it.")

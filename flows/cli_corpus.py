@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from storage.configcli import DataRoot
+from storage.configcli import DataRoot, fail
 from storage.manifest import resolve_root
 from storage import manifest
 
@@ -36,18 +36,13 @@ def _help(name: str) -> str:
     return {f.name: f.metadata.get("help", "") for f in fields(WorldConfig)}[name]
 
 
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
-
-
 def _check_names(dataset: str, run_id: Optional[str]) -> None:
     try:
         manifest.check_name("dataset name", dataset)
         if run_id is not None:
             manifest.check_name("run id", run_id)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def _progress() -> Progress:
@@ -73,13 +68,13 @@ def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (docu
 
     _check_names(out, run_id)
     if entities < MIN_ENTITIES:
-        _fail(f"--entities must be at least {MIN_ENTITIES}, got {entities}")
+        fail(f"--entities must be at least {MIN_ENTITIES}, got {entities}")
     if triples is not None and triples < 0:
-        _fail(f"--triples must be >= 0, got {triples}")
+        fail(f"--triples must be >= 0, got {triples}")
     try:
         mix = parse_mix(qtypes)
     except ValueError as e:
-        _fail(f"--qtypes: {e}")
+        fail(f"--qtypes: {e}")
     cfg = WorldConfig(seed=seed, entities=entities, triples=triples, qtypes=mix, verify=verify)
     total_triples = cfg.resolved()["triples"]
     start = time.perf_counter()
@@ -136,16 +131,16 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
 
     _check_names(out, run_id)
     if not file.is_file():
-        _fail(f"no such file: {file}")
+        fail(f"no such file: {file}")
     try:
         container = detect_container(file)
     except (OSError, UnicodeDecodeError) as e:
-        _fail(f"cannot read {file}: {e}")
+        fail(f"cannot read {file}: {e}")
     style = {"auto": "auto", "hotpot": "hotpot", "jsonl": "plain", "parquet": "auto"}[format.value]
     if format == ImportFormat.parquet and container != "parquet":
-        _fail(f"--format parquet but {file.name} does not end in .parquet")
+        fail(f"--format parquet but {file.name} does not end in .parquet")
     if format in (ImportFormat.hotpot, ImportFormat.jsonl) and container == "parquet":
-        _fail(f"--format {format.value} reads JSON or JSON Lines; use --format parquet or auto for {file.name}")
+        fail(f"--format {format.value} reads JSON or JSON Lines; use --format parquet or auto for {file.name}")
     start = time.perf_counter()
     try:
         with _progress() as bar:
@@ -153,10 +148,10 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
             report = import_file(file, resolve_root(data_root), out, style=style, container=container, source=source,
                                  run_id=run_id, progress=lambda n: bar.advance(task, n))
     except (OSError, UnicodeDecodeError) as e:
-        _fail(f"cannot read {file}: {e}")
+        fail(f"cannot read {file}: {e}")
     except Exception as e:  # pyarrow errors on a broken Parquet file
         if type(e).__module__.startswith("pyarrow"):
-            _fail(f"cannot read {file} as Parquet: {e}")
+            fail(f"cannot read {file} as Parquet: {e}")
         raise
     elapsed = time.perf_counter() - start
     t = Table(title=f"{file.name} -> {out} (run {report.run_id}, {report.container})")
@@ -188,7 +183,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
         console.print(f"all rejects: {resolve_root(data_root) / out / '_runs' / (report.run_id + '.rejects.jsonl')}")
     console.print(f"done in {elapsed:.1f}s")
     if report.records and not report.imported:
-        _fail("no record could be imported")
+        fail("no record could be imported")
 
 
 corpus_app.command("world")(world)

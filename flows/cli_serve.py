@@ -15,16 +15,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
-from storage.configcli import DataRoot
+from storage.configcli import DataRoot, fail
 
 SERVER_HINT = "run `prefect server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
-
-
-def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]serve failed:[/red] {escape(msg)}", soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def server_error() -> str | None:
@@ -58,10 +52,10 @@ def register(app: typer.Typer) -> None:
         try:
             schedules = load(config)
         except ScheduleError as e:
-            _fail(str(e))
+            fail(str(e), "serve failed")
         problem = server_error()
         if problem:
-            _fail(problem)
+            fail(problem, "serve failed")
         serve_schedules(schedules, resolve_root(data_root).absolute(), limit)
 
 

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
 from storage import manifest
-from storage.configcli import DataRoot
+from storage.configcli import DataRoot, fail
 from storage.manifest import resolve_root
 
 console = Console()
@@ -29,16 +29,11 @@ tools_app = typer.Typer(no_args_is_help=True, help="The virtual tool bank: impor
 Domain = Enum("Domain", {d: d for d in DOMAINS}, type=str)
 
 
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
-
-
 def _dataset(name: str) -> str:
     try:
         return manifest.check_name("dataset name", name)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 FILE_HELP = 'JSON Lines: one {"name", "description", "parameters"} tool per line.'
@@ -59,11 +54,11 @@ def import_(file: Annotated[Path, typer.Argument(help=FILE_HELP)],
 
     name = _dataset(dataset)
     if not file.is_file():
-        _fail(f"no such file: {file}")
+        fail(f"no such file: {file}")
     try:
         report = import_file(file, resolve_root(data_root), name, domain.value)
     except (OSError, UnicodeDecodeError) as e:
-        _fail(f"cannot read {file}: {e}")
+        fail(f"cannot read {file}: {e}")
     for line, reason in report.problems:
         err.print(f"{file}:{line}: {reason}", markup=False)
     console.print(f"{file.name} -> {name} (run {RUN_ID}, domain {domain.value}): {report.written} new tools, "
@@ -83,7 +78,7 @@ def list_(dataset: Annotated[str, typer.Option("--dataset", help="Dataset whose 
 
     rows = {r["tool_id"]: r for r in load_table(_dataset(dataset), "tools", resolve_root(data_root)).to_pylist()}
     if not rows:
-        _fail(f"dataset {dataset!r} has no tools yet: run `forgeplay synthesize` or `forgeplay tools import`")
+        fail(f"dataset {dataset!r} has no tools yet: run `forgeplay synthesize` or `forgeplay tools import`")
     t = Table(title=f"{dataset}: {len(rows)} tools")
     for c in ("name", "domain", "source", "lookup", "required"):
         t.add_column(c, overflow="fold")

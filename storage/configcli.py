@@ -31,6 +31,13 @@ SCALARS = (str, int, float, bool)
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError)  # bad input: a readable message, exit 2
 _err = Console(stderr=True)
 
+def fail(message: str, label: str = "error") -> None:
+    """Print `label: message` in red on stderr (the message as plain text) and exit with 2:
+    how a command refuses bad input."""
+    _err.print(f"[red]{label}:[/red] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
 DataRoot = Annotated[
     Optional[Path],
     typer.Option("--data-root", envvar="FORGEPLAY_DATA", show_envvar=True,
@@ -111,8 +118,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                 built = [cls(**values) for cls, values in zip(classes, built)]
                 return fn(*built, data_root=data_root)
             except errors as e:
-                _err.print(f"[red]{label or name} failed:[/red] {escape(str(e))}", soft_wrap=True)
-                raise typer.Exit(2) from None
+                fail(str(e), f"{label or name} failed")
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__doc__ = " ".join((help or fn.__doc__ or "").split())  # one paragraph in --help
