@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import jsonschema
-import yaml
-
 from acquire.session import AcquireConfig
 from flows.configs import PipelineConfig
 from flows.runners import RunnerConfig
@@ -34,6 +31,7 @@ from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
 from selfplay.play import PlayConfig
 from selfplay.warmstart import WarmstartConfig
+from storage import configfile
 from storage.configcli import json_schema
 from train.configs import TrainConfig
 from validators.runner import ValidateConfig
@@ -133,28 +131,14 @@ class Schedule:
                                                             collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)}
 
 
-def where(path) -> str:
-    """A JSON path as the user reads it: schedules[1].parameters.n."""
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(top level)"
-
-
-def _explain(err: jsonschema.ValidationError, doc) -> tuple[list, str]:
-    """(path of the field at fault, message) of a schema error."""
-    path = list(err.absolute_path)
-    if err.validator == "required":
-        missing = next(k for k in err.validator_value if k not in err.instance)
-        return path + [missing], "missing (required)"
-    if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))[0]
+def _unknown(doc) -> Callable[[list], str | None]:
+    """How an unknown parameter of a schedule is worded: the command whose options it takes."""
+    def word(path: list) -> str | None:
         if path and path[-1] == "parameters":
             flow = doc["schedules"][path[1]]["flow"]
-            return path + [extra], (f"not a parameter of {flow} (the options of "
-                                    f"`forgeplay {COMMANDS.get(flow, flow)} --help`, without dashes)")
-        return path + [extra], f"unknown field (expected one of: {', '.join(err.schema['properties'])})"
-    return path, err.message
+            return f"not a parameter of {flow} (the options of `forgeplay {COMMANDS.get(flow, flow)} --help`, without dashes)"
+        return None
+    return word
 
 
 def _check_when(entry: dict, at: str) -> None:
@@ -195,10 +179,10 @@ def parse(doc, source: str = "schedules") -> list[Schedule]:
     try:
         if doc is None:
             raise ScheduleError("(top level): the file is empty; it needs a `schedules` list")
-        err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(file_schema()).iter_errors(doc))
-        if err is not None:
-            path, msg = _explain(err, doc)
-            raise ScheduleError(f"{where(path)}: {msg}")
+        try:
+            configfile.check(doc, file_schema(), _unknown(doc))
+        except configfile.ConfigFileError as e:
+            raise ScheduleError(str(e)) from None
         seen: dict[tuple[str, str], int] = {}
         out = []
         for i, entry in enumerate(doc["schedules"]):
@@ -219,13 +203,7 @@ def parse(doc, source: str = "schedules") -> list[Schedule]:
 def load(path: str | Path) -> list[Schedule]:
     """Read and check a schedules file (YAML or JSON); ScheduleError naming the field."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ScheduleError(f"{path}: cannot read it ({e.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark else ""
-        raise ScheduleError(f"{path}: {line}not YAML ({getattr(e, 'problem', None) or e})") from None
+        doc = configfile.read(path)
+    except configfile.ConfigFileError as e:
+        raise ScheduleError(str(e)) from None
     return parse(doc, str(path))
