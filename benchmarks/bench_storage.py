@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from comparisons import record
 from storage import ShardWriter, load_table
 from storage.schema import load
 from storage.shards import stamp
@@ -97,6 +98,11 @@ def main() -> None:
     w, rd = best["commit write"] / best["raw write"], best["manifest read"] / best["raw read"]
     print(f"\ncommit/raw write time ratio: {w:.3f}  (overhead {100 * (w - 1):+.1f}%, target <= +20%)")
     print(f"manifest/raw read time ratio: {rd:.3f}  (overhead {100 * (rd - 1):+.1f}%)")
+    setting = f"{args.rows:,} rows"
+    record("commit protocol write", results["commit write"], "raw pyarrow write", results["raw write"], "s",
+           better="lower", paired=True, setting=setting)
+    record("manifest read", results["manifest read"], "raw pyarrow read", results["raw read"], "s",
+           better="lower", paired=True, setting=setting)
 
 
 if __name__ == "__main__":

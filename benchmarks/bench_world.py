@@ -17,6 +17,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from comparisons import record
 from generators.corpus.build import WorldConfig, generate, write
 from generators.corpus.derive import EXTRACTOR, split_sentences
 
@@ -54,6 +55,8 @@ def main() -> None:
         corpus = corpus or corpus_n
         table.add_row(str(n), str(len(corpus_n.triple_rows)), f"{t_plain:.2f}", f"{t_verify:.2f}",
                       f"{t_verify / t_plain:.2f}x", f"{t_all - t_verify:.2f}", f"{n / t_all:,.0f}")
+        record("build + answer verification", t_verify, "build alone", t_plain, "s", better="lower",
+               setting=f"{n} entities")
     Console().print(table)
 
     sentences = [s for r in corpus.document_rows for s in split_sentences(r["text"])]
@@ -66,6 +69,8 @@ def main() -> None:
     ex.add_row("every template (peer)", f"{t_bf:.2f}", f"{len(sentences) / t_bf:,.0f}", "1.00x")
     ex.add_row("anchor-word index", f"{t_idx:.2f}", f"{len(sentences) / t_idx:,.0f}", f"{t_bf / t_idx:.2f}x")
     Console().print(ex)
+    record("anchor-word index", len(sentences) / t_idx, "every template", len(sentences) / t_bf, "sentences/s",
+           setting=f"{len(sentences):,} sentences")
 
 
 if __name__ == "__main__":
