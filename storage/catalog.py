@@ -42,7 +42,8 @@ def view_name(dataset: str, kind: str) -> str:
     return re.sub(r"\W", "_", f"{dataset}_{kind}")
 
 
-def _quarantined(ddir: Path) -> set[str]:
+def quarantined(ddir: Path) -> set[str]:
+    """Paths (relative to the dataset folder `ddir`) of the shards the last `verify` found corrupt."""
     try:
         return set(json.loads((ddir / QUARANTINE).read_text()))
     except (FileNotFoundError, ValueError):
@@ -69,7 +70,7 @@ class Catalog:
         self.problems = []
         for ds in manifest.datasets(self.root):
             ddir = self.root / ds
-            bad = _quarantined(ddir)
+            bad = quarantined(ddir)
             for e in manifest.read(ddir):
                 path = e.abspath(ddir)
                 problem = None
