@@ -10,8 +10,9 @@ from reports import plots
 from reports.context import Absent, RunContext
 from reports.html import Image, Section, Table
 
-MIXES = {"case": '"case"', "route": "route",
-         "hops": "TRY_CAST(json_extract_string(meta, '$.hop_count') AS INTEGER)"}  # synthesis keeps the plan's hops in meta
+# mix -> (SQL of the value, ORDER BY); synthesis keeps the plan's hop count in meta
+MIXES = {"case": ('"case"', "2 DESC, 1"), "route": ("route", "2 DESC, 1"),
+         "hops": ("TRY_CAST(json_extract_string(meta, '$.hop_count') AS INTEGER)", "1")}
 LENGTH_STATS = ("rows", "min", "median", "p95", "max")
 TOKEN_SAMPLE = 1000  # trajectories measured at most (a seeded sample), so the section stays a few seconds
 
@@ -33,12 +34,12 @@ def _trajectories(ctx: RunContext) -> dict[str, tuple[str, str | None]]:
 def mixes(ctx: RunContext) -> Section:
     sources = _trajectories(ctx)
     section = Section()
-    for mix, expr in MIXES.items():
+    for mix, (expr, order) in MIXES.items():
         counts = {}
         for name, (view, run_id) in sources.items():
             where, params = _where(run_id)
             counts[name] = dict(ctx.catalog.rows(f"SELECT {expr} AS v, count(*) FROM {view} {where} "
-                                                 "GROUP BY 1 ORDER BY 2 DESC, 1", params))
+                                                 f"GROUP BY 1 ORDER BY {order}", params))
         values = list(dict.fromkeys(v for c in counts.values() for v in c))
         rows = [[v, *(c.get(v, 0) for c in counts.values())] for v in values]
         section.images.append(Image(f"{mix} mix", plots.bars(f"{mix.capitalize()} mix", counts, xlabel=mix)))
@@ -100,7 +101,7 @@ def examiner_difficulty(ctx: RunContext) -> Section:
     lines: dict[str, list] = {}
     for it, hops, _, attempts, rate in rows:
         if attempts:
-            lines.setdefault(f"{hops} hops", []).append((it, rate))
+            lines.setdefault(f"hop count {hops}", []).append((it, rate))
     section = Section(tables=[Table(["iteration", "hops", "tasks", "attempts", "solve rate"],
                                     [list(r) for r in rows], "examiner")])
     if lines:

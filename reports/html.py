@@ -74,7 +74,7 @@ def fmt(v) -> str:
     return str(v)
 
 
-_ENV = Environment(autoescape=True, trim_blocks=False)
+_ENV = Environment(autoescape=True)
 
 
 def render(title: str, sections: list[Section], intro: list[str] = ()) -> str:

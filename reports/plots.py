@@ -10,6 +10,7 @@ import base64
 import io
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 WIDTH = 7.0  # inches; 100 dpi keeps a page of ten plots under a megabyte or so
 
@@ -69,6 +70,7 @@ def curves(title: str, panels: dict[str, dict[str, list[tuple[float, float]]]], 
                     label=name)
         ax.set_ylabel(metric)
         ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and iterations
         if len(lines) > 1:
             ax.legend()
     axes[0].set_title(title)
