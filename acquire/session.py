@@ -25,6 +25,7 @@ from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
 from acquire.sources import QUEUE_FORMATS, SOURCES
 from acquire.strategies import Context, choose, get_strategy
+from train.configs import TRIPLES_HELP
 
 
 @dataclass
@@ -49,6 +50,7 @@ class AcquireConfig:
     warmup: int = field(default=20, metadata={"help": "care: batches before the probes' scores are used"})
     batch: int = field(default=16, metadata={"help": "prompts per batch"})
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
+    triples: str = field(default="all", metadata={"help": TRIPLES_HELP})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     tool_style: str = field(default="full", metadata={
@@ -100,12 +102,10 @@ class Prompted:
 
 
 def load_prompts(root, cfg: AcquireConfig) -> list[Prompted]:
-    from storage import load_table
+    from train.triples import pick_triples
 
-    rows = sorted(load_table(cfg.dataset, "triples", root).to_pylist(), key=lambda t: t["triple_id"])
+    rows = sorted(pick_triples(root, cfg.dataset, cfg.triples), key=lambda t: t["triple_id"])
     rows = rows[:cfg.limit] if cfg.limit else rows
-    if not rows:
-        raise ValueError(f"dataset {cfg.dataset!r} has no triples")
     return [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
             for t in rows]
 

@@ -24,7 +24,7 @@ from acquire.buy import labelled_ids
 from acquire.ledger import Ledger
 from acquire.session import AcquireConfig, Session, load_prompts
 from acquire.sources import make_source
-from flows.common import Stages
+from flows.common import Stages, tie_temporary_server
 from storage import resolve_root
 from storage.manifest import dataset_dir
 from storage.resumable import RunWriter
@@ -53,6 +53,7 @@ def _save_probes(probes, path) -> None:
 @flow(name="acquire-labels", log_prints=True)
 def acquire_flow(config: dict, data_root: str | None = None, progress: bool = True) -> dict:
     """Acquire labels batch by batch (module docstring); the counts per batch and the ledger."""
+    tie_temporary_server()
     import torch
 
     from generators.llm.transformers_backend import TransformersBackend

@@ -13,8 +13,8 @@ from typing import Optional
 
 import typer
 
-from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_report, cli_selfplay,
-                   cli_serve, cli_synth, cli_tools, cli_train, cli_validate)
+from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_report, cli_run,
+                   cli_selfplay, cli_serve, cli_synth, cli_tools, cli_train, cli_validate)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
                   help="forgeplay: turn a corpus into verified RL training data, and train on it.")
@@ -36,6 +36,7 @@ cli_validate.register(app)
 cli_export.register(app)
 cli_train.register(app)
 cli_pipeline.register(app)
+cli_run.register(app)
 cli_selfplay.register(app)
 cli_acquire.register(app)
 cli_serve.register(app)

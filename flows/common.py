@@ -18,7 +18,24 @@ from __future__ import annotations
 import logging
 import re
 
-from storage import runs
+from storage import lifeline, runs
+
+
+_tied: set[int] = set()
+
+
+def tie_temporary_server() -> None:
+    """Tie the temporary Prefect server this process started (no PREFECT_API_URL set) to this
+    process (storage/lifeline.py), so it ends with it even when the kernel kills the flow
+    process; called first in every flow (the server starts before a flow's body runs). Does
+    nothing with a configured server or when the server is already tied."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer._instances.get(None)
+    proc = getattr(server, "server_process", None)
+    if proc is not None and proc.poll() is None and proc.pid not in _tied:
+        lifeline.tie(proc.pid)
+        _tied.add(proc.pid)
 
 
 class Stages(runs.Stages):

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
-from flows.common import Stages
+from flows.common import Stages, tie_temporary_server
 from flows.configs import PipelineConfig
 from generators.llm.registry import BackendConfig
 from storage import manifest, resolve_root
@@ -36,6 +36,7 @@ def model_task(model: str | None) -> str:
 
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> dict:
+    tie_temporary_server()
     from flows.synthesize import synthesize_flow
     from flows.validate import validate_flow
     from generators.synth.synthesize import SynthConfig

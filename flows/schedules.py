@@ -131,9 +131,9 @@ class Schedule:
                                                             collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)}
 
 
-def _unknown(doc) -> Callable[[list], str | None]:
+def _unknown(doc) -> Callable[[list, str], str | None]:
     """How an unknown parameter of a schedule is worded: the command whose options it takes."""
-    def word(path: list) -> str | None:
+    def word(path: list, field: str) -> str | None:
         if path and path[-1] == "parameters":
             flow = doc["schedules"][path[1]]["flow"]
             return f"not a parameter of {flow} (the options of `forgeplay {COMMANDS.get(flow, flow)} --help`, without dashes)"

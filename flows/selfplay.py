@@ -38,7 +38,7 @@ from dataclasses import asdict
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
-from flows.common import Stages
+from flows.common import Stages, tie_temporary_server
 from flows.train import stage_task
 from selfplay.phases import commit_examine
 from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
@@ -79,6 +79,7 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
 @flow(name="selfplay-warmstart", log_prints=True)
 def warmstart_flow(config: dict, train: dict, data_root: str | None = None, progress: bool = True) -> dict:
     """Demonstrations, then (with `out`) the examiner's SFT on them; the summary of both."""
+    tie_temporary_server()
     cfg, root = WarmstartConfig(**config), str(resolve_root(data_root))
     stages = Stages()
     with stages.stage("demonstrations") as st:
@@ -183,6 +184,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     then (unless `train` is off) the examiner's and the student's updates, each committed and
     then marked done, so `resume` skips what is done; each phase's model is the one the
     previous update of its role wrote."""
+    tie_temporary_server()
     from generators.llm.transformers_backend import TransformersBackend
     from generators.synth.synthesize import load_inputs
     from generators.tools.base import base_rows

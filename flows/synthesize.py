@@ -29,7 +29,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
-from flows.common import Stages
+from flows.common import Stages, tie_temporary_server
 from flows.runners import RunnerConfig, cancel
 from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, make_backend
@@ -83,6 +83,7 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     """Synthesize trajectories for `config` (SynthConfig fields) with `backend` (BackendConfig
     fields); the chunks fan out when `runner` (RunnerConfig fields) and `workers` say so
     (`run` puts the flow on that task runner)."""
+    tie_temporary_server()
     fan_out = RunnerConfig(**(runner or {})).fans_out(workers)
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))

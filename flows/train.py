@@ -29,7 +29,7 @@ from prefect.cache_policies import NONE
 
 import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
 import selfplay.update  # noqa: F401  (registers the self-play update stages)
-from flows.common import publish_artifact
+from flows.common import publish_artifact, tie_temporary_server
 from storage import resolve_root
 from train.configs import TrainConfig
 from train.run import run_stage
@@ -44,6 +44,7 @@ def stage_task(kind: str, cfg, tcfg: TrainConfig, root: str, progress: bool) -> 
 @flow(name="train", flow_run_name="train-{kind}", log_prints=True)
 def train_flow(kind: str, config: dict, train: dict, data_root: str | None = None, progress: bool = True) -> dict:
     """Train stage `kind` with `config` (the kind's config fields) and `train` (TrainConfig fields)."""
+    tie_temporary_server()
     cfg = get_kind(kind).config(**config)
     summary = stage_task(kind, cfg, TrainConfig(**train), str(resolve_root(data_root)), progress)
     summary["report"] = publish_artifact(f"train-{kind}", f"train-{kind} {cfg.data}", summary["stages"],

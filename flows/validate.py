@@ -33,7 +33,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
-from flows.common import Stages
+from flows.common import Stages, tie_temporary_server
 from flows.runners import RunnerConfig, cancel
 from generators.llm.registry import BackendConfig
 from storage import resolve_root
@@ -114,6 +114,7 @@ def validate_flow(config: dict, backend: dict, data_root: str | None = None, pro
     default runner, one worker) the checks run in the flow thread and the commits, in order,
     on the runner's one thread (Parquet encoding and fsync overlap the next chunk's checks);
     otherwise the checks run on the task runner and the commits in the flow thread."""
+    tie_temporary_server()
     job = ValidationRun(ValidateConfig(**config), BackendConfig(**backend), resolve_root(data_root))
     fan_out = RunnerConfig(**(runner or {})).fans_out(job.cfg.workers)
     window = max(2, 2 * job.cfg.workers)  # chunks in flight: workers stay busy, memory stays bounded

@@ -42,21 +42,22 @@ def where(path) -> str:
     return out or "(top level)"
 
 
-def explain(err: jsonschema.ValidationError, unknown: Callable[[list], str] | None = None) -> tuple[list, str]:
-    """(path of the field at fault, message) of a schema error; `unknown(path)` words the
-    message of a field the schema does not know (default: the fields it expects)."""
+def explain(err: jsonschema.ValidationError, unknown: Callable[[list, str], str | None] | None = None
+            ) -> tuple[list, str]:
+    """(path of the field at fault, message) of a schema error; `unknown(path, field)` words
+    the message of a field the schema does not know (None or no hook: the fields it expects)."""
     path = list(err.absolute_path)
     if err.validator == "required":
         missing = next(k for k in err.validator_value if k not in err.instance)
         return path + [missing], "missing (required)"
     if err.validator == "additionalProperties":
         extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))[0]
-        message = unknown(path) if unknown else None
+        message = unknown(path, extra) if unknown else None
         return path + [extra], message or f"unknown field (expected one of: {', '.join(err.schema['properties'])})"
     return path, err.message
 
 
-def check(doc, schema: dict, unknown: Callable[[list], str] | None = None) -> None:
+def check(doc, schema: dict, unknown: Callable[[list, str], str | None] | None = None) -> None:
     """ConfigFileError "<field>: <what is wrong>" for the most relevant schema error of `doc`."""
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
     if err is not None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+TRIPLE_SETS = ("all", "trained")
+TRIPLES_HELP = ("which triples give the prompts: all, or trained (only those the dataset's trajectories were "
+                "built from, so the held-out triples `train eval` asks stay unseen)")
+
 
 @dataclass
 class TrainConfig:
@@ -81,6 +85,7 @@ class GRPOConfig(RolloutConfig):
         "help": "advantages: grpo (rewards normalised within each prompt's group) or hop-grouped (HRPO: "
                 "within the rollouts of a micro-batch whose questions have the same hop count)"})
     limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
+    triples: str = field(default="all", metadata={"help": TRIPLES_HELP})
     tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
     rollout_backend: str = field(default="transformers", metadata={
         "help": "what samples rollouts: transformers (the policy module itself), vllm (an in-process vLLM "

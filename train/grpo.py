@@ -185,14 +185,11 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
     from generators.tools.bank import build_bank
     from generators.tools.simulator import Simulator
     from storage import load_table
+    from train.triples import pick_triples
     from train.weight_sync import SyncedPolicy, check_rollout_backend
 
     check_rollout_backend(cfg)
-    triples = load_table(cfg.data, "triples", root).to_pylist()
-    if cfg.limit:
-        triples = triples[:cfg.limit]
-    if not triples:
-        raise ValueError(f"dataset {cfg.data!r} has no triples")
+    triples = pick_triples(root, cfg.data, cfg.triples, cfg.limit)
     docs = load_table(cfg.data, "documents", root).to_pylist()
     tools = build_bank(seed=cfg.tool_seed, variants_per_tool=1)
     if cfg.rollout_backend in ("vllm", "vllm-server"):

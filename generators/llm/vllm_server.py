@@ -46,6 +46,7 @@ from pathlib import Path
 
 from generators.llm.base import BackendError
 from generators.llm.cores import CoreShare, available_cores, descendants, env_threads, register
+from storage import lifeline
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "policy"
@@ -160,6 +161,7 @@ class VLLMServer:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(cores=self.cores),
                                          cwd=str(self.work), start_new_session=True)
+        lifeline.tie(self.proc.pid, group=True)  # never outlives its trainer, even one the kernel kills
         try:
             self._wait(time.monotonic() + self.start_timeout)
         except BaseException:

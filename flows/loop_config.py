@@ -1,0 +1,169 @@
+"""The config of `forgeplay run`, the whole loop (flows/run.py): a few top-level settings and
+one section per stage, each section the stage command's own options named without dashes
+(`forgeplay sft`'s are `forgeplay train sft --help`'s, and so on). Unset options take the
+loop's defaults below (sized so `make run` ends in minutes on two cores), then the command's.
+The options that wire stages together (which dataset a stage reads, which model it starts
+from, where it writes) are the loop's: setting one in a section is refused.
+
+    dataset: demo                 # the world dataset every producer writes beside
+    model: null                   # the base model (default: the embedded SmolLM2-135M-Instruct)
+    tool_style: compact           # tools in every prompt: compact signatures or full JSON schemas
+    skip: [selfplay]              # stages left out (STAGES)
+    corpus: {entities: 1000}      # forgeplay corpus world; or {file: my.jsonl} to import a corpus
+    synthesize: {n: 64, texts: llm}
+    sft: {max_steps: 40, lr: 5e-5}
+    grpo: {labels: care, budget: 8, max_steps: 4}
+
+A file is checked whole before anything runs; a bad field is one line naming it
+(`pipeline.yaml: sft.max_stepz: unknown field (...)`), and each stage's own checks run too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from acquire.session import AcquireConfig
+from generators.corpus.build import WorldConfig
+from generators.llm.registry import BackendConfig
+from generators.synth.synthesize import SynthConfig
+from selfplay.play import PlayConfig
+from storage import configfile
+from storage.configcli import json_schema
+from storage.runs import config_hash
+from train.configs import GRPOConfig, SFTConfig, TrainConfig
+from train.evaluate import EvalConfig
+from validators.runner import ValidateConfig
+
+
+@dataclass(frozen=True)
+class Section:
+    """A stage's options: its config classes, the loop's defaults, the fields the loop wires."""
+
+    configs: tuple[type, ...]
+    defaults: dict = field(default_factory=dict)
+    wired: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict)  # options of the loop's own (JSON Schema of each)
+
+
+_TRAIN_WIRED = ("data", "model", "out", "resume", "nproc")
+SECTIONS: dict[str, Section] = {
+    "backend": Section((BackendConfig,)),
+    "corpus": Section((WorldConfig,), {"entities": 1000},
+                      extra={"file": {"type": ["string", "null"],
+                                      "description": "import this corpus file instead of building the world "
+                                                     "(forgeplay corpus import: HotpotQA, 2Wiki, JSONL, Parquet)"}}),
+    "synthesize": Section((SynthConfig,), {"n": 32, "texts": "template", "chunk": 16}, ("dataset", "run_id", "tool_style")),
+    "validate": Section((ValidateConfig,), {"layers": "schema,rules,dedup"},
+                        ("dataset", "input", "out", "corpus", "run_id", "kind")),
+    "eval": Section((EvalConfig,), {"limit": 8, "batch_size": 8, "max_new_tokens": 96}, ("data", "model", "tool_style")),
+    "sft": Section((SFTConfig, TrainConfig), {"max_steps": 10, "lr": 5e-5, "batch_size": 2, "train_layers": 8,
+                                              "checkpoint_every": 5}, _TRAIN_WIRED),
+    "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 4, "train": False, "answerability": False,
+                                        "max_new_tokens": 96},
+                        ("dataset", "out", "examiner", "student", "checkpoints", "resume")),
+    "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 8,
+                                          "max_new_tokens": 96, "warmup": 1,
+                                          "triples": "trained"}, ("dataset", "out", "model", "tool_style")),
+    "grpo": Section((GRPOConfig, TrainConfig), {"labels": "care", "budget": 8.0, "max_steps": 3, "batch_size": 2,
+                                                "group_size": 4, "limit": 8, "max_new_tokens": 96, "lr": 1e-5,
+                                                "label_warmup": 1, "checkpoint_every": 2,
+                                                "triples": "trained"},
+                    _TRAIN_WIRED + ("labels_out", "tool_style")),
+}
+# the stages in the order they run; an eval stage measures the model the stage before made
+STAGES = ("corpus", "synthesize", "validate", "eval-base", "sft", "eval-sft", "selfplay", "acquire", "grpo",
+          "eval-grpo")
+TOP = {"dataset": {"type": "string", "description": "the world dataset; the producers write <dataset>_selfplay "
+                                                      "and <dataset>_labels beside it"},
+       "model": {"type": ["string", "null"], "description": "base model folder or prepared name (default: embedded)"},
+       "tool_style": {"enum": ["compact", "full"], "description": "tools in every prompt the loop writes or asks "
+                      "(synthesis, evaluation, acquisition, GRPO): compact one-line signatures, about 5x fewer tokens "
+                      "than full JSON schemas"},
+       "skip": {"type": "array", "items": {"enum": list(STAGES)}, "description": "stages to leave out"}}
+
+
+def file_schema() -> dict:
+    """The JSON Schema of a loop config file: the top-level settings and a section per stage,
+    its options the fields of its configs minus those the loop wires."""
+    props = dict(TOP)
+    for name, sec in SECTIONS.items():
+        schema = json_schema(*sec.configs)
+        schema["properties"] = {k: v for k, v in schema["properties"].items() if k not in sec.wired}
+        schema["properties"].update(sec.extra)
+        props[name] = schema
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def _unknown(path: list, field: str) -> str | None:
+    """A wired option is the loop's to set; other unknown names get the schema's list."""
+    if len(path) == 1 and path[0] in SECTIONS and field in SECTIONS[path[0]].wired:
+        return f"set by the loop (it wires {', '.join(SECTIONS[path[0]].wired)} from the stages before)"
+    return None
+
+
+def check(doc: dict) -> dict:
+    """`doc` (a parsed config file, or {}) checked whole; the resolved loop config: every
+    section's options with the loop's defaults filled in. ConfigFileError naming the field."""
+    doc = {} if doc is None else doc
+    configfile.check(doc, file_schema(), _unknown)
+    out = {"dataset": doc.get("dataset", "demo"), "model": doc.get("model"), "tool_style": doc.get("tool_style", "compact"),
+           "skip": list(doc.get("skip", []))}
+    for name, sec in SECTIONS.items():
+        out[name] = {**sec.defaults, **(doc.get(name) or {})}
+    for name in SECTIONS:  # each stage's own checks (a bad value, not only a bad name)
+        try:
+            build(out, name, **wiring(name, out, "<run>", policy=out["model"], base=out["model"]))
+        except (TypeError, ValueError, KeyError) as e:
+            raise configfile.ConfigFileError(f"{name}: {e}") from None
+    return out
+
+
+def load(path) -> dict:
+    """Read and check a loop config file; ConfigFileError "<file>: <field>: <what is wrong>"."""
+    try:
+        return check(configfile.read(path))
+    except configfile.ConfigFileError as e:
+        raise configfile.ConfigFileError(f"{path}: {e}") from None
+
+
+def build(config: dict, name: str, **wired) -> list:
+    """The config instances of section `name` from the resolved loop config, with the loop's
+    wiring `wired` (dataset, model, out, ...) set."""
+    sec, opts = SECTIONS[name], {k: v for k, v in config[name].items() if k in _names(SECTIONS[name])}
+    out = []
+    for cls in sec.configs:
+        names = {f.name for f in dataclasses.fields(cls)}
+        out.append(cls(**{k: v for k, v in {**opts, **wired}.items() if k in names}))
+    for c in out:
+        if hasattr(c, "check"):
+            c.check()
+    return out
+
+
+def wiring(name: str, config: dict, run_dir, policy: str | None, base: str | None) -> dict:
+    """The options of stage `name` that the loop sets: the datasets it reads and writes, the
+    model it starts from (`policy`: the latest trained one; `base`: the loop's base model),
+    its run folder under `run_dir` and the tool style of its prompts; training stages always
+    resume (a rerun continues)."""
+    dataset, folder, style = config["dataset"], f"{run_dir}/{name}", config["tool_style"]
+    return {
+        "synthesize": {"dataset": dataset, "tool_style": style},
+        "validate": {"dataset": dataset},
+        "eval": {"data": dataset, "model": policy, "tool_style": style},
+        "sft": {"data": dataset, "model": base, "out": folder, "resume": True},
+        "selfplay": {"dataset": dataset, "out": f"{dataset}_selfplay", "examiner": base, "student": policy,
+                     "checkpoints": folder, "resume": True},
+        "acquire": {"dataset": dataset, "out": f"{dataset}_labels", "model": policy, "tool_style": style},
+        "grpo": {"data": dataset, "model": policy, "out": folder, "labels_out": f"{dataset}_labels", "resume": True,
+                 "tool_style": style},
+    }.get(name, {})
+
+
+def _names(sec: Section) -> set[str]:
+    return {f.name for cls in sec.configs for f in dataclasses.fields(cls)}
+
+
+def run_id(config: dict) -> str:
+    """The loop run's id: a hash of its resolved config (the same config is the same run)."""
+    return f"run-{config_hash(config)}"

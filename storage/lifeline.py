@@ -1,0 +1,52 @@
+"""Child processes that must not outlive the process that started them, however it ends:
+normal exit, an exception, or SIGKILL from the kernel (where no `finally` or `atexit` runs).
+`tie(pid)` starts a small watcher process, in its own session (Ctrl-C and group signals do not
+reach it), that waits for this process to end and then sends SIGTERM to `pid` (to its whole
+process group with `group=True`), then SIGKILL after `grace` seconds. forgeplay ties the
+temporary Prefect server of a flow (flows/common.py) and the vLLM servers it starts
+(generators/llm/vllm_server.py).
+
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    tie(proc.pid, group=True)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+WATCHER = r"""
+import os, signal, sys, time
+parent, grace, target, group = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+
+def send(sig):
+    try:
+        os.killpg(target, sig) if group else os.kill(target, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+def alive():
+    try:
+        os.killpg(target, 0) if group else os.kill(target, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+while os.getppid() == parent and alive():
+    time.sleep(0.5)
+if alive() and send(signal.SIGTERM):
+    end = time.monotonic() + grace
+    while alive() and time.monotonic() < end:
+        time.sleep(0.2)
+    send(signal.SIGKILL)
+"""
+
+
+def tie(pid: int, group: bool = False, grace: float = 10.0) -> subprocess.Popen:
+    """Stop `pid` (its process group with `group`) once this process has ended (module
+    docstring); the watcher also ends by itself when `pid` ends first."""
+    return subprocess.Popen([sys.executable, "-c", WATCHER, str(os.getpid()), str(grace), str(pid), "1" if group else "0"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True)

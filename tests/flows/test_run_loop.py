@@ -1,0 +1,207 @@
+"""The whole loop, `forgeplay run`, as a user runs it (the CLI in a subprocess) at a tiny size
+on a tiny random-weight model: every stage runs and is recorded, every kind of shard is
+written, each funnel adds up, every row's lineage points to rows that exist, and the report
+and dataset cards are written. Then the reliability check: the same config run again, killed
+with SIGKILL inside synthesis, inside a training step and during label acquisition, each
+time continued with `--resume`, ends with the same datasets as the uninterrupted run (same
+ids, none lost, none twice), the label budget spent once, and no process of the run left
+behind after any kill (its temporary Prefect server included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storage import load_table
+from storage.loop_runs import read, run_ids
+from storage.manifest import datasets
+from storage.reader import entries
+
+REPO = Path(__file__).resolve().parents[2]
+ID = {"documents": "doc_id", "triples": "triple_id", "tools": "tool_id", "trajectories": "traj_id",
+      "tasks": "task_id", "rollouts": "rollout_id"}
+
+
+def config(model: Path) -> dict:
+    return {"dataset": "w", "model": str(model),
+            "corpus": {"entities": 200},
+            "synthesize": {"n": 16, "chunk": 4},
+            "eval": {"limit": 4, "max_new_tokens": 24, "max_turns": 2},
+            "sft": {"max_steps": 3, "batch_size": 2, "checkpoint_every": 1, "train_layers": 0},
+            "selfplay": {"tasks": 4, "attempts": 2, "max_new_tokens": 24, "examiner_turns": 2, "student_turns": 2,
+                         "train": True, "warmstart_steps": 1, "examiner_steps": 1, "student_steps": 1,
+                         "update_batch": 2},
+            "acquire": {"limit": 8, "batch": 2, "n": 2, "budget": 3, "max_new_tokens": 24, "max_turns": 2},
+            "grpo": {"max_steps": 2, "limit": 8, "group_size": 2, "batch_size": 2, "budget": 4,
+                     "max_new_tokens": 24, "max_turns": 2, "label_p": 0.5}}
+
+
+def start(root: Path, mark: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "FORGEPLAY_DATA": str(root), "PYTHONPATH": str(REPO), "FORGEPLAY_TEST_MARK": mark}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", "run", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(p: subprocess.Popen, timeout: float = 900) -> str:
+    out, _ = p.communicate(timeout=timeout)
+    assert p.returncode == 0, out[-3000:]
+    return out
+
+
+def processes_with(mark: str) -> list[str]:
+    """Command lines of the live processes whose environment carries `mark`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if f"FORGEPLAY_TEST_MARK={mark}".encode() in (d / "environ").read_bytes():
+                    found.append((d / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
+            except OSError:
+                continue
+    return found
+
+
+def state(root: Path) -> dict:
+    ids = run_ids(root)
+    return read(root, ids[0]) if ids else {"stages": {}, "run_id": None}
+
+
+def rows(root: Path) -> dict[tuple[str, str], list]:
+    """(dataset, kind) -> the sorted ids of its committed rows (verdicts and labels by content)."""
+    out = {}
+    for ds in datasets(root):
+        for kind in {e.kind for e in entries(root, ds)}:
+            table = load_table(ds, kind, root).to_pylist()
+            if kind in ID:
+                out[(ds, kind)] = sorted(r[ID[kind]] for r in table)
+            elif kind == "verdicts":
+                out[(ds, kind)] = sorted((r["record_id"], r["layer"], r["check"], r["passed"]) for r in table)
+            else:
+                out[(ds, kind)] = sorted((r["prompt_id"], r["strategy"]) for r in table)
+    return out
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory, tiny_llama_dir):
+    """One uninterrupted run: (data root, config file, its record, CLI output)."""
+    base = tmp_path_factory.mktemp("loop")
+    cfg = base / "loop.yaml"
+    cfg.write_text(yaml.safe_dump(config(tiny_llama_dir)))
+    root = base / "clean"
+    out = finish(start(root, uuid.uuid4().hex, "--config", str(cfg)))
+    return root, cfg, state(root), out
+
+
+def test_every_stage_runs_and_is_recorded(clean):
+    root, _, rec, out = clean
+    assert rec["status"] == "done"
+    assert [s for s, v in rec["stages"].items() if v["status"] == "done"] == [
+        "corpus", "synthesize", "validate", "eval-base", "sft", "eval-sft", "selfplay", "acquire", "grpo", "eval-grpo"]
+    assert set(rec["eval"]) == {"base", "sft", "grpo"}
+    for model in ("sft", "selfplay", "grpo"):
+        assert (Path(rec["models"][model]) / "config.json").exists(), model
+    assert f"run {rec['run_id']}" in out and "held-out exact match" in out and "forgeplay sql" in out
+    assert Path(rec["report"]).stat().st_size > 10_000
+    for ds, card in rec["cards"].items():
+        assert Path(card).read_text().startswith("---\n"), ds
+
+
+def test_every_kind_is_written_and_every_funnel_adds_up(clean):
+    root, _, rec, _ = clean
+    got = rows(root)
+    w, sp, labels = rec["datasets"]["world"], rec["datasets"]["selfplay"], rec["datasets"]["labels"]
+    for key in [(w, "documents"), (w, "triples"), (w, "tools"), (w, "trajectories"), (w, "verdicts"),
+                (rec["datasets"]["accepted"], "trajectories"), (sp, "verdicts"), (sp, "rollouts"),
+                (rec["datasets"]["demos"], "tasks"), (labels, "rollouts"), (labels, "labels")]:
+        assert got.get(key), f"no rows of {key}"
+    for key, ids in got.items():
+        assert len(ids) == len(set(ids)), f"duplicates in {key}"
+    v = rec["stages"]["validate"]["summary"]
+    failed = {r[0] for r in got[(w, "verdicts")] if not r[3]}
+    assert v["rows_in"] == v["rows_out"] + len(failed) == 16
+    assert sum(f["rejected"] for f in v["funnel"] if f["reason"]) == len(failed)
+    assert len(got[(rec["datasets"]["accepted"], "trajectories")]) == v["rows_out"]
+    for it in rec["stages"]["selfplay"]["summary"]["iterations"]:
+        assert it["examiner_outputs"] == it["tasks"] + sum(it["rejects"].values())
+    ledger = rec["stages"]["acquire"]["summary"]["ledger"]
+    assert ledger["spent"] <= 3
+
+
+def test_every_rows_lineage_points_to_rows_that_exist(clean):
+    root, _, rec, _ = clean
+    known = set()
+    tables = {}
+    for ds in datasets(root):
+        for kind in {e.kind for e in entries(root, ds)}:
+            tables[(ds, kind)] = t = load_table(ds, kind, root).to_pylist()
+            if kind in ID:
+                known |= {r[ID[kind]] for r in t}
+    assert known
+    for (ds, kind), t in tables.items():
+        for r in t:
+            missing = set((r.get("lineage") or {}).get("parent_ids") or []) - known
+            assert not missing, f"{ds}/{kind} row points to {sorted(missing)[:3]}"
+            if kind == "verdicts":
+                assert r["record_id"] in known, (ds, r)
+            if kind in ("labels", "rollouts"):
+                assert r["prompt_id"] in known, (ds, kind, r["prompt_id"])
+
+
+def _kill_when(root: Path, mark: str, cfg_args: list[str], ready, what: str) -> None:
+    p = start(root, mark, *cfg_args)
+    deadline = time.monotonic() + 600
+    while not ready(root):
+        assert p.poll() is None, f"the run ended before {what}: {p.communicate()[0][-2000:]}"
+        assert time.monotonic() < deadline, f"never reached {what}"
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)  # the flow process only, as the kernel's OOM killer would
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while (left := processes_with(mark)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"left behind after a kill {what}: {left}"
+    assert state(root)["status"] != "done"
+
+
+def _shards(root: Path, ds: str, kind: str) -> int:
+    try:
+        return len(entries(root, ds, kind))
+    except FileNotFoundError:
+        return 0
+
+
+def _in_training(root: Path) -> bool:
+    st = state(root)
+    return "sft" not in st["stages"] and any((root / "runs").glob("*/sft/checkpoints/*/*"))
+
+
+def test_killed_three_times_and_resumed_equals_the_uninterrupted_run(clean, tmp_path):
+    clean_root, cfg, rec, _ = clean
+    root, mark = tmp_path / "killed", uuid.uuid4().hex
+    args = ["--config", str(cfg)]
+    _kill_when(root, mark, args, lambda r: 0 < _shards(r, "w", "trajectories") < 4, "inside synthesis")
+    run_id = state(root)["run_id"]
+    assert run_id == rec["run_id"]
+    resume = ["--resume", run_id]
+    _kill_when(root, mark, resume, _in_training, "inside a training step")
+    _kill_when(root, mark, resume, lambda r: "acquire" not in state(r)["stages"] and _shards(r, "w_labels", "rollouts") > 0,
+               "during label acquisition")
+    finish(start(root, mark, *resume))
+    assert not processes_with(mark)
+    done = state(root)
+    assert done["status"] == "done"
+    assert rows(root) == rows(clean_root)
+    for key in ("spent", "labels"):
+        assert done["stages"]["acquire"]["summary"]["ledger"][key] == rec["stages"]["acquire"]["summary"]["ledger"][key]
+    spend = json.loads(json.dumps(done["stages"]["grpo"]["summary"].get("last") or {}))
+    assert spend.get("budget_left", 0) >= 0
