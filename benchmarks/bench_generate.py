@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from comparisons import record  # noqa: E402
 from generators.llm.base import ChatRequest  # noqa: E402
 from generators.llm.model_store import resolve_model  # noqa: E402
 from generators.llm.transformers_backend import TransformersBackend  # noqa: E402
@@ -118,6 +119,7 @@ def main() -> None:
              f"sequential model.generate ({n_seq} prompts)"]
     rows = {k: [0, 0.0] for k in names}
     vs_batched, vs_sequential = [], []  # per-chunk ratios (robust to load changing between chunks)
+    chunk_rates = []  # per chunk: tokens/s of (backend, batched, sequential)
     # interleave the three methods chunk by chunk, so load from other processes hits all alike
     for i, chunk in enumerate(chunks):
         timed = (_timed(backend_chunk, be, chunk, args.max_tokens),
@@ -127,6 +129,7 @@ def main() -> None:
             rows[name][0] += t
             rows[name][1] += s
         r = [t / s if s else 0.0 for t, s in timed]
+        chunk_rates.append(r)
         vs_batched.append(r[0] / r[1])
         if r[2]:
             vs_sequential.append(r[0] / r[2])
@@ -145,6 +148,12 @@ def main() -> None:
                   f"{statistics.median(vs_sequential):.2f}x median per chunk (target >= 4)")
     console.print(f"backend / raw batched = {ours / batched:.2f}x overall, "
                   f"{statistics.median(vs_batched):.2f}x median per chunk (target >= 0.9)")
+    setting = f"{args.prompts} prompts x {args.max_tokens} tokens, chunks of {args.batch_size}"
+    with_seq = [r for r in chunk_rates if r[2]]
+    record("transformers backend", [r[0] for r in with_seq], "sequential model.generate", [r[2] for r in with_seq],
+           "tokens/s", paired=True, setting=f"{setting}, {n_seq} sequential")
+    record("transformers backend", [r[0] for r in chunk_rates], "raw batched model.generate",
+           [r[1] for r in chunk_rates], "tokens/s", paired=True, setting=setting)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from comparisons import record  # noqa: E402
+
 
 def measure(backend, root, cfg) -> dict:
     from train.evaluate import evaluate
@@ -110,6 +112,9 @@ def main(argv=None) -> int:
                   f"the lockstep path's")
     console.print(f"weight publish ({sum(p.numel() for p in policy.parameters()) / 1e6:.0f}M parameters): median "
                   f"{statistics.median(publish):.2f} s of {len(publish)} ({', '.join(f'{x:.2f}' for x in publish)})")
+    for name, r in list(paths.items())[1:]:
+        record(name, r["rollouts_s"], "transformers, lockstep", lockstep["rollouts_s"], "rollouts/s",
+               setting=f"{args.n} greedy tool rollouts, {model.name}, {r['turns']:.1f} turns each")
     return 0
 
 

@@ -22,6 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from comparisons import record  # noqa: E402
+
 
 def measure(model, eager: bool, prompts: int, max_tokens: int) -> dict:
     from generators.llm.base import ChatRequest
@@ -66,6 +68,11 @@ def main(argv=None) -> int:
                       f"{r['second_tokens'] / r['second']:.1f}", f"{base['start'] / r['start']:.2f}x faster",
                       f"{base['second'] / r['second']:.2f}x")
     Console().print(table)
+    eager, setting = runs["eager (forgeplay)"], f"{args.prompts} greedy requests x {args.max_tokens} tokens"
+    record("eager server start", eager["start"], "torch.compile server start", base["start"], "s", better="lower",
+           setting=setting)
+    record("eager decode (2nd batch)", eager["second"], "torch.compile decode (2nd batch)", base["second"], "s",
+           better="lower", setting=setting)
     return 0
 
 

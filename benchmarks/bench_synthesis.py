@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from comparisons import record  # noqa: E402
 from generators.corpus.build import WorldConfig, write  # noqa: E402
 from generators.llm.base import Completion  # noqa: E402
 from generators.llm.registry import BackendConfig, make_backend  # noqa: E402
@@ -92,6 +93,8 @@ def main() -> None:
     print(f"{'with model: wall s':<44}{wall:>14.1f}")
     print(f"{'with model: s inside the LLM backend':<44}{backend.seconds:>14.1f}")
     print(f"\nshare of wall time outside the LLM backend: {100 * outside / wall:.2f}% (target < 10%)")
+    record("time outside the LLM backend", outside, "wall time", wall, "s", better="lower",
+           setting=f"{args.entities} entities, {args.n} trajectories")
 
 
 if __name__ == "__main__":

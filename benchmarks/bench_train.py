@@ -42,6 +42,8 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from comparisons import record  # noqa: E402
+
 console = Console(width=None if Console().is_terminal else 110)
 
 
@@ -194,6 +196,12 @@ def table_trainers(args, path: Path, tmp: Path) -> None:
                   f"{statistics.median(x['tokens'] / x['seconds'] for x in rs):.1f}",
                   f"{rate[name] / base:.2f}x" if base else "-")
     console.print(t)
+    setting = f"GRPO steps, {args.model} model, {args.prompts_per_step}x{args.group_size} rollouts a step"
+    per_round = {name: [x["steps"] / x["seconds"] for x in rs] for name, rs in runs.items()}
+    for ours, other in (("forgeplay, prefix off", "TRL"), ("forgeplay, prefix on", "TRL"),
+                        ("forgeplay, prefix on", "forgeplay, prefix off")):
+        if ours in per_round and other in per_round:
+            record(ours, per_round[ours], other, per_round[other], "steps/s", paired=True, setting=setting)
 
 
 # ---- prefix grouping on long prompts ----------------------------------------------------
@@ -242,6 +250,8 @@ def table_prefix(args, path: Path) -> None:
         t.add_row(name, f"{med:.3f}", f"{base / med:.2f}x")
     console.print(t)
     console.print(f"largest gradient difference, relative to the parameter's largest gradient: {diff:.1e}")
+    record("prefix grouping", secs["prefix grouping"], "plain", secs["plain"], "s", better="lower", paired=True,
+           setting=f"GRPO loss fwd+bwd, {args.model} model, G={args.long_group}, prompt {p} tokens")
 
 
 def main() -> None:

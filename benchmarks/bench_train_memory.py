@@ -112,6 +112,8 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from comparisons import record
+
     console = Console(width=None if Console().is_terminal else 140)
     olds = [int(b) for b in args.old_batches.split(",") if b]
     if any(args.batch_size % b for b in olds):
@@ -153,6 +155,12 @@ def main() -> None:
     console.print(table)
     if base:
         console.print(f"ratios are to today's largest micro-batch that fits: {fits[-1]}")
+    new = configs[-1][0]
+    if base and new in med:
+        for key, unit, better in (("wall_tok_s", "tokens/s", "higher"), ("cpu_tok_s", "tokens/CPU-s", "higher"),
+                                  ("peak_gb", "GB peak RSS", "lower")):
+            record(new, [r[key] for r in results[new]], fits[-1], [r[key] for r in results[fits[-1]]], unit,
+                   better=better, paired=True, setting=f"SFT on {args.data}, {args.batch_size} conversations a step")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from comparisons import record
+
 
 def _work(rows: list[dict]) -> int:
     from validators.trajectory_rules import RuleContext, check_trajectory
@@ -78,6 +80,9 @@ def main() -> None:
     print(json.dumps({"n": a.n, "repeats": a.repeat, "median_records_per_s_one_process": round(one),
                       "median_records_per_s_flow_1_worker": round(flow_1),
                       "flow_1_worker_vs_one_process": round(flow_1 / one, 3)}), flush=True)
+    setting = f"{a.n:,} trajectories, schema + rules"
+    record("validate flow, 1 worker", [f["records_per_s_flow"] for f in flows], "raw loop, one process", ones,
+           "records/s", paired=True, setting=setting)
     if a.workers > 1:
         parts = [rows[i::a.workers] for i in range(a.workers)]
         t = time.perf_counter()
@@ -88,14 +93,23 @@ def main() -> None:
                           "pool_vs_one_process": round(pool / one, 3)}), flush=True)
         pooled = flow_bench(root, a.n, a.workers, one, a.chunk)
         print(json.dumps(pooled), flush=True)
+        record(f"raw process pool, {a.workers} workers", pool, "raw loop, one process", one, "records/s",
+               setting=setting)
+        record(f"validate flow, {a.workers} workers", pooled["records_per_s_flow"], "raw loop, one process", one,
+               "records/s", setting=setting)
         for kind in filter(None, a.runners.split(",")):
             other = flow_bench(root, a.n, a.workers, one, a.chunk, kind)
             print(json.dumps({**other, f"{kind}_vs_flow_1_worker": round(other["records_per_s_flow"] / flow_1, 3),
                               f"{kind}_vs_flow_{a.workers}_processes":
                                   round(other["records_per_s_flow"] / pooled["records_per_s_flow"], 3)}), flush=True)
+            record(f"validate flow on {kind}, {a.workers} workers", other["records_per_s_flow"],
+                   f"validate flow, {a.workers} processes", pooled["records_per_s_flow"], "records/s", setting=setting)
     shutil.rmtree(root, ignore_errors=True)
     if a.judge:
-        print(json.dumps(judge_bench(rows[:a.judge], a.judge_max_tokens)))
+        judged = judge_bench(rows[:a.judge], a.judge_max_tokens)
+        print(json.dumps(judged))
+        record("judge layer", judged["judge"]["tokens_per_s"], "raw generation of its prompts",
+               judged["raw"]["tokens_per_s"], "tokens/s", setting=f"{a.judge} records")
 
 
 def committed_root(rows: list[dict]) -> str:

@@ -24,6 +24,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from comparisons import record  # noqa: E402
 from generators.llm.base import ChatRequest  # noqa: E402
 
 SUBJECTS = ["the sea", "a mountain", "bread", "a library", "the moon", "rain", "a train", "chess",
@@ -108,6 +109,9 @@ def main() -> None:
         start = "-" if r["start_seconds"] is None else f"{r['start_seconds']:.1f}"
         table.add_row(r["backend"], str(r["tokens"]), f"{r['seconds']:.1f}", f"{r['tokens_per_s']:.1f}", ratio, start)
     Console(width=120).print(table)
+    if base:
+        record(rows[0]["backend"], rows[0]["tokens_per_s"], rows[-1]["backend"], base, "tokens/s",
+               setting=f"{args.prompts} prompts x {args.max_tokens} tokens")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
