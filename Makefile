@@ -1,5 +1,5 @@
 # forgeplay — every target sets up what it needs.
-#   make run    the main job on the embedded default model
+#   make run    the whole loop on the embedded default model (CONFIG=pipeline.yaml for your own)
 #   make test   the whole test suite (fast + slow), as CI runs it
 #   make bench  every benchmark, then one table of their ratios in benchmarks/RESULTS.md (not part of the tests)
 #   make bench-vllm  make vllm-env, then make bench (its vLLM benchmarks run once .venv-vllm exists)
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 run: setup
-	$(VENV)/bin/forgeplay --data-root $(DATA) pipeline
+	$(VENV)/bin/forgeplay --data-root $(DATA) run $(if $(CONFIG),--config $(CONFIG))
 
 test: setup
 	$(PY) -m pytest

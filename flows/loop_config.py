@@ -53,7 +53,8 @@ SECTIONS: dict[str, Section] = {
                       extra={"file": {"type": ["string", "null"],
                                       "description": "import this corpus file instead of building the world "
                                                      "(forgeplay corpus import: HotpotQA, 2Wiki, JSONL, Parquet)"}}),
-    "synthesize": Section((SynthConfig,), {"n": 32, "texts": "template", "chunk": 16}, ("dataset", "run_id", "tool_style")),
+    "synthesize": Section((SynthConfig,), {"n": 32, "texts": "template", "chunk": 16, "top_k": "1", "top_k_rate": 1.0,
+                                          "variants_per_tool": 0, "distractors_min": 6, "distractors_max": 6}, ("dataset", "run_id", "tool_style")),
     "validate": Section((ValidateConfig,), {"layers": "schema,rules,dedup"},
                         ("dataset", "input", "out", "corpus", "run_id", "kind")),
     "eval": Section((EvalConfig,), {"limit": 8, "batch_size": 8, "max_new_tokens": 96}, ("data", "model", "tool_style")),
