@@ -15,6 +15,7 @@ is missing.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -303,8 +304,13 @@ class ShardWriter:
                 f.flush()
                 os.fsync(f.fileno())
             return tmp, tmp.stat().st_size, manifest.file_sha256(tmp), table.num_rows
-        except BaseException:
+        except BaseException as e:
             tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(errno.ENOSPC, f"no space left on the disk of {self.ddir} while committing "
+                               f"{table.num_rows} {self.kind} rows of {self.dataset}: nothing of this shard was "
+                               f"kept and the committed shards are intact; free space and rerun (committed work "
+                               f"is skipped)") from e
             raise
 
     def _publish(self, tmp: Path, size: int, digest: str, rows: int) -> None:
@@ -326,6 +332,14 @@ class ShardWriter:
 
     def _commit(self, table: pa.Table) -> None:
         self._publish(*self._write_tmp(table))
+
+class DiskFull(OSError):
+    """The disk filled up while a shard was written; nothing of it was kept (the message says
+    what to do)."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
 
 def write_rows(root, dataset: str, kind: str, run_id: str, rows, **kw) -> list[manifest.Entry]:
     """Write rows (dicts or an Arrow table) of one kind in one call; returns committed entries."""
