@@ -62,17 +62,19 @@ class Bench:
 
 BENCHES = [
     Bench("bench_storage.py", ("--rows", "200000", "--repeat", "3")),
-    Bench("bench_world.py", ("--sizes", "2000,10000")),
-    Bench("bench_simulator.py", ("--docs", "10000", "--calls", "300")),
-    Bench("bench_generate.py", ("--prompts", "32", "--max-tokens", "32", "--sequential-prompts", "8")),
-    Bench("bench_synthesis.py", ("--n", "16", "--program-n", "200")),
-    Bench("bench_validate.py", ("--n", "20000", "--repeat", "3", "--runners", "dask")),
-    Bench("bench_train.py", ("--no-progress",)),
-    Bench("bench_cores.py", ("--prompts", "8", "--max-tokens", "32", "--repeat", "2")),
+    Bench("bench_world.py", ("--sizes", "2000,5000")),
+    Bench("bench_simulator.py", ("--docs", "5000", "--calls", "200")),
+    Bench("bench_generate.py", ("--prompts", "16", "--max-tokens", "32", "--batch-size", "8",
+                                "--sequential-prompts", "4")),
+    Bench("bench_synthesis.py", ("--n", "4", "--program-n", "100")),
+    Bench("bench_validate.py", ("--n", "5000", "--chunk", "1000", "--repeat", "3", "--runners", "dask")),
+    Bench("bench_train.py", ("--no-progress", "--long-prompt", "512", "--long-repeats", "2", "--tools", "1",
+                             "--completion-len", "16", "--steps", "1")),
+    Bench("bench_cores.py", ("--prompts", "4", "--max-tokens", "16", "--repeat", "1")),
     Bench("bench_train_memory.py", ("--steps", "2"), needs=_needs_sft_data),
-    Bench("bench_vllm.py", ("--prompts", "32", "--max-tokens", "64"), vllm_env=True),
-    Bench("bench_server_start.py", ("--prompts", "8", "--max-tokens", "64"), needs=_needs_vllm),
-    Bench("bench_rollout.py", ("--n", "8", "--entities", "300", "--publishes", "2"), needs=_needs_vllm),
+    Bench("bench_vllm.py", ("--prompts", "16", "--max-tokens", "32"), vllm_env=True),
+    Bench("bench_server_start.py", ("--prompts", "4", "--max-tokens", "32"), needs=_needs_vllm),
+    Bench("bench_rollout.py", ("--n", "4", "--entities", "300", "--publishes", "1"), needs=_needs_vllm),
 ]
 
 
@@ -89,11 +91,16 @@ def run_one(bench: Bench, results: Path, timeout: float) -> dict:
                             start_new_session=True)
     try:
         code = proc.wait(timeout=timeout)
-        status = "ok" if code == 0 else f"failed: exit code {code} (its output is in the log above)"
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        code = None
+    finally:  # after a timeout, Ctrl-C (which reaches only this process) or a server left behind
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
-        status = f"failed: timed out after {timeout:.0f} s"
+    status = ("ok" if code == 0 else f"failed: timed out after {timeout:.0f} s" if code is None
+              else f"failed: exit code {code} (its output is in the log above)")
     return {"benchmark": bench.name, "status": status, "seconds": time.perf_counter() - t}
 
 
@@ -145,16 +152,15 @@ def render(records: list[dict], runs: list[dict], info: dict, date: str) -> str:
         by_bench.setdefault(r["benchmark"].removeprefix("bench_"), []).append(r)
     for run in runs:
         recs = by_bench.get(run["benchmark"], [])
-        if run["status"] != "ok" or not recs:
-            status = run["status"] if run["status"] != "ok" else "ran, but recorded no comparison"
-            lines.append(f"| {run['benchmark']} | | {status} | | | | | | |")
-            continue
-        for r in recs:
+        for r in recs:  # a benchmark that failed part-way keeps the comparisons it recorded
             n = "{}/{}".format(*r["samples"])
-            ratio = f"{r['ratio']:.2f}" + ("†" if r["paired"] else "")
+            ratio = _num(r["ratio"]) + ("†" if r["paired"] else "")
             lines.append(f"| {run['benchmark']} | {r['setting']} | {r['ours']} vs {r['baseline']} | "
                          f"{_num(r['ours_median'])} | {_num(r['baseline_median'])} | {r['unit']} | {n} | {ratio} | "
                          f"{r['better']} |")
+        if run["status"] != "ok" or not recs:
+            status = run["status"] if run["status"] != "ok" else "ran, but recorded no comparison"
+            lines.append(f"| {run['benchmark']} | | {status} | | | | | | |")
     lines += ["", "Run time per benchmark: " + ", ".join(f"{r['benchmark']} {r['seconds']:.0f} s" for r in runs) + "."]
     return "\n".join(lines) + "\n"
 

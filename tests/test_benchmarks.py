@@ -52,7 +52,8 @@ def test_record_without_the_variable_writes_nothing_and_bad_input_is_refused(tmp
 def test_render_one_table_with_skipped_and_failed_benchmarks():
     recs = [comparisons.comparison("commit write", [1.2, 1.3], "raw write", [1.0, 1.0], "s", better="lower",
                                    paired=True, setting="1,000 rows", benchmark="bench_storage"),
-            comparisons.comparison("index", 30839.4, "every template", 2188.0, "sentences/s", benchmark="bench_world")]
+            comparisons.comparison("index", 30839.4, "every template", 2188.0, "sentences/s", benchmark="bench_world"),
+            comparisons.comparison("prefix", 9.75, "plain", 35.9, "s", better="lower", benchmark="bench_train")]
     runs = [{"benchmark": "storage", "status": "ok", "seconds": 20.0},
             {"benchmark": "world", "status": "ok", "seconds": 50.0},
             {"benchmark": "vllm", "status": "skipped: no .venv-vllm (make vllm-env)", "seconds": 0.0},
@@ -63,8 +64,9 @@ def test_render_one_table_with_skipped_and_failed_benchmarks():
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| benchmark")]
     assert rows == [
         "| storage | 1,000 rows | commit write vs raw write | 1.25 | 1.00 | s | 2/2 | 1.25† | lower |",
-        "| world |  | index vs every template | 30,839 | 2,188 | sentences/s | 1/1 | 14.09 | higher |",
+        "| world |  | index vs every template | 30,839 | 2,188 | sentences/s | 1/1 | 14.1 | higher |",
         "| vllm | | skipped: no .venv-vllm (make vllm-env) | | | | | | |",
+        "| train |  | prefix vs plain | 9.75 | 35.9 | s | 1/1 | 0.272 | lower |",
         "| train | | failed: exit code 1 (its output is in the log above) | | | | | | |",
         "| cores | | ran, but recorded no comparison | | | | | | |"]
     assert "storage 20 s, world 50 s" in md
