@@ -132,14 +132,18 @@ def _num(x: float) -> str:
     return f"{x:.{max(0, 2 - int(f'{abs(x):e}'.split('e')[1]))}f}"
 
 
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
 def render(records: list[dict], runs: list[dict], info: dict, date: str) -> str:
     """RESULTS.md: the header (date, machine) and one table, a row per comparison in the order
     the benchmarks ran, and a row for each benchmark that was skipped, failed or recorded nothing."""
     v = ", ".join(f"{k} {x}" for k, x in info["versions"].items())
     total = sum(r["seconds"] for r in runs)
+    took = f", in {total / 60:.0f} min" if total else ""
     lines = ["# Benchmark results", "",
-             f"Written by `make bench` (benchmarks/results.py) on {date}, at commit {info['commit']}, in "
-             f"{total / 60:.0f} min.", "",
+             f"Written by `make bench` (benchmarks/results.py) on {date}, at commit {info['commit']}{took}.", "",
              f"Machine: {info['cores']} cores, {info['cpu']}, {info['ram_gb']} GB RAM; {v}.", "",
              "Each row compares ours against a baseline measured in the same run. Medians over the samples "
              "(n = ours/baseline); ratio = ours / baseline: above 1 is better for ours where higher is better, "
@@ -153,15 +157,16 @@ def render(records: list[dict], runs: list[dict], info: dict, date: str) -> str:
     for run in runs:
         recs = by_bench.get(run["benchmark"], [])
         for r in recs:  # a benchmark that failed part-way keeps the comparisons it recorded
-            n = "{}/{}".format(*r["samples"])
-            ratio = _num(r["ratio"]) + ("†" if r["paired"] else "")
-            lines.append(f"| {run['benchmark']} | {r['setting']} | {r['ours']} vs {r['baseline']} | "
-                         f"{_num(r['ours_median'])} | {_num(r['baseline_median'])} | {r['unit']} | {n} | {ratio} | "
-                         f"{r['better']} |")
+            cells = [run["benchmark"], r["setting"], f"{r['ours']} vs {r['baseline']}", _num(r["ours_median"]),
+                     _num(r["baseline_median"]), r["unit"], "{}/{}".format(*r["samples"]),
+                     _num(r["ratio"]) + ("†" if r["paired"] else ""), r["better"]]
+            lines.append(_row(cells))
         if run["status"] != "ok" or not recs:
             status = run["status"] if run["status"] != "ok" else "ran, but recorded no comparison"
-            lines.append(f"| {run['benchmark']} | | {status} | | | | | | |")
-    lines += ["", "Run time per benchmark: " + ", ".join(f"{r['benchmark']} {r['seconds']:.0f} s" for r in runs) + "."]
+            lines.append(_row([run["benchmark"], "", status] + [""] * 6))
+    if total:
+        lines += ["", "Run time per benchmark: " + ", ".join(f"{r['benchmark']} {r['seconds']:.0f} s" for r in runs)
+                  + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -59,16 +59,17 @@ def test_render_one_table_with_skipped_and_failed_benchmarks():
             {"benchmark": "vllm", "status": "skipped: no .venv-vllm (make vllm-env)", "seconds": 0.0},
             {"benchmark": "train", "status": "failed: exit code 1 (its output is in the log above)", "seconds": 3.0},
             {"benchmark": "cores", "status": "ok", "seconds": 5.0}]
+    recs[1]["setting"] = "a|b"  # a cell's pipe is escaped, not a column break
     md = results.render(recs, runs, INFO, "2026-01-02 03:04 UTC")
-    assert "2026-01-02 03:04 UTC" in md and "2 cores, Test CPU, 8.0 GB RAM; python 3.11, torch 2.13" in md
+    assert "2026-01-02 03:04 UTC, at commit abc1234, in 1 min." in md and "2 cores, Test CPU, 8.0 GB RAM; python 3.11, torch 2.13" in md
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| benchmark")]
     assert rows == [
         "| storage | 1,000 rows | commit write vs raw write | 1.25 | 1.00 | s | 2/2 | 1.25† | lower |",
-        "| world |  | index vs every template | 30,839 | 2,188 | sentences/s | 1/1 | 14.1 | higher |",
-        "| vllm | | skipped: no .venv-vllm (make vllm-env) | | | | | | |",
+        "| world | a\\|b | index vs every template | 30,839 | 2,188 | sentences/s | 1/1 | 14.1 | higher |",
+        "| vllm |  | skipped: no .venv-vllm (make vllm-env) |  |  |  |  |  |  |",
         "| train |  | prefix vs plain | 9.75 | 35.9 | s | 1/1 | 0.272 | lower |",
-        "| train | | failed: exit code 1 (its output is in the log above) | | | | | | |",
-        "| cores | | ran, but recorded no comparison | | | | | | |"]
+        "| train |  | failed: exit code 1 (its output is in the log above) |  |  |  |  |  |  |",
+        "| cores |  | ran, but recorded no comparison |  |  |  |  |  |  |"]
     assert "storage 20 s, world 50 s" in md
 
 
@@ -77,7 +78,9 @@ def test_cli_renders_a_jsonl_file_and_refuses_a_missing_one(tmp_path, capsys):
     rec = comparisons.comparison("a", 3.0, "b", 2.0, "rows/s", benchmark="bench_x")
     src.write_text(json.dumps(rec) + "\n")
     assert results.main(["--render", str(src), "--out", str(out)]) == 0
-    assert "| x |  | a vs b | 3.00 | 2.00 | rows/s | 1/1 | 1.50 | higher |" in out.read_text()
+    text = out.read_text()
+    assert "| x |  | a vs b | 3.00 | 2.00 | rows/s | 1/1 | 1.50 | higher |" in text
+    assert "Run time" not in text  # nothing ran
     with pytest.raises(SystemExit) as err:
         results.main(["--render", str(tmp_path / "missing.jsonl")])
     assert err.value.code == 2 and "missing.jsonl: no such file" in capsys.readouterr().err
