@@ -40,7 +40,9 @@ def _needs_vllm() -> str | None:
 
 def _needs_sft_data() -> str | None:
     root = Path(os.environ.get("FORGEPLAY_DATA", ROOT / "data"))
-    return None if (root / "demo_valid").exists() else f"no dataset demo_valid under {root} (make run)"
+    if (root / "demo_valid").exists():
+        return None
+    return f"no dataset demo_valid under {root} (forgeplay pipeline makes it)"
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,8 @@ def test_render_one_table_with_skipped_and_failed_benchmarks():
             {"benchmark": "cores", "status": "ok", "seconds": 5.0}]
     recs[1]["setting"] = "a|b"  # a cell's pipe is escaped, not a column break
     md = results.render(recs, runs, INFO, "2026-01-02 03:04 UTC")
-    assert "2026-01-02 03:04 UTC, at commit abc1234, in 1 min." in md and "2 cores, Test CPU, 8.0 GB RAM; python 3.11, torch 2.13" in md
+    assert "2026-01-02 03:04 UTC, at commit abc1234, in 1 min." in md
+    assert "2 cores, Test CPU, 8.0 GB RAM; python 3.11, torch 2.13" in md
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| benchmark")]
     assert rows == [
         "| storage | 1,000 rows | commit write vs raw write | 1.25 | 1.00 | s | 2/2 | 1.25† | lower |",
