@@ -25,8 +25,8 @@ def test_one_iteration_of_the_embedded_model_runs_every_phase(embedded_dir, tmp_
     write(WorldConfig(seed=3, entities=200), tmp_path, "w")
     cfg = PlayConfig(dataset="w", examiner=str(embedded_dir), student=str(embedded_dir), tasks=3, attempts=2,
                      examiner_turns=2, student_turns=2, max_new_tokens=48, batch_size=6,
-                     checkpoints=str(tmp_path / "ck"), warmstart_steps=2, warmstart_lr=1e-4, examiner_steps=1,
-                     student_steps=1, update_batch=2, train_layers=2)
+                     checkpoints=str(tmp_path / "ck"), warmstart_steps=1, warmstart_lr=1e-4, examiner_steps=1,
+                     student_steps=1, update_batch=1, train_layers=2)
     s = run_selfplay(cfg, tmp_path, progress=False)
     it = s["iterations"][0]
     assert it["examiner_outputs"] == 3 and it["warmstart_demos"] > 0
