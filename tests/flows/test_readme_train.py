@@ -1,5 +1,5 @@
-"""Slow: README's `forgeplay train sft` command runs to completion on the output of `make run`
-(`forgeplay pipeline`: a world of 1,000 entities, 16 trajectories with full JSON tool schemas,
+"""Slow: README's `forgeplay train sft` command runs to completion on the output of
+`forgeplay pipeline` (the stages `make run`'s loop starts with: a world of 1,000 entities, 16 trajectories with full JSON tool schemas,
 2.5-6.6k tokens each, validated into `demo_valid`), with one optimizer step of one conversation
 instead of README's count so CI stays short: the peak memory is decided by one packed
 micro-batch and the model's weights, gradients and optimizer state, not by how many
