@@ -40,9 +40,7 @@ def register(app: typer.Typer) -> None:
             if resume:
                 cfg = loop_runs.read(data_root, resume)["config"]
             else:
-                cfg = loop_config.load(config) if config else loop_config.check({})
-                if dataset:
-                    cfg = loop_config.check({**cfg, "dataset": dataset})
+                cfg = loop_config.load(config, dataset=dataset)
         except (configfile.ConfigFileError, FileNotFoundError, ValueError) as e:
             fail(str(e))
         from flows.run import StageFailed, run

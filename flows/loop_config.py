@@ -120,22 +120,26 @@ def check(doc: dict) -> dict:
     return out
 
 
-def load(path) -> dict:
-    """Read and check a loop config file; ConfigFileError "<file>: <field>: <what is wrong>"."""
+def load(path=None, **top) -> dict:
+    """Read and check a loop config file (none: the defaults), top-level settings in `top`
+    (e.g. dataset) overriding the file's; ConfigFileError "<file>: <field>: <what is wrong>"."""
     try:
-        return check(configfile.read(path))
+        doc = configfile.read(path) if path else None
+        extra = {k: v for k, v in top.items() if v is not None}
+        if extra and (doc is None or isinstance(doc, dict)):  # anything else is the schema's to refuse
+            doc = {**(doc or {}), **extra}
+        return check(doc)
     except configfile.ConfigFileError as e:
-        raise configfile.ConfigFileError(f"{path}: {e}") from None
+        raise configfile.ConfigFileError(f"{path}: {e}" if path else str(e)) from None
 
 
 def build(config: dict, name: str, **wired) -> list:
     """The config instances of section `name` from the resolved loop config, with the loop's
     wiring `wired` (dataset, model, out, ...) set."""
-    sec, opts = SECTIONS[name], {k: v for k, v in config[name].items() if k in _names(SECTIONS[name])}
-    out = []
-    for cls in sec.configs:
+    opts, out = {**config[name], **wired}, []
+    for cls in SECTIONS[name].configs:  # each class takes its own fields (the loop's extras, e.g. file, none)
         names = {f.name for f in dataclasses.fields(cls)}
-        out.append(cls(**{k: v for k, v in {**opts, **wired}.items() if k in names}))
+        out.append(cls(**{k: v for k, v in opts.items() if k in names}))
     for c in out:
         if hasattr(c, "check"):
             c.check()
@@ -159,10 +163,6 @@ def wiring(name: str, config: dict, run_dir, policy: str | None, base: str | Non
         "grpo": {"data": dataset, "model": policy, "out": folder, "labels_out": f"{dataset}_labels", "resume": True,
                  "tool_style": style},
     }.get(name, {})
-
-
-def _names(sec: Section) -> set[str]:
-    return {f.name for cls in sec.configs for f in dataclasses.fields(cls)}
 
 
 def run_id(config: dict) -> str:
