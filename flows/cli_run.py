@@ -78,6 +78,13 @@ def show(record: dict, root: Path) -> None:
         for k, s in record["eval"].items():
             e.add_row(k, f"{s['em']:.3f}", f"{s['f1']:.3f}", f"{s['answered']:.3f}", str(s["rollouts"]))
         c.print(e)
+    shards = record.get("shards") or {}
+    if shards.get("quarantined"):
+        c.print(f"[red]quarantined shards[/red] (corrupt or missing; no stage read them, `forgeplay verify` rechecks):")
+        for p in shards["quarantined"]:
+            c.print(f"  {p['path']}  {p['dataset']}/{p['kind']}: {p['problem']}")
+    elif shards:
+        c.print(f"[bold]shards[/bold]: all {shards['checked']} committed shards match their checksums")
     if record.get("report"):
         c.print(f"[bold]report[/bold] {record['report']}")
     w = ds.get("world", "demo")

@@ -6,8 +6,11 @@ of the loop config (flows/loop_config.py), wired to the datasets and models the 
 made. The record `<root>/runs/<run_id>/run.json` (storage/looprun.py) marks each stage done
 when it ends; a rerun of the same config, or `--resume RUN_ID`, skips the stages done and the
 others resume inside (committed shards are skipped, the label ledger recovers, training
-continues from its checkpoint), so a killed run loses nothing and duplicates nothing. At the
-end every dataset the loop wrote gets its card and the run its HTML report.
+continues from its checkpoint), so a killed run loses nothing and duplicates nothing. Each
+start and the end verify the checksums of every shard the run has written (storage.verify):
+a corrupt or missing shard is quarantined, so no later stage reads it, and listed in run.json,
+the closing summary and the report. At the end every dataset the loop wrote gets its card and
+the run its HTML report.
 
     forgeplay run                                 # the defaults: about a quarter of an hour on two cores
     forgeplay run --config pipeline.yaml
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Callable
 
 from prefect import flow, task
@@ -175,6 +179,7 @@ def loop_flow(config: dict, run_id: str, data_root: str | None = None, progress:
     record = LoopRecord.open(root, run_id, config)
     record.data["datasets"].setdefault("world", config["dataset"])
     record.data["models"].setdefault("base", str(resolve_model(config["model"])))
+    check_shards(root, record)
     loop = Loop(config, record, root, progress)
     for name in loop_config.STAGES:
         if name in config["skip"] or record.done(name):
@@ -200,10 +205,28 @@ def finish(root: str, record: LoopRecord) -> None:
     from storage.card import write_card
     from reports import write_report
 
+    check_shards(root, record)
     for ds in sorted(set(record.data["datasets"].values())):
         record.data.setdefault("cards", {})[ds] = str(write_card(root, ds))
     record.close()
     record.data["report"] = str(write_report(root, record.data["run_id"]))
+    record.save()
+
+
+def check_shards(root: str, record: LoopRecord) -> None:
+    """Verify the shards of every dataset the run has written; the record keeps how many each
+    dataset has and the quarantined ones (dataset, kind, path, problem), each also printed."""
+    from storage import verify
+    from storage.manifest import MANIFEST, dataset_dir
+
+    checked, bad = {}, []
+    for ds in sorted(set(record.data["datasets"].values())):
+        if (dataset_dir(Path(root), ds) / MANIFEST).exists():
+            checked[ds], problems = verify(root, ds)
+            bad += [asdict(p) for p in problems]
+    for p in bad:
+        print(f"quarantined {p['path']} ({p['dataset']}/{p['kind']}: {p['problem']}); no stage reads it")
+    record.data["shards"] = {"checked": sum(checked.values()), "datasets": checked, "quarantined": bad}
     record.save()
 
 

@@ -44,6 +44,7 @@ SECTIONS = [
     Part("eval", "Held-out exact match", run_sections.held_out),
     Part("labels", "Label spend per strategy", run_sections.label_spend),
     Part("examiner", "Examiner task difficulty by hop count", data_sections.examiner_difficulty),
+    Part("shards", "Shard integrity", run_sections.shards),
 ]
 
 UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, OSError, duckdb.Error)

@@ -115,3 +115,22 @@ def label_spend(ctx: RunContext) -> Section:
                    images=[Image("label spend", plots.bars("Label spend per strategy", series, ylabel="cost / labels"))],
                    tables=[Table(["strategy", "bought", "cost", "corrected the vote", "share corrected"], rows,
                                  "labels")])
+
+
+def shards(ctx: RunContext) -> Section:
+    s = ctx.record.get("shards")
+    if not s:
+        raise Absent("the run recorded no shard check")
+    bad = s.get("quarantined") or []
+    per = {ds: [ds, n, 0] for ds, n in (s.get("datasets") or {}).items()}
+    for p in bad:
+        per.setdefault(p.get("dataset"), [p.get("dataset"), None, 0])[2] += 1
+    note = (f"{len(bad)} of {s.get('checked')} committed shards failed their checksum check and are quarantined: "
+            "no stage read them after, and the dataset cards leave them out." if bad else
+            f"All {s.get('checked')} committed shards of the run's datasets match their checksums.")
+    tables = [Table(["dataset", "shards", "quarantined"], list(per.values()), "shards")]
+    if bad:
+        tables.append(Table(["dataset", "kind", "problem", "path"],
+                            [[p.get("dataset"), p.get("kind"), p.get("problem"), p.get("path")] for p in bad],
+                            "quarantined", "Quarantined shards"))
+    return Section(notes=[note], tables=tables)

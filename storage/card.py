@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from storage import manifest
-from storage.catalog import quarantined
+from storage.manifest import quarantined
 from storage.files import write_text
 from storage.lineage import Lineage, lineage
 from storage.schema import load as load_schema

@@ -24,10 +24,10 @@ from pathlib import Path
 import duckdb
 
 from storage import manifest
+from storage.manifest import QUARANTINE, quarantined
 from storage.files import write_text
 from storage.funnel import funnel_sql
 
-QUARANTINE = "_quarantine.json"
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,6 @@ class Problem:
 
 def view_name(dataset: str, kind: str) -> str:
     return re.sub(r"\W", "_", f"{dataset}_{kind}")
-
-
-def quarantined(ddir: Path) -> set[str]:
-    """Paths (relative to the dataset folder `ddir`) of the shards the last `verify` found corrupt."""
-    try:
-        return set(json.loads((ddir / QUARANTINE).read_text()))
-    except (FileNotFoundError, ValueError):
-        return set()
 
 
 def _sql_str(s: str) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 MANIFEST = "_manifest.jsonl"
+QUARANTINE = "_quarantine.json"  # the shards the last `verify` found corrupt (storage/catalog.py)
 LOCK = ".lock"
 PART_RE = re.compile(r"^part-(\d+)\.parquet$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -33,6 +34,15 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     if root:
         return Path(root)
     return Path(os.environ.get("FORGEPLAY_DATA") or "data")
+
+
+def quarantined(ddir: Path) -> set[str]:
+    """Paths (relative to the dataset folder `ddir`) of the shards the last `verify` found corrupt:
+    readers and the catalog leave them out."""
+    try:
+        return set(json.loads((ddir / QUARANTINE).read_text()))
+    except (FileNotFoundError, ValueError):
+        return set()
 
 
 def check_name(what: str, name: str) -> str:

@@ -1,7 +1,7 @@
 """Loaders over committed shards: an Arrow table, a Hugging Face `datasets.Dataset`, or the
 plain list of Parquet files for `datasets.load_dataset("parquet", data_files=...)`.
 
-Only shards listed in the manifest are read; shards of different schema versions are
+Only shards listed in the manifest are read, less those `forgeplay verify` quarantined; shards of different schema versions are
 unified by column name (columns a shard lacks read as null).
 
     from storage import load_table, load_hf, data_files
@@ -28,8 +28,9 @@ T = TypeVar("T")
 
 def entries(root, dataset: str, kind: str | None = None, run_id: str | None = None) -> list[manifest.Entry]:
     ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
-    return [e for e in manifest.read(ddir)
-            if (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)]
+    bad = manifest.quarantined(ddir)
+    return [e for e in manifest.read(ddir) if e.path not in bad
+            and (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)]
 
 
 def data_files(dataset: str, kind: str, root=None, run_id: str | None = None) -> list[str]:

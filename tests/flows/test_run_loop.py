@@ -2,10 +2,12 @@
 on a tiny random-weight model: every stage runs and is recorded, every kind of shard is
 written, each funnel adds up, every row's lineage points to rows that exist, and the report
 and dataset cards are written. Then the reliability check: the same config run again, killed
-with SIGKILL inside synthesis, inside a training step and during label acquisition, each
-time continued with `--resume`, ends with the datasets of the uninterrupted run (the
-program's rows the same ids, model-sampled rows as many, none twice), no label paid twice,
-and no process of the run left behind after any kill (its temporary Prefect server included).
+with SIGKILL inside synthesis, inside a validation commit (tests/flows/kill_in_commit.py),
+inside a training step and during label acquisition, each time continued with `--resume`,
+ends with the datasets of the uninterrupted run (the program's rows the same ids,
+model-sampled rows as many, none twice), no label paid twice, and no process of the run left
+behind after any kill (its temporary Prefect server included); a shard corrupted afterwards is
+quarantined at the next start, left out of what stages read, and reported.
 Model-sampled rows are seeded per sample, but a training step resumed in another process may
 run with another thread count (train/ shares the cores with the other model processes), so
 its weights can differ in the last bits and a random-weight model's samples then differ."""
@@ -47,10 +49,10 @@ def config(model: Path) -> dict:
                      "max_new_tokens": 24, "max_turns": 2, "label_p": 0.5}}
 
 
-def start(root: Path, mark: str, *args: str) -> subprocess.Popen:
+def start(root: Path, mark: str, *args: str, cli: tuple[str, ...] = ("flows.cli",)) -> subprocess.Popen:
     env = {**os.environ, "FORGEPLAY_DATA": str(root), "PYTHONPATH": str(REPO), "FORGEPLAY_TEST_MARK": mark}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", "run", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", *cli, "run", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -167,6 +169,10 @@ def _kill_when(root: Path, mark: str, cfg_args: list[str], ready, what: str) -> 
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)  # the flow process only, as the kernel's OOM killer would
     p.wait(timeout=30)
+    _nothing_left(root, mark, what)
+
+
+def _nothing_left(root: Path, mark: str, what: str) -> None:
     deadline = time.monotonic() + 30
     while (left := processes_with(mark)) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -194,6 +200,13 @@ def test_killed_three_times_and_resumed_equals_the_uninterrupted_run(clean, tmp_
     run_id = state(root)["run_id"]
     assert run_id == rec["run_id"]
     resume = ["--resume", run_id]
+    p = start(root, mark, *resume, cli=("tests.flows.kill_in_commit", "verdicts"))
+    out = p.communicate(timeout=600)[0]
+    assert p.returncode == -signal.SIGKILL, out[-2000:]
+    _nothing_left(root, mark, "inside a commit")
+    on_disk = {str(f.relative_to(root / "w")) for f in (root / "w").rglob("part-*.parquet")}
+    assert not _shards(root, "w", "verdicts") and on_disk - {e.path for e in entries(root, "w")}, \
+        "the kill came before the verdicts shard was renamed into place"
     _kill_when(root, mark, resume, _in_training, "inside a training step")
     _kill_when(root, mark, resume, lambda r: "acquire" not in state(r)["stages"] and _shards(r, "w_labels", "rollouts") > 0,
                "during label acquisition")
@@ -216,3 +229,18 @@ def test_killed_three_times_and_resumed_equals_the_uninterrupted_run(clean, tmp_
     paid = [r["prompt_id"] for r in labels if r["source"] != "pseudo"]
     assert len(paid) == len(set(paid))  # no label paid twice
     assert ledger["spent"] == ledger["labels"] <= 3
+
+    # a shard corrupted after the run: the next start quarantines it, no reader sees it, and it is reported
+    entry = entries(root, "w", "trajectories")[0]
+    path = root / "w" / entry.path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    out = finish(start(root, mark, *resume))
+    found = state(root)["shards"]
+    assert [(q["path"], q["problem"]) for q in found["quarantined"]] == [(str(path), "checksum_mismatch")]
+    assert found["checked"] == sum(len(entries(root, ds)) for ds in set(done["datasets"].values())) + 1
+    assert "quarantined shards" in out
+    assert load_table("w", "trajectories", root).num_rows == len(want[("w", "trajectories")]) - entry.rows
+    report = Path(state(root)["report"]).read_text()
+    assert 'id="quarantined"' in report and entry.path in report

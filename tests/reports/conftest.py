@@ -95,7 +95,9 @@ def _metrics(folder, keys) -> str:
 @pytest.fixture(scope="session")
 def loop_run(tmp_path_factory):
     """(data root, run record) of a finished loop run over real small datasets."""
+    from storage import verify
     from storage.files import write_json
+    from storage.manifest import datasets
 
     root = tmp_path_factory.mktemp("report-data")
     _trajectories(root)
@@ -121,6 +123,8 @@ def loop_run(tmp_path_factory):
         "train_runs": {"sft": _metrics(root / "train" / "sft", ["loss"]),
                        "grpo": _metrics(root / "train" / "grpo", ["loss", "reward"])},
         "eval": evals,
+        "shards": {"checked": verify(root)[0], "datasets": {ds: verify(root, ds)[0] for ds in datasets(root)},
+                   "quarantined": []},
     }
     write_json(root / "runs" / RUN / "run.json", record)
     return root, record

@@ -19,6 +19,9 @@ from reports import SECTIONS, write_report
 from tests.reports.conftest import ATTEMPTS, BOUGHT, BROKEN, RUN
 
 
+TABLES_ONLY = ("shards",)  # sections without a plot
+
+
 class Page(HTMLParser):
     """Sections by id: their images, tables (rows of cell texts) and absent notes; every
     script and every reference to another resource."""
@@ -88,7 +91,7 @@ def test_every_section_is_rendered_with_decodable_plots_and_nothing_external(pag
     assert {k: s["absent"] for k, s in page.sections.items() if s["absent"]} == {}
     assert page.scripts == 0 and page.external == []
     for key, s in page.sections.items():
-        assert s["images"] and s["tables"], key
+        assert (s["images"] or key in TABLES_ONLY) and s["tables"], key
         for src in s["images"]:
             pixels = decode_png(src).convert("L").getextrema()
             assert pixels[0] < pixels[1], f"{key}: a blank plot"
@@ -144,7 +147,8 @@ def test_a_run_with_parts_missing_renders_its_notes(tmp_path):
                       "tokens": "Not in this run: no trajectories in dataset 'nowhere'.",
                       "curves": "Not in this run: no training run recorded.",
                       "labels": "Not in this run: no labels dataset.",
-                      "examiner": "Not in this run: no selfplay dataset."}
+                      "examiner": "Not in this run: no selfplay dataset.",
+                      "shards": "Not in this run: the run recorded no shard check."}
 
 
 def test_cli_writes_the_page_and_refuses_an_unknown_run(tmp_path):
@@ -161,3 +165,10 @@ def test_cli_writes_the_page_and_refuses_an_unknown_run(tmp_path):
     res = CliRunner().invoke(app, ["report", "run-nope", "--data-root", str(tmp_path)])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [f"error: no run 'run-nope' in {tmp_path / 'runs'} (runs there: r2)"]
+
+
+def test_shard_table_holds_the_runs_check(page, loop_run):
+    _, record = loop_run
+    rows = page.sections["shards"]["tables"]["shards"]
+    assert {r[0]: (int(r[1]), int(r[2])) for r in rows} == {ds: (n, 0) for ds, n in record["shards"]["datasets"].items()}
+    assert sum(int(r[1]) for r in rows) == record["shards"]["checked"] > 0

@@ -1,6 +1,7 @@
-"""verify reports truncated, bit-flipped and missing shards by path; the rest stay queryable."""
+"""verify reports truncated, bit-flipped and missing shards by path; the rest stay queryable,
+in DuckDB and through the loaders training reads with."""
 
-from storage import Catalog, verify, write_rows
+from storage import Catalog, load_table, verify, write_rows
 
 
 def docs(n):
@@ -26,6 +27,7 @@ def test_truncated_and_bitflipped_shards_are_reported_and_skipped(data_root):
         assert cat.scalar("SELECT count(*) FROM demo_documents") == 10
         assert cat.rows("SELECT min(doc_id) FROM demo_documents") == [("d30",)]
         assert {p.problem for p in cat.problems} == {"quarantined"}
+    assert sorted(load_table("demo", "documents")["doc_id"].to_pylist()) == [f"d{i}" for i in range(30, 40)]
 
     # a repaired shard leaves quarantine at the next verify
     manifest_entry = entries[1]
@@ -34,6 +36,7 @@ def test_truncated_and_bitflipped_shards_are_reported_and_skipped(data_root):
     assert str(flipped) not in {p.path for p in problems} and manifest_entry.rows == 10
     with Catalog() as cat:
         assert cat.scalar("SELECT count(*) FROM demo_documents") == 20
+    assert load_table("demo", "documents").num_rows == 20
 
 
 def test_catalog_skips_truncated_shard_even_before_verify(data_root):
