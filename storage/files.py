@@ -24,6 +24,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()  # read once: temp files and folders get the modes a plain open() or mkdir() would give
+
+
 def temp_prefix(path: Path) -> str:
     """The prefix of the hidden temp paths made for `path` (to clean up leftovers)."""
     return f".{path.name}.tmp-"
@@ -54,8 +63,10 @@ def atomic_path(path: str | os.PathLike, folder: bool = False) -> Iterator[Path]
     path.parent.mkdir(parents=True, exist_ok=True)
     if folder:
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=temp_prefix(path)))
+        os.chmod(tmp, 0o777 & ~UMASK)
     else:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path))
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600
         os.close(fd)
         tmp = Path(name)
     try:
