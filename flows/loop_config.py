@@ -57,18 +57,23 @@ SECTIONS: dict[str, Section] = {
                                           "variants_per_tool": 0, "distractors_min": 6, "distractors_max": 6}, ("dataset", "run_id", "tool_style")),
     "validate": Section((ValidateConfig,), {"layers": "schema,rules,dedup"},
                         ("dataset", "input", "out", "corpus", "run_id", "kind")),
-    "eval": Section((EvalConfig,), {"limit": 8, "batch_size": 8, "max_new_tokens": 96}, ("data", "model", "tool_style")),
-    "sft": Section((SFTConfig, TrainConfig), {"max_steps": 10, "lr": 5e-5, "batch_size": 2, "train_layers": 8,
-                                              "checkpoint_every": 5}, _TRAIN_WIRED),
+    # a turn may take 160 new tokens: at 96 the thinks of a fine-tuned model were cut before the answer
+    "eval": Section((EvalConfig,), {"limit": 8, "batch_size": 8, "max_new_tokens": 160, "max_turns": 5},
+                    ("data", "model", "tool_style")),
+    # what experiments/sft_tool_use.py found teaches the answer format in a few steps (at 5e-5 and
+    # 8 layers, 10 steps changed nothing the evaluation sees)
+    "sft": Section((SFTConfig, TrainConfig), {"max_steps": 6, "lr": 3e-4, "batch_size": 2, "train_layers": 10,
+                                              "checkpoint_every": 3}, _TRAIN_WIRED),
     "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 4, "train": False, "answerability": False,
                                         "max_new_tokens": 96},
                         ("dataset", "out", "examiner", "student", "checkpoints", "resume")),
-    "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 8,
-                                          "max_new_tokens": 96, "warmup": 1,
+    "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 4,
+                                          "max_new_tokens": 128, "warmup": 1,
                                           "triples": "trained"}, ("dataset", "out", "model", "tool_style")),
-    "grpo": Section((GRPOConfig, TrainConfig), {"labels": "care", "budget": 8.0, "max_steps": 3, "batch_size": 2,
-                                                "group_size": 4, "limit": 8, "max_new_tokens": 96, "lr": 1e-5,
-                                                "label_warmup": 1, "checkpoint_every": 2,
+    # one step of one group: a GRPO step of two groups took 4.6 minutes on two cores
+    "grpo": Section((GRPOConfig, TrainConfig), {"labels": "care", "budget": 8.0, "max_steps": 1, "batch_size": 1,
+                                                "group_size": 4, "limit": 8, "max_new_tokens": 128, "lr": 1e-5,
+                                                "label_warmup": 1, "checkpoint_every": 1,
                                                 "triples": "trained"},
                     _TRAIN_WIRED + ("labels_out", "tool_style")),
 }
