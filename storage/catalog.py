@@ -29,7 +29,6 @@ from storage.files import write_text
 from storage.funnel import funnel_sql
 
 
-
 @dataclass(frozen=True)
 class Problem:
     dataset: str

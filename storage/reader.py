@@ -1,8 +1,9 @@
 """Loaders over committed shards: an Arrow table, a Hugging Face `datasets.Dataset`, or the
 plain list of Parquet files for `datasets.load_dataset("parquet", data_files=...)`.
 
-Only shards listed in the manifest are read, less those `forgeplay verify` quarantined; shards of different schema versions are
-unified by column name (columns a shard lacks read as null).
+Only shards listed in the manifest are read, less those `forgeplay verify` quarantined;
+shards of different schema versions are unified by column name (columns a shard lacks read
+as null).
 
     from storage import load_table, load_hf, data_files
     table = load_table("demo", "trajectories")            # pyarrow.Table
