@@ -192,7 +192,7 @@ def _in_training(root: Path) -> bool:
     return "sft" not in st["stages"] and any((root / "runs").glob("*/sft/checkpoints/*/*"))
 
 
-def test_killed_three_times_and_resumed_equals_the_uninterrupted_run(clean, tmp_path):
+def test_killed_at_four_points_and_resumed_equals_the_uninterrupted_run(clean, tmp_path):
     clean_root, cfg, rec, _ = clean
     root, mark = tmp_path / "killed", uuid.uuid4().hex
     args = ["--config", str(cfg)]
