@@ -64,17 +64,24 @@ def serve_schedules(schedules: list, root: Path, limit: int | None = None) -> No
     flow objects themselves (a run starts the flow in a subprocess as configured, e.g. the
     validate flow's task runner) until Ctrl-C or SIGTERM, which pause the schedules."""
     import asyncio
-    import signal
 
     from prefect.runner import Runner
 
     class StopOnTerm(Runner):
         def handle_sigterm(self, *args) -> None:
-            """SIGTERM stops as Ctrl-C does: asyncio cancels the runner, which cancels its
-            runs and pauses the schedules. (Prefect's handler exits without awaiting the
-            runner's `stop` and prints the traceback of the coroutine it left.)"""
-            signal.raise_signal(signal.SIGINT)
+            """SIGTERM stops as Ctrl-C does, through the runner's own `astop` run on its event
+            loop: it cancels the runs and the polling loops, and leaving `start` pauses the
+            schedules. (Prefect's handler exits without awaiting the runner's stop; a SIGINT
+            raised here, which asyncio turns into cancelling the main task, was now and then
+            lost inside the runner's task groups and serve went on.) A second SIGTERM ends
+            the process at once."""
+            if self.stopping:
+                raise KeyboardInterrupt
+            self.stopping = True
+            loop = asyncio.get_running_loop()
+            loop.call_soon_threadsafe(lambda: stops.append(loop.create_task(self.astop())))
 
+    stops: list = []  # the stop task, kept referenced until it ends
     runner = StopOnTerm(name="forgeplay-serve", pause_on_shutdown=True, **({"limit": limit} if limit else {}))
     for s in schedules:
         runner.add_flow(**s.options(root))
