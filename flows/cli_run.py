@@ -63,7 +63,7 @@ def show(record: dict, root: Path) -> None:
         t.add_row(name, _n(s.get("rows_in")), _n(s.get("rows_out")), f"{s.get('seconds', 0):.0f}", s.get("notes", ""))
     c.print(t)
     ds = record["datasets"]
-    c.print(f"[bold]data[/bold] {root}: " + ", ".join(f"{k} -> {v}" for k, v in ds.items()))
+    c.print(f"[bold]data[/bold] in {root.absolute()}: " + ", ".join(f"{k} -> {v}" for k, v in ds.items()))
     c.print("[bold]models[/bold] " + ", ".join(f"{k}: {v}" for k, v in record["models"].items() if k != "policy"))
     v = record["stages"].get("validate", {}).get("summary")
     if v:
@@ -87,12 +87,21 @@ def show(record: dict, root: Path) -> None:
         c.print(f"[bold]shards[/bold]: all {shards['checked']} committed shards match their checksums")
     if record.get("report"):
         c.print(f"[bold]report[/bold] {record['report']}")
-    w = ds.get("world", "demo")
     c.print("[bold]try[/bold]:")
-    for q in (f'forgeplay sql "SELECT route, \\"case\\", count(*) FROM {w}_trajectories GROUP BY ALL"',
-              f'forgeplay sql "SELECT layer, reason, count(*) FROM {w}_verdicts WHERE NOT passed GROUP BY ALL"',
-              f'forgeplay sql "SELECT hop_count, count(*) FROM {w}_selfplay_tasks GROUP BY ALL ORDER BY 1"'):
+    for q in queries(ds):
         c.print(f"  {q}")
+
+
+def queries(ds: dict) -> list[str]:
+    """Three DuckDB queries over views the run made (a skipped stage made none)."""
+    w = ds.get("world", "demo")
+    out = [f'forgeplay sql "SELECT route, \\"case\\", count(*) FROM {w}_trajectories GROUP BY ALL"']
+    if "selfplay" in ds:
+        out.append(f'forgeplay sql "SELECT passed, reason, count(*) FROM {ds["selfplay"]}_verdicts GROUP BY ALL"')
+    if "labels" in ds:
+        out.append(f'forgeplay sql "SELECT source, strategy, count(*) FROM {ds["labels"]}_labels GROUP BY ALL"')
+    out.append(f'forgeplay sql "SELECT layer, reason, count(*) FROM {w}_verdicts WHERE NOT passed GROUP BY ALL"')
+    return out[:3]
 
 
 def _n(v) -> str:

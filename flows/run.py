@@ -12,7 +12,7 @@ a corrupt or missing shard is quarantined, so no later stage reads it, and liste
 the closing summary and the report. At the end every dataset the loop wrote gets its card and
 the run its HTML report.
 
-    forgeplay run                                 # the defaults: about a quarter of an hour on two cores
+    forgeplay run                                 # the defaults: about 15 minutes on two cores
     forgeplay run --config pipeline.yaml
     forgeplay run --resume run-3f2a9c0d1e2b
 """

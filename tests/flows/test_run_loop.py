@@ -15,6 +15,7 @@ its weights can differ in the last bits and a random-weight model's samples then
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,6 +25,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.cli_run import queries
 
 from storage import load_table
 from storage.loop_runs import read, run_ids
@@ -115,6 +120,10 @@ def test_every_stage_runs_and_is_recorded(clean):
     for model in ("sft", "selfplay", "grpo"):
         assert (Path(rec["models"][model]) / "config.json").exists(), model
     assert f"run {rec['run_id']}" in out and "held-out exact match" in out and "forgeplay sql" in out
+    for q in queries(rec["datasets"]):  # the queries it suggests run on what it made
+        sql = shlex.split(q)[2]
+        res = CliRunner().invoke(app, ["sql", sql, "--data-root", str(root)])
+        assert res.exit_code == 0 and "count" in res.output, (sql, res.output)
     assert Path(rec["report"]).stat().st_size > 10_000
     for ds, card in rec["cards"].items():
         assert Path(card).read_text().startswith("---\n"), ds
