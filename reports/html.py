@@ -30,7 +30,7 @@ p.absent { color: #777; font-style: italic; }
 {% if s.absent %}<p class="absent">{{ s.absent }}</p>
 {% endif %}{% for line in s.notes %}<p>{{ line }}</p>
 {% endfor %}{% for img in s.images %}<img alt="{{ img.alt }}" src="{{ img.src }}">
-{% endfor %}{% for t in s.tables %}<table id="{{ t.key }}">{% if t.caption %}<caption>{{ t.caption }}</caption>{% endif %}
+{% endfor %}{% for t in s.tables %}<table id="table-{{ t.key }}">{% if t.caption %}<caption>{{ t.caption }}</caption>{% endif %}
 <thead><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr></thead>
 <tbody>{% for row in t.rows %}<tr>{% for v in row %}<td{% if v is number %} class="num"{% endif %}>{{ fmt(v) }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table>

@@ -252,4 +252,4 @@ def test_killed_at_four_points_and_resumed_equals_the_uninterrupted_run(clean, t
     assert "quarantined shards" in out
     assert load_table("w", "trajectories", root).num_rows == len(want[("w", "trajectories")]) - entry.rows
     report = Path(state(root)["report"]).read_text()
-    assert 'id="quarantined"' in report and entry.path in report
+    assert 'id="table-quarantined"' in report and entry.path in report

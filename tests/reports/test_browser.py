@@ -48,6 +48,7 @@ def test_the_report_renders_in_chromium(loop_run, embedded_tokenizer_dir, tmp_pa
             images = page.evaluate("Array.from(document.images).map(i => "
                                    "[i.alt, i.complete, i.naturalWidth, i.naturalHeight, i.clientWidth])")
             sections = page.evaluate("Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)")
+            ids = page.evaluate("Array.from(document.querySelectorAll('[id]')).map(e => e.id)")
             shot = page.screenshot(full_page=True)
             plots = page.locator("img").first.screenshot()
         finally:
@@ -55,6 +56,7 @@ def test_the_report_renders_in_chromium(loop_run, embedded_tokenizer_dir, tmp_pa
     assert errors == []
     assert [u for u in requests if not u.startswith(("data:", path.as_uri()))] == []
     assert len(sections) >= 8 and len(images) >= 8
+    assert len(ids) == len(set(ids)) > len(sections)  # every section and table can be linked to
     for alt, complete, width, height, shown in images:
         assert complete and width > 100 and height > 100 and shown > 100, alt
     assert colourful(plots) > 0.05  # the first plot's bars are drawn (0.28 here; a blank or broken image: 0)

@@ -44,7 +44,7 @@ class Page(HTMLParser):
         elif tag == "img":
             self._section["images"].append(a["src"])
         elif tag == "table":
-            self._table = self._section["tables"].setdefault(a["id"], [])
+            self._table = self._section["tables"].setdefault(a["id"].removeprefix("table-"), [])
         elif tag == "tr":
             self._row = []
         elif tag == "td":
