@@ -8,9 +8,10 @@ ends with the datasets of the uninterrupted run (the program's rows the same ids
 model-sampled rows as many, none twice), no label paid twice, and no process of the run left
 behind after any kill (its temporary Prefect server included); a shard corrupted afterwards is
 quarantined at the next start, left out of what stages read, and reported.
-Model-sampled rows are seeded per sample, but a training step resumed in another process may
-run with another thread count (train/ shares the cores with the other model processes), so
-its weights can differ in the last bits and a random-weight model's samples then differ."""
+Model-sampled rows are seeded per sample, yet after a resumed SFT step the self-play
+examiner's outputs (rollouts and verdicts) differ in text from the uninterrupted run's, so
+those are compared by count; the acquisition's rollouts and labels come out the same. The
+cause is not found: one torch thread in every process (FORGEPLAY_THREADS=1) did not remove it."""
 
 from __future__ import annotations
 
