@@ -10,8 +10,8 @@ behind after any kill (its temporary Prefect server included); a shard corrupted
 quarantined at the next start, left out of what stages read, and reported.
 Model-sampled rows are seeded per sample, yet after a resumed SFT step the self-play
 examiner's outputs (rollouts and verdicts) differ in text from the uninterrupted run's, so
-those are compared by count; the acquisition's rollouts and labels come out the same. The
-cause is not found: one torch thread in every process (FORGEPLAY_THREADS=1) did not remove it."""
+those are compared by count. The cause is not found: with one torch thread in every process
+(FORGEPLAY_THREADS=1) they still differed, while the acquisition's rollouts and labels matched."""
 
 from __future__ import annotations
 
