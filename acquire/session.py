@@ -104,8 +104,7 @@ class Prompted:
 def load_prompts(root, cfg: AcquireConfig) -> list[Prompted]:
     from train.triples import pick_triples
 
-    rows = sorted(pick_triples(root, cfg.dataset, cfg.triples), key=lambda t: t["triple_id"])
-    rows = rows[:cfg.limit] if cfg.limit else rows
+    rows = pick_triples(root, cfg.dataset, cfg.triples, cfg.limit, by_id=True)
     return [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
             for t in rows]
 

@@ -45,15 +45,9 @@ class EvalConfig(RolloutConfig):
 
 def held_out_triples(root, dataset: str, held_out: bool = True, limit: int = 0) -> list[dict]:
     """The dataset's triples, minus those its trajectories use when `held_out`; sorted by id."""
-    from storage import load_table
+    from train.triples import select_triples
 
-    triples = sorted(load_table(dataset, "triples", root).to_pylist(), key=lambda t: t["triple_id"])
-    if held_out:
-        used = set(load_table(dataset, "trajectories", root, columns=["triple_id"]).column("triple_id").to_pylist())
-        triples = [t for t in triples if t["triple_id"] not in used]
-    if not triples:
-        raise ValueError(f"dataset {dataset!r} has no {'held-out ' if held_out else ''}triples")
-    return triples[:limit] if limit else triples
+    return select_triples(root, dataset, False if held_out else None, limit, by_id=True)
 
 
 def base_tools(root, dataset: str) -> list[dict]:
