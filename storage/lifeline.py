@@ -28,11 +28,7 @@ def send(sig):
         return False
 
 def alive():
-    try:
-        os.killpg(target, 0) if group else os.kill(target, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    return send(0)
 
 while os.getppid() == parent and alive():
     time.sleep(0.5)

@@ -333,6 +333,7 @@ class ShardWriter:
     def _commit(self, table: pa.Table) -> None:
         self._publish(*self._write_tmp(table))
 
+
 class DiskFull(OSError):
     """The disk filled up while a shard was written; nothing of it was kept (the message says
     what to do)."""
