@@ -75,7 +75,7 @@ def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, eva
     for it, chunk in enumerate(chunks):
         convs = [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"])
                  for d in chunk]
-        replay_examine(root, cfg, run_id(cfg), it, convs, docs)
+        replay_examine(root, cfg, run_id(cfg, root), it, convs, docs)
         s = run_selfplay(replace(cfg, iterations=it + 1, resume=True), root, progress=False)
         last = s["iterations"][-1]
         curve.append(exact_match(s["models"]["student"], evals, docs, cfg))

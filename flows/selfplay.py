@@ -193,7 +193,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     cfg, root = PlayConfig(**config), str(resolve_root(data_root))
     cfg.check()
     ds = cfg.out_dataset()
-    run = run_id(cfg)
+    run = run_id(cfg, root)
     names = ("examine", "attempt") + (("examiner-update", "student-update") if cfg.train else ())
     first = ("warmstart",) if cfg.train and cfg.warmstart else ()
     phases = [(it, p) for it in range(cfg.iterations) for p in (first if it == 0 else ()) + names]

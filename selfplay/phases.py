@@ -8,7 +8,7 @@ iteration 0 on demonstrated tasks (selfplay/warmstart.py). Replayed tasks are no
 answerability (selfplay/answerable.py needs a reader model).
 
     commit_examine(root, cfg, run, 0, examine(backend, sim, docs, tools, cfg, run, 0))
-    replay_examine(root, cfg, run_id(cfg), 0, [(messages, start_doc, target_hops), ...], documents)
+    replay_examine(root, cfg, run_id(cfg, root), 0, [(messages, start_doc, target_hops), ...], documents)
     run_selfplay(replace(cfg, resume=True), root)
 """
 

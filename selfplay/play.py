@@ -32,6 +32,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from generators.llm.toolcalls import final_answer, render_tools_block
 from selfplay.answerable import check_answerable
@@ -125,14 +126,24 @@ class PlayConfig:
                              format_weight=0.0)
 
 
-def run_id(cfg: PlayConfig) -> str:
+PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name a folder under the data root
+
+
+def run_id(cfg: PlayConfig, root: str | Path) -> str:
     """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out),
-    so a longer run continues a shorter one."""
+    so a longer run continues a shorter one. A model or checkpoint folder inside `root` counts
+    by its path relative to `root`, so the same run in another data root (a copied or moved
+    one) has the same id, and so have its rows."""
     from dataclasses import asdict
 
     from storage.runs import config_hash
 
-    return f"selfplay-{config_hash({k: v for k, v in asdict(cfg).items() if k not in ('resume', 'iterations', 'out')})}"
+    fields = {k: v for k, v in asdict(cfg).items() if k not in ("resume", "iterations", "out")}
+    base = Path(root).resolve()
+    for k in PATHS:
+        if fields[k] and Path(fields[k]).resolve().is_relative_to(base):
+            fields[k] = "<data>/" + Path(fields[k]).resolve().relative_to(base).as_posix()
+    return f"selfplay-{config_hash(fields)}"
 
 
 def phase_run(run: str, iteration: int, phase: str) -> str:

@@ -18,7 +18,7 @@ from generators.llm.transformers_backend import TransformersBackend
 from generators.tools.base import base_rows
 from generators.tools.simulator import Simulator
 from selfplay.examiner import REJECTS
-from selfplay.play import PlayConfig, attempt, examined, score
+from selfplay.play import PlayConfig, attempt, examined, run_id, score
 from selfplay.warmstart import EXAMINER_TOOL, demonstrations
 from storage import Catalog, load_table
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401
@@ -142,3 +142,14 @@ def test_bare_selfplay_command_runs_the_iterations_and_keeps_its_subcommands():
     assert bare.exit_code == run.exit_code == 2 and "--checkpoints DIR is required" in bare.output, bare.output
     assert CliRunner().invoke(app, ["selfplay", "warmstart", "--help"]).exit_code == 0
     assert "warmstart" in CliRunner().invoke(app, ["selfplay"]).output  # no options: the help
+
+
+def test_run_id_counts_folders_inside_the_data_root_by_their_relative_path(tmp_path):
+    def cfg(root: Path, model: str = "sft") -> PlayConfig:
+        return PlayConfig(dataset="w", examiner=str(root / "runs" / model), student=str(root / "runs" / model),
+                          checkpoints=str(root / "runs" / "ck"))
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_id(cfg(a), a) == run_id(cfg(b), b)  # the same run in a moved data root: the same rows
+    assert run_id(cfg(a), a) != run_id(cfg(a, "grpo"), a)  # another model: another run
+    assert run_id(cfg(a), a) != run_id(cfg(a), b)  # outside the root the full path counts

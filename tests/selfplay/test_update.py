@@ -93,7 +93,7 @@ def played(tmp_path_factory, tiny_llama_dir):  # noqa: F811
     for demo in demos:
         msgs, hops, seed = demo["trajectory"]["messages"], demo["task"]["hop_count"], by_id[demo["task"]["qcp"]["seed_doc_id"]]
         convs += [(msgs, seed, hops), (msgs[:-1] + [{"role": "assistant", "content": GARBLED}], seed, hops)]
-    replay_examine(root, cfg, run_id(cfg), 0, convs, docs)
+    replay_examine(root, cfg, run_id(cfg, root), 0, convs, docs)
     summary = run_selfplay(PlayConfig(**{**cfg.__dict__, "resume": True}), root, progress=False)
     return root, cfg, summary, len(demos)
 
