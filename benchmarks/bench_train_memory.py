@@ -15,6 +15,11 @@ processes share the cores). `--rounds` runs the configurations in turn again; th
 medians, and the ratios to today's largest batch that fits.
 
     python benchmarks/bench_train_memory.py --data demo_valid --data-root data   # make run's output
+    python benchmarks/bench_train_memory.py          # no demo_valid there: builds one first (below)
+
+When `--data` is not under `--data-root`, it is built first in a temporary root by `forgeplay
+pipeline --texts template` (the world, `--prepare-n` synthesized trajectories with program-written
+reasoning, validation; a minute, no model loaded), so `make bench` runs it on a fresh clone too.
     python benchmarks/bench_train_memory.py --old-batches 1,2,4 --rounds 2 --steps 3
 
 Timings on a shared machine are noisy: compare the ratios measured in the same run.
@@ -85,6 +90,18 @@ def run_config(spec: dict, guard_gb: float) -> dict:
     return json.loads(lines[-1])
 
 
+def prepare(data: str, n: int, root: Path, console) -> str:
+    """Build `data` (a `<dataset>_valid`) under `root` with `forgeplay pipeline`; the root."""
+    if not data.endswith("_valid"):
+        raise SystemExit(f"--data {data}: not found, and only a <dataset>_valid can be built here")
+    console.print(f"{data} not found: building it under {root} (forgeplay pipeline --texts template --n {n}) ...")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-m", "flows.cli", "pipeline", "--data-root", str(root), "--dataset",
+                    data.removesuffix("_valid"), "--texts", "template", "--n", str(n)], check=True, env=env,
+                   cwd=Path(__file__).resolve().parents[1])
+    return str(root)
+
+
 def safe_guard(wanted: float) -> float:
     """The address-space cap: at most `wanted` GB, and at most what is available now plus a
     margin for the address space a process maps without touching (about 2 GB here)."""
@@ -104,6 +121,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps per configuration (the first is warm-up)")
     ap.add_argument("--rounds", type=int, default=1, help="times to run every configuration, in turn")
     ap.add_argument("--guard-gb", type=float, default=20.0, help="address-space cap of each configuration's process")
+    ap.add_argument("--prepare-n", type=int, default=8, help="trajectories to synthesize when --data must be built")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
@@ -123,6 +141,8 @@ def main() -> None:
     configs.append(("new default: packed 8192 tokens, plan", dict(max_batch_tokens=8192, checkpointing="auto", micro=0)))
     results: dict[str, list[dict]] = {name: [] for name, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
+        if not (Path(args.data_root) / args.data).is_dir():
+            args.data_root = prepare(args.data, args.prepare_n, Path(tmp) / "data", console)
         for rnd in range(args.rounds):
             for i, (name, c) in enumerate(configs):
                 # every step takes the same `batch_size` conversations; today's path in micro-batches of `micro`
