@@ -16,11 +16,11 @@ medians, and the ratios to today's largest batch that fits.
 
     python benchmarks/bench_train_memory.py --data demo_valid --data-root data   # make run's output
     python benchmarks/bench_train_memory.py          # no demo_valid there: builds one first (below)
+    python benchmarks/bench_train_memory.py --old-batches 1,2,4 --rounds 2 --steps 3
 
 When `--data` is not under `--data-root`, it is built first in a temporary root by `forgeplay
 pipeline --texts template` (the world, `--prepare-n` synthesized trajectories with program-written
-reasoning, validation; a minute, no model loaded), so `make bench` runs it on a fresh clone too.
-    python benchmarks/bench_train_memory.py --old-batches 1,2,4 --rounds 2 --steps 3
+reasoning, validation; a minute, no model loaded), so it runs on a fresh clone too.
 
 Timings on a shared machine are noisy: compare the ratios measured in the same run.
 """
