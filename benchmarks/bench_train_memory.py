@@ -40,6 +40,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 GB = 1e9
+REPO = Path(__file__).resolve().parents[1]
 
 
 def worker(spec: dict) -> dict:
@@ -80,7 +81,7 @@ def run_config(spec: dict, guard_gb: float) -> dict:
         cap = int(guard_gb * GB)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     res = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True,
                          preexec_fn=limit, env=env)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
@@ -95,10 +96,10 @@ def prepare(data: str, n: int, root: Path, console) -> str:
     if not data.endswith("_valid"):
         raise SystemExit(f"--data {data}: not found, and only a <dataset>_valid can be built here")
     console.print(f"{data} not found: building it under {root} (forgeplay pipeline --texts template --n {n}) ...")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-m", "flows.cli", "pipeline", "--data-root", str(root), "--dataset",
                     data.removesuffix("_valid"), "--texts", "template", "--n", str(n)], check=True, env=env,
-                   cwd=Path(__file__).resolve().parents[1])
+                   cwd=REPO)
     return str(root)
 
 

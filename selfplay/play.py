@@ -141,8 +141,9 @@ def run_id(cfg: PlayConfig, root: str | Path) -> str:
     fields = {k: v for k, v in asdict(cfg).items() if k not in ("resume", "iterations", "out")}
     base = Path(root).resolve()
     for k in PATHS:
-        if fields[k] and Path(fields[k]).resolve().is_relative_to(base):
-            fields[k] = "<data>/" + Path(fields[k]).resolve().relative_to(base).as_posix()
+        path = Path(fields[k]).resolve() if fields[k] else None
+        if path and path.is_relative_to(base):
+            fields[k] = "<data>/" + path.relative_to(base).as_posix()
     return f"selfplay-{config_hash(fields)}"
 
 
