@@ -37,9 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
-        train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", log=print) -> dict:
+        train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
+        log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
-    `backend`: what evaluates (module docstring)."""
+    `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
+    world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
     from flows.synthesize import run as synthesize
     from flows.train import run as train
     from flows.validate import run as validate
@@ -90,7 +92,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         t = time.perf_counter()
         sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers)
         summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=3e-4,
-                                                warmup_steps=min(3, steps // 4), checkpoint_every=0,
+                                                warmup_steps=min(3, steps // 4), checkpoint_every=0, seed=train_seed,
                                                 activation_checkpointing="off"), data, progress=False)
         seconds["sft"] = time.perf_counter() - t
         after = measure(summary["final_model"], "after")
@@ -108,14 +110,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--held-out", type=int, default=48)
     ap.add_argument("--trajectories", type=int, default=240)
-    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=5, help="seed of the world and of synthesis")
+    ap.add_argument("--train-seed", type=int, default=0, help="SFT's data order and torch seed")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     from generators.llm.model_store import resolve_model
 
-    r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend)
+    r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
+              train_seed=a.train_seed)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     print(f"{'':18}{'before':>8}{'after':>8}")
