@@ -50,7 +50,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     from generators.synth.synthesize import SynthConfig
     from storage import load_table
     from train.configs import SFTConfig, TrainConfig
-    from train.evaluate import EvalConfig, eval_backend, evaluate, held_out_triples, run_eval
+    from train.evaluate import EvalConfig, eval_backend, evaluate, held_out_triples
     from validators.runner import ValidateConfig
 
     data, seconds = root / "data", {}
@@ -73,8 +73,12 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
     def measure(model_dir, name: str) -> dict:
         t = time.perf_counter()
-        if served is None:  # `train eval`: the model loaded here, turns continue from their KV cache
-            out = run_eval(replace(ecfg, model=str(model_dir)), data, progress=False)
+        if served is None:  # `train eval`'s backend: the model loaded here, turns continue from their KV cache
+            local = eval_backend(replace(ecfg, model=str(model_dir)))
+            try:
+                out, rolls = evaluate(local, data, ecfg)
+            finally:
+                local.close()
         else:
             if name == "after":  # the fine-tuned weights go to the running server
                 import torch
@@ -82,8 +86,11 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
                 tuned = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
                 seconds["publish"] = served.client.load_weights(tuned.named_parameters())
-            out = evaluate(served, data, ecfg)[0]
+            out, rolls = evaluate(served, data, ecfg)
         seconds[f"eval_{name}"] = time.perf_counter() - t
+        with open(root / f"rollouts_{name}.jsonl", "w") as f:  # to read what the model did
+            for r in rolls:
+                f.write(json.dumps({"messages": r.messages, "reward": r.reward, "stats": r.stats}, default=str) + "\n")
         log(name, json.dumps({k: v for k, v in out.items() if k not in ("by_qtype", "config")}))
         return out
 
