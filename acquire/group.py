@@ -12,6 +12,9 @@ averaged over the response (high: the model is sure).
 (train/rollout.py): their final answers voted, and the model-side signals when the strategy
 `needs` them ("logprobs" or "states").
 
+`scorer(model)` loads a model for `signals` alone, beside a backend that samples elsewhere
+(a vLLM server): the same weights, in this process, in evaluation mode.
+
 `vote_features(vote, lengths)` is the vote vector CARE's probes read besides the hidden
 states: the valid-answer ratio, the cluster sizes over n sorted (padded with 0 to n) and the
 response lengths over the longest, sorted.
@@ -59,25 +62,47 @@ def vote_features(vote: Vote, lengths: list[int]) -> torch.Tensor:
 def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: list[list[int]] | None = None) -> dict:
     """Hidden states, token log-probabilities and self-certainty of `responses` after the
     prompt; with `masks` (1 = a token the policy wrote), only those tokens count (a
-    multi-turn response holds tool output too)."""
-    states, logps, certainty = [], [], []
-    prompt_state = None
+    multi-turn response holds tool output too). The prompt is encoded once: each response
+    continues from its keys and values, which are cut back to the prompt afterwards (a model
+    that returns no cache reads prompt and response whole)."""
+    device = next(model.parameters()).device
+    pre = model(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True, output_hidden_states=True)
+    prompt_state = pre.hidden_states[-1][0, -1].float().cpu()  # after the final norm
+    first = pre.logits[0, -1:].float()  # predicts each response's first token
+    cache, states, logps, certainty = pre.past_key_values, [], [], []
     for j, resp in enumerate(responses):
-        ids = torch.tensor([list(prompt_ids) + list(resp)], device=next(model.parameters()).device)
-        out = model(input_ids=ids, output_hidden_states=True)
-        hidden = out.hidden_states[-1][0]  # after the final norm
-        if prompt_state is None:
-            prompt_state = hidden[len(prompt_ids) - 1].float().cpu()
-        states.append(hidden[-1].float().cpu())
-        logits = out.logits[0, len(prompt_ids) - 1:-1].float()
-        lp = torch.log_softmax(logits, dim=-1)
+        if not resp:
+            states.append(prompt_state)
+            logps.append([])
+            certainty.append(0.0)
+            continue
+        ids = torch.tensor([list(resp)], device=device)
+        if cache is not None:
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True)
+            cache.crop(len(prompt_ids))
+            logits = out.logits[0, :-1]
+        else:  # a model that keeps no cache (training with activation checkpointing): the whole sequence
+            out = model(input_ids=torch.cat([torch.tensor([list(prompt_ids)], device=device), ids], dim=1),
+                        output_hidden_states=True)
+            logits = out.logits[0, len(prompt_ids):-1]
+        states.append(out.hidden_states[-1][0, -1].float().cpu())
+        lp = torch.log_softmax(torch.cat([first, logits.float()]), dim=-1)
         keep = torch.tensor(masks[j] if masks is not None else [1] * len(resp), dtype=torch.bool, device=lp.device)
-        token_lp = lp.gather(1, ids[0, len(prompt_ids):, None]).squeeze(1)
+        token_lp = lp.gather(1, ids[0, :, None]).squeeze(1)
         logps.append(token_lp[keep].cpu().tolist())
         per_token = -math.log(lp.shape[-1]) - lp.mean(dim=-1)
         certainty.append(float(per_token[keep].mean()) if bool(keep.any()) else 0.0)
     return {"prompt_state": prompt_state, "response_states": torch.stack(states) if states else None,
             "token_logprobs": logps, "self_certainty": certainty, "lengths": [len(r) for r in responses]}
+
+
+def scorer(model):
+    """`model` (a folder or prepared name) loaded here for `signals` (module docstring)."""
+    from transformers import AutoModelForCausalLM
+
+    from generators.llm.model_store import resolve_model
+
+    return AutoModelForCausalLM.from_pretrained(str(resolve_model(model)), dtype=torch.float32).eval()
 
 
 def group_of(prompt_id: str, rollouts: list, needs: str = "", model=None, true_label: str | None = None,

@@ -8,8 +8,12 @@ and revealed only by the `column` source when bought; the `queue` and `llm` sour
 (acquire/sources.py) label them by people or by an annotator model instead.
 
     source = make_source(cfg, root, prompts, ledger)
-    session = Session(cfg, root, backend, simulator, tools, ledger, writer, source, probes)
+    session = Session(cfg, root, backend, simulator, tools, ledger, writer, source, probes, lm)
     counts = session.run_batch(prompts[:cfg.batch], step=0)
+
+`lm` is the model whose teacher-forced pass gives the strategies' token probabilities and
+hidden states (acquire/group.py): the backend's own in process, or `acquire.group.scorer`
+beside a served backend (`--backend vllm-server`) that samples faster.
 
 A batch whose rollouts are committed is done: a rerun (same config) skips it, and the ledger
 never pays twice for a prompt. The probes' state is saved after each batch.
@@ -44,6 +48,13 @@ class AcquireConfig:
     annotator_url: str | None = field(default=None, metadata={"help": "llm with the openai backend: the server URL ending in /v1"})
     annotator_max_tokens: int = field(default=64, metadata={"help": "llm: tokens per annotator reply at most"})
     model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
+    backend: str = field(default="transformers", metadata={
+        "help": "what samples the answers: transformers (in this process), vllm-server (vLLM's server from "
+                ".venv-vllm, or the one at --url; every answer in flight at once) or openai (any OpenAI-compatible "
+                "server at --url serving --model); token probabilities and hidden states, when the strategy reads "
+                "them, come from one teacher-forced pass of --model in this process"})
+    url: str = field(default="", metadata={"help": "vllm-server / openai: the server's address (http://host:port)"})
+    served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
     p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})
     gate: float = field(default=0.1, metadata={"help": "care: fraction of each batch most likely voted right left out (p2)"})
@@ -68,6 +79,12 @@ class AcquireConfig:
     def check(self) -> None:
         self.labels_dataset()
         get_strategy(self.strategy)
+        from train.evaluate import BACKEND_KINDS
+
+        if self.backend not in BACKEND_KINDS:
+            raise ValueError(f"--backend must be one of {', '.join(BACKEND_KINDS)}, not {self.backend!r}")
+        if self.backend == "openai" and not self.url:
+            raise ValueError("--backend openai needs --url (the server's address)")
         if self.source not in SOURCES:
             raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {self.source!r}")
         if self.queue_format not in QUEUE_FORMATS:
@@ -113,9 +130,10 @@ class Session:
     """The acquisition loop's state: backend, simulator, tools, ledger, source, probes (module docstring)."""
 
     def __init__(self, cfg: AcquireConfig, root, backend, simulator, tools: list[dict], ledger, writer, source,
-                 probes=None) -> None:
+                 probes=None, lm=None) -> None:
         self.cfg, self.root, self.backend, self.sim, self.tools = cfg, root, backend, simulator, tools
         self.ledger, self.writer, self.source, self.probes = ledger, writer, source, probes
+        self.lm = lm if lm is not None else getattr(backend, "lm", None)  # the model the signals come from
         self.strategy = get_strategy(cfg.strategy)
         self.out = cfg.labels_dataset()
 
@@ -134,7 +152,7 @@ class Session:
         groups, rows = [], []
         for k, p in enumerate(prompts):
             mine = outs[k * self.cfg.n:(k + 1) * self.cfg.n]
-            g = group_of(p.prompt_id, mine, self.strategy.needs, self.backend.lm,
+            g = group_of(p.prompt_id, mine, self.strategy.needs, self.lm,
                          p.answer if self.strategy.needs == "true_label" else None, p.aliases)
             groups.append(g)
             for i, (o, a) in enumerate(zip(mine, g.vote.answers)):

@@ -16,6 +16,11 @@ held-out triples (none in the pool or in the dataset's trajectories), before and
 
     .venv/bin/python experiments/acquire_sim.py --root DATA --dataset w --model RUN/final \\
         --prompts 96 --budget 16 --seeds 0 1 --json /tmp/acq.json
+
+`--backend vllm-server` samples through one vLLM server (from .venv-vllm) for the whole run:
+every answer in flight at once, GRPO publishing its weights to it after each step and the
+evaluations reusing it; the strategies' hidden states and token probabilities still come
+from a teacher-forced pass of the model in this process (acquire/group.py).
 """
 
 from __future__ import annotations
@@ -35,8 +40,11 @@ from generators.answers import match  # noqa: E402
 from storage import load_table  # noqa: E402
 
 
-def sample(root, a, pool: list[dict], docs: list[dict], seed: int):
-    """One group per pool triple: n answers with every strategy's signals."""
+def sample(root, a, pool: list[dict], docs: list[dict], seed: int, served=None):
+    """One group per pool triple: n answers with every strategy's signals. `served` (a vLLM
+    server holding --model) samples when given; the signals come from a teacher-forced pass
+    of --model here either way."""
+    from acquire.group import scorer
     from generators.llm.transformers_backend import TransformersBackend
     from generators.tools.base import base_rows
     from generators.tools.simulator import Simulator
@@ -44,8 +52,9 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int):
     cfg = AcquireConfig(dataset=a.dataset, strategy="care", model=a.model, n=a.n, batch=a.batch, seed=seed,
                         max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_style=a.tool_style)
     tools = base_rows()
-    backend = TransformersBackend(a.model, batch_size=max(8, a.n), turn_cache_mb=2048)
-    session = Session(cfg, root, backend, Simulator(docs, seed=seed, tools=tools), tools, None, None, None)
+    backend = served or TransformersBackend(a.model, batch_size=max(8, a.n), turn_cache_mb=2048)
+    lm = getattr(backend, "lm", None) or scorer(a.model)
+    session = Session(cfg, root, backend, Simulator(docs, seed=seed, tools=tools), tools, None, None, None, lm=lm)
     prompts = [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
                for t in pool]
     groups = []
@@ -54,18 +63,11 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int):
             groups += session.sample(prompts[start:start + a.batch], step)[0]
             print(f"  sampled {len(groups)}/{len(prompts)}", flush=True)
     finally:
-        backend.close()
+        if served is None:
+            backend.close()
     for g, p in zip(groups, prompts):
         g.true_label, g.aliases = p.answer, tuple(p.aliases)
-    return groups, backend_hidden(a.model)
-
-
-def backend_hidden(model) -> int:
-    from transformers import AutoConfig
-
-    from generators.llm.model_store import resolve_model
-
-    return AutoConfig.from_pretrained(resolve_model(model)).hidden_size
+    return groups, lm.config.hidden_size
 
 
 def right(answer, g) -> bool:
@@ -104,27 +106,58 @@ def simulate(name: str, groups: list, hidden: int, a, seed: int) -> dict:
             "noise_before": noise(False), "noise_after": noise(True)}
 
 
-def grpo(root, a, name: str, seed: int) -> float:
-    """Label-aware GRPO from --model with strategy `name`; held-out EM of the result."""
+def grpo(root, a, name: str, seed: int, served=None) -> float:
+    """Label-aware GRPO from --model with strategy `name`; held-out EM of the result. With
+    `served`, GRPO samples from that server (publishing its weights after each step)."""
     from flows.train import run
     from train.configs import GRPOConfig, TrainConfig
 
     out = Path(a.work) / f"grpo_{name}_{seed}"
+    rollout = {"rollout_backend": "vllm-server", "rollout_url": served.client.server.url} if served else {}
     cfg = GRPOConfig(data=a.dataset, model=a.model, out=str(out), limit=a.prompts, group_size=a.n, labels=name,
                      budget=a.budget, labels_out=f"{a.dataset}_{name}_{seed}", label_p=a.p, label_gate=a.gate,
                      label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed,
-                     tool_style=a.tool_style)
+                     tool_style=a.tool_style, **rollout)
+    if served:
+        publish(served, a.model)  # every strategy starts from the same policy
     run("grpo", cfg, TrainConfig(max_steps=a.grpo_steps, batch_size=a.batch_size, lr=a.lr, schedule="constant",
-                                 seed=seed, checkpoint_every=0), root, progress=False)
-    return held_out_em(root, a, str(out / "final"))
+                                 seed=seed, checkpoint_every=0, train_layers=a.train_layers), root, progress=False)
+    return held_out_em(root, a, str(out / "final"), served)
 
 
-def held_out_em(root, a, model) -> float:
-    from train.evaluate import EvalConfig
+def publish(served, model) -> float:
+    """`model`'s weights to the running server (as GRPO publishes its policy)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from generators.llm.model_store import resolve_model
+
+    weights = AutoModelForCausalLM.from_pretrained(str(resolve_model(model)), dtype=torch.float32)
+    return served.client.load_weights(weights.named_parameters())
+
+
+def held_out_em(root, a, model, served=None) -> float:
+    """Greedy held-out exact match of `model` (published to `served` when given)."""
+    from generators.llm.transformers_backend import TransformersBackend
+    from generators.tools.simulator import Simulator
+    from train.evaluate import EvalConfig, base_tools, summarize
+    from train.grpo import make_prompts
+    from train.rollout import rollout
 
     cfg = EvalConfig(data=a.dataset, model=model, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
                      tool_style=a.tool_style)
-    return run_eval_on(root, cfg, eval_triples(root, a))
+    docs = load_table(cfg.data, "documents", root).to_pylist()
+    tools = base_tools(root, cfg.data)
+    if served:
+        publish(served, model)
+    backend = served or TransformersBackend(cfg.model, batch_size=cfg.batch_size, turn_cache_mb=2048)
+    try:
+        outs = rollout(backend, Simulator(docs, seed=cfg.tool_seed, tools=tools),
+                       make_prompts(eval_triples(root, a), tools, cfg.tool_style), cfg, logprobs=False)
+    finally:
+        if served is None:
+            backend.close()
+    return summarize(outs)["em"]
 
 
 def eval_triples(root, a) -> list[dict]:
@@ -133,24 +166,6 @@ def eval_triples(root, a) -> list[dict]:
 
     pool = {t["triple_id"] for t in load_table(a.dataset, "triples", root).to_pylist()[:a.prompts]}
     return [t for t in held_out_triples(root, a.dataset) if t["triple_id"] not in pool][:a.eval]
-
-
-def run_eval_on(root, cfg, triples: list[dict]) -> float:
-    from generators.llm.transformers_backend import TransformersBackend
-    from generators.tools.simulator import Simulator
-    from train.evaluate import base_tools, summarize
-    from train.grpo import make_prompts
-    from train.rollout import rollout
-
-    docs = load_table(cfg.data, "documents", root).to_pylist()
-    tools = base_tools(root, cfg.data)
-    backend = TransformersBackend(cfg.model, batch_size=cfg.batch_size, turn_cache_mb=2048)
-    try:
-        outs = rollout(backend, Simulator(docs, seed=cfg.tool_seed, tools=tools), make_prompts(triples, tools), cfg,
-                       logprobs=False)
-    finally:
-        backend.close()
-    return summarize(outs)["em"]
 
 
 def main() -> None:
@@ -175,15 +190,38 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--eval", type=int, default=32, help="held-out triples for exact match")
     ap.add_argument("--work", default="/tmp/acquire_sim", help="GRPO run folders")
+    ap.add_argument("--train-layers", type=int, default=0, help="GRPO: train only the top N blocks (0 = all)")
+    ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
+                    help="what samples: the model in this process, or one vLLM server (from .venv-vllm) for the "
+                         "whole experiment, which GRPO publishes its weights to and evaluations reuse")
     ap.add_argument("--json", default="", help="write every result here")
     a = ap.parse_args()
     root = Path(a.root)
     pool = load_table(a.dataset, "triples", root).to_pylist()[:a.prompts]
     docs = load_table(a.dataset, "documents", root).to_pylist()
     results = {"args": vars(a), "simulation": [], "grpo": []}
+    served = None
+    if a.backend == "vllm-server":
+        from train.evaluate import sampling_backend
+
+        served = sampling_backend("vllm-server", a.model)
+    try:
+        run_seeds(root, a, pool, docs, results, served)
+    finally:
+        if served is not None:
+            served.close()
+    print(f"\n{'strategy':16}{'bought':>8}{'corrected':>11}{'fixed':>8}{'noise before':>14}{'after':>8}")
+    for name in a.strategies:
+        rs = [r for r in results["simulation"] if r["strategy"] == name]
+        mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
+        print(f"{name:16}{mean('bought'):8.1f}{mean('corrected'):11.3f}{mean('wrong_votes_fixed'):8.3f}"
+              f"{mean('noise_before'):14.3f}{mean('noise_after'):8.3f}")
+
+
+def run_seeds(root, a, pool, docs, results: dict, served) -> None:
     for seed in a.seeds:
         started = time.perf_counter()
-        groups, hidden = sample(root, a, pool, docs, seed)
+        groups, hidden = sample(root, a, pool, docs, seed, served)
         print(f"seed {seed}: sampled {len(groups)} groups in {time.perf_counter() - started:.0f} s; "
               f"votes right {sum(right(g.vote.label, g) for g in groups)}/{len(groups)}", flush=True)
         for name in a.strategies:
@@ -191,18 +229,13 @@ def main() -> None:
             results["simulation"].append(r)
             print(json.dumps(r), flush=True)
         if a.grpo_steps:
-            base = held_out_em(root, a, a.model)
+            base = held_out_em(root, a, a.model, served)
             for name in a.strategies:
-                results["grpo"].append({"strategy": name, "seed": seed, "em_before": base, "em_after": grpo(root, a, name, seed)})
+                results["grpo"].append({"strategy": name, "seed": seed, "em_before": base,
+                                        "em_after": grpo(root, a, name, seed, served)})
                 print(json.dumps(results["grpo"][-1]), flush=True)
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=1))
-    print(f"\n{'strategy':16}{'bought':>8}{'corrected':>11}{'fixed':>8}{'noise before':>14}{'after':>8}")
-    for name in a.strategies:
-        rs = [r for r in results["simulation"] if r["strategy"] == name]
-        mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
-        print(f"{name:16}{mean('bought'):8.1f}{mean('corrected'):11.3f}{mean('wrong_votes_fixed'):8.3f}"
-              f"{mean('noise_before'):14.3f}{mean('noise_after'):8.3f}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ from storage.resumable import RunWriter
 from storage.runs import config_hash
 
 
+UNHASHED = ("budget", "limit", "backend", "url", "served_model")  # not part of the run's identity
+
+
 @task(name="acquire-batch", cache_policy=NONE)
 def batch_task(session: Session, prompts: list, step: int) -> dict:
     return session.run_batch(prompts, step)
@@ -56,15 +59,18 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     tie_temporary_server()
     import torch
 
-    from generators.llm.transformers_backend import TransformersBackend
+    from acquire.group import scorer
+    from acquire.strategies import get_strategy
     from generators.synth.synthesize import load_inputs
     from generators.tools.base import base_rows
     from generators.tools.simulator import Simulator
+    from train.evaluate import sampling_backend
 
     cfg, root = AcquireConfig(**config), resolve_root(data_root)
     cfg.check()
     out = cfg.labels_dataset()
-    run = f"acquire-{config_hash({k: v for k, v in asdict(cfg).items() if k not in ('budget', 'limit')})}"
+    # the run is what is asked, not who samples it: a rerun through another backend continues it
+    run = f"acquire-{config_hash({k: v for k, v in asdict(cfg).items() if k not in UNHASHED})}"
     ledger = Ledger(dataset_dir(root, out) / "_ledger.sqlite", budget=cfg.budget)
     recovered = ledger.recover(labelled_ids(root, out))
     prompts = load_prompts(root, cfg)
@@ -74,21 +80,25 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     tools = base_rows()
     source = make_source(cfg, root, prompts, ledger)
     try:
-        backend = TransformersBackend(cfg.model, batch_size=max(8, cfg.n), turn_cache_mb=cfg.turn_cache_mb)
+        backend = sampling_backend(cfg.backend, cfg.model, cfg.url, cfg.served_model, max(8, cfg.n),
+                                   cfg.turn_cache_mb)
     except BaseException:
         source.close()
         raise
     stages, batches, skipped = Stages(), [], 0
     try:
+        lm = getattr(backend, "lm", None)
+        if lm is None and get_strategy(cfg.strategy).needs in ("logprobs", "states"):
+            lm = scorer(cfg.model)  # a served backend samples; the signals come from this process
         probes = None
         if cfg.strategy == "care":
             from acquire.probes import Probes
 
-            probes = Probes(backend.lm.config.hidden_size, cfg.n, seed=cfg.seed)
+            probes = Probes(lm.config.hidden_size, cfg.n, seed=cfg.seed)
             if _probes_path(root, cfg, run).exists():
                 probes.load_state_dict(torch.load(_probes_path(root, cfg, run), weights_only=False))
         session = Session(cfg, root, backend, Simulator(docs, seed=cfg.seed, tools=tools), tools, ledger, writer,
-                          source, probes)
+                          source, probes, lm)
         for step, start in enumerate(range(0, len(prompts), cfg.batch)):
             chunk = prompts[start:start + cfg.batch]
             if all(p.prompt_id in done for p in chunk):

@@ -124,29 +124,41 @@ class ServedClient:
 
 def eval_backend(cfg: EvalConfig):
     """The backend `cfg.backend` names, holding `cfg.model` (module docstring of each)."""
+    return sampling_backend(cfg.backend, cfg.model, cfg.url, cfg.served_model, cfg.batch_size, cfg.turn_cache_mb)
+
+
+BACKEND_KINDS = ("transformers", "vllm-server", "openai")
+
+
+def sampling_backend(kind: str, model, url: str = "", served_model: str = "policy", batch_size: int = 16,
+                     turn_cache_mb: int = 1024):
+    """A backend for rollouts: `transformers` loads `model` here (turns in lockstep, each
+    continuing from its KV cache); `vllm-server` starts vLLM's server from .venv-vllm with it
+    (or talks to the one at `url`) and `openai` talks to any OpenAI-compatible server at `url`,
+    both with `model`'s tokenizer and every conversation in flight at once."""
     from generators.llm.model_store import resolve_model
 
-    if cfg.backend == "transformers":
+    if kind == "transformers":
         from generators.llm.transformers_backend import TransformersBackend
 
-        return TransformersBackend(cfg.model, batch_size=cfg.batch_size, turn_cache_mb=cfg.turn_cache_mb)
-    if cfg.backend not in ("vllm-server", "openai"):
-        raise ValueError(f"--backend must be transformers, vllm-server or openai, not {cfg.backend!r}")
+        return TransformersBackend(model, batch_size=batch_size, turn_cache_mb=turn_cache_mb)
+    if kind not in BACKEND_KINDS:
+        raise ValueError(f"--backend must be transformers, vllm-server or openai, not {kind!r}")
     from transformers import AutoTokenizer
 
-    path = resolve_model(cfg.model)
+    path = resolve_model(model)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    if cfg.backend == "openai":
-        if not cfg.url:
+    if kind == "openai":
+        if not url:
             raise ValueError("--backend openai needs --url (the server's address)")
         from generators.llm.openai_backend import OpenAIBackend
 
-        return ServedClient(OpenAIBackend(cfg.url, cfg.served_model, max_concurrency=64), tokenizer, path)
+        return ServedClient(OpenAIBackend(url, served_model, max_concurrency=64), tokenizer, path)
     from generators.llm.vllm_server import VLLMServer
     from train.weight_sync import ServedEngine
 
-    # a server that dies stops the evaluation with its exit code and log (ServedEngine)
-    return ServedClient(ServedEngine(VLLMServer(path, url=cfg.url or None)), tokenizer, path)
+    # a server that dies stops the work with its exit code and log (ServedEngine)
+    return ServedClient(ServedEngine(VLLMServer(path, url=url or None)), tokenizer, path)
 
 
 def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:

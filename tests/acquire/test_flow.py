@@ -26,8 +26,8 @@ def root(tmp_path_factory):
 
 
 def _cfg(model, strategy: str, **kw) -> AcquireConfig:
-    kw = {"limit": 8, "budget": 3, **kw}
-    return AcquireConfig(dataset="w", out=f"w_{strategy}", strategy=strategy, model=str(model), n=4, batch=4, p=0.5,
+    kw = {"limit": 8, "budget": 3, "out": f"w_{strategy}", **kw}
+    return AcquireConfig(dataset="w", strategy=strategy, model=str(model), n=4, batch=4, p=0.5,
                          max_turns=2, max_new_tokens=12, warmup=1, **kw)
 
 
@@ -75,3 +75,30 @@ def test_labels_report_command_and_its_error_without_a_ledger(root, tiny_llama_d
     assert res.exit_code == 2 and "--source must be one of column, queue, llm" in res.output, res.output
     res = CliRunner().invoke(app, ["acquire-labels", "--dataset", "w", "--source", "llm"])
     assert res.exit_code == 2 and "needs --annotator-url" in res.output, res.output
+
+
+def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass(root, tiny_llama_dir):  # noqa: F811
+    """`--backend openai --url`: the answers come from a real OpenAI-compatible server on
+    127.0.0.1 (the project's own, over the tiny model), and CARE's probes read hidden states
+    from a teacher-forced pass of --model in the flow's process."""
+    import torch
+
+    from flows.acquire import _probes_path, run_acquire
+    from generators.llm.server import create_app
+    from generators.llm.transformers_backend import TransformersBackend
+    from tests.generators.servers import UvicornThread
+
+    served = TransformersBackend(str(tiny_llama_dir), batch_size=16)
+    with UvicornThread(create_app(served, model_name="policy", batch_wait=0.05, close_backend=True)) as srv:
+        cfg = _cfg(tiny_llama_dir, "care", out="w_served", backend="openai", url=srv.url)
+        s = run_acquire(cfg, root, progress=False)
+        requests = sum(srv.server.config.app.state.batcher.batches)
+    rollouts = load_table("w_served", "rollouts", root).to_pylist()
+    assert len(rollouts) == 32 and requests >= 32  # every answer's turns went through the server
+    assert [b["bought"] for b in s["batches"]] == [2, 1] and s["ledger"]["labels"] == 3
+    probes = torch.load(_probes_path(root, cfg, s["run_id"]), weights_only=False)
+    buffer = probes["buffer"]  # the probes learned from every bought label's hidden states
+    assert len(buffer) == 3 and all(x.response_states.shape == (4, 128) for x in buffer)
+    res = CliRunner().invoke(__import__("flows.cli", fromlist=["app"]).app,
+                             ["acquire-labels", "--dataset", "w", "--backend", "openai"])
+    assert res.exit_code == 2 and "--backend openai needs --url" in res.output, res.output
