@@ -119,21 +119,10 @@ def grpo(root, a, name: str, seed: int, served=None) -> float:
                      label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed,
                      tool_style=a.tool_style, **rollout)
     if served:
-        publish(served, a.model)  # every strategy starts from the same policy
+        served.publish(a.model)  # every strategy starts from the same policy
     run("grpo", cfg, TrainConfig(max_steps=a.grpo_steps, batch_size=a.batch_size, lr=a.lr, schedule="constant",
                                  seed=seed, checkpoint_every=0, train_layers=a.train_layers), root, progress=False)
     return held_out_em(root, a, str(out / "final"), served)
-
-
-def publish(served, model) -> float:
-    """`model`'s weights to the running server (as GRPO publishes its policy)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from generators.llm.model_store import resolve_model
-
-    weights = AutoModelForCausalLM.from_pretrained(str(resolve_model(model)), dtype=torch.float32)
-    return served.client.load_weights(weights.named_parameters())
 
 
 def held_out_em(root, a, model, served=None) -> float:
@@ -149,7 +138,7 @@ def held_out_em(root, a, model, served=None) -> float:
     docs = load_table(cfg.data, "documents", root).to_pylist()
     tools = base_tools(root, cfg.data)
     if served:
-        publish(served, model)
+        served.publish(model)
     backend = served or TransformersBackend(cfg.model, batch_size=cfg.batch_size, turn_cache_mb=2048)
     try:
         outs = rollout(backend, Simulator(docs, seed=cfg.tool_seed, tools=tools),

@@ -46,31 +46,35 @@ def held_out(triples: list[dict], demos: list[dict], n: int) -> list[dict]:
     return free[:n]
 
 
-def exact_match(model: str | None, triples: list[dict], docs: list[dict], cfg: PlayConfig) -> float:
-    """Greedy tool-use rollouts of `model` on `triples`, prompted as the attempts are."""
+def exact_match(model: str | None, triples: list[dict], docs: list[dict], cfg: PlayConfig, served=None) -> float:
+    """Greedy tool-use rollouts of `model` on `triples`, prompted as the attempts are; through
+    `served` (a vLLM server the weights are published to) when given."""
     from generators.llm.transformers_backend import TransformersBackend
     from train.evaluate import summarize
     from train.grpo import make_prompts
     from train.rollout import rollout
 
     tools = base_rows()
-    backend = TransformersBackend(model, batch_size=cfg.batch_size)
+    if served is not None:
+        served.publish(model)
+    backend = served or TransformersBackend(model, batch_size=cfg.batch_size)
     try:
-        outs = rollout(backend, Simulator(docs, seed=cfg.seed, tools=tools), make_prompts(triples, tools),
+        outs = rollout(backend, Simulator(docs, seed=cfg.seed, tools=tools), make_prompts(triples, tools, cfg.tool_style),
                        replace(cfg.rollout_config(cfg.student_turns), temperature=0.0), logprobs=False)
     finally:
-        backend.close()
+        if served is None:
+            backend.close()
     return summarize(outs)["em"]
 
 
-def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, evals, a) -> dict:
+def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, evals, a, served=None) -> dict:
     cfg = PlayConfig(dataset="w", out=f"w_{distill}_{seed}", student=a.student, examiner=a.examiner,
                      tasks=a.tasks, attempts=a.attempts, seed=seed, batch_size=a.batch_size,
                      student_turns=a.turns, max_new_tokens=a.max_new_tokens, checkpoints=str(root / f"ck_{distill}_{seed}"),
-                     examiner_steps=a.steps, student_steps=a.steps, update_batch=a.update_batch, lr=a.lr,
-                     distill=distill, train_layers=a.train_layers, warmstart=False)  # tasks are replayed demonstrations
+                     examiner_steps=a.examiner_steps or a.steps, student_steps=a.steps, update_batch=a.update_batch, lr=a.lr,
+                     distill=distill, train_layers=a.train_layers, warmstart=False, tool_style=a.tool_style)  # tasks are replayed demonstrations
     by_id = {d["doc_id"]: d for d in docs}
-    curve, phases = [exact_match(a.student, evals, docs, cfg)], []
+    curve, phases = [exact_match(a.student, evals, docs, cfg, served)], []
     print(json.dumps({"arm": distill, "seed": seed, "iteration": -1, "em": curve[0]}), flush=True)
     for it, chunk in enumerate(chunks):
         convs = [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"])
@@ -78,7 +82,7 @@ def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, eva
         replay_examine(root, cfg, run_id(cfg, root), it, convs, docs)
         s = run_selfplay(replace(cfg, iterations=it + 1, resume=True), root, progress=False)
         last = s["iterations"][-1]
-        curve.append(exact_match(s["models"]["student"], evals, docs, cfg))
+        curve.append(exact_match(s["models"]["student"], evals, docs, cfg, served))
         phases.append({k: round(v, 1) for k, v in last.items() if k.endswith("_s")} | {"student_em_attempts": last["student_em"]})
         print(json.dumps({"arm": distill, "seed": seed, "iteration": it, "em": curve[-1], **phases[-1]}), flush=True)
     return {"arm": distill, "seed": seed, "em": curve, "phases": phases}
@@ -94,15 +98,21 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=8, help="tasks per iteration (replayed demonstrations)")
     ap.add_argument("--attempts", type=int, default=4, help="student attempts per task")
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per update (both roles)")
+    ap.add_argument("--examiner-steps", type=int, default=0,
+                    help="the examiner's steps per update (0 = --steps; its tasks are replayed, so it only costs time)")
     ap.add_argument("--update-batch", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--train-layers", type=int, default=0)
+    ap.add_argument("--tool-style", default="compact", help="tools in the student's prompts, as its SFT data had them")
     ap.add_argument("--turns", type=int, default=4, help="student turns per attempt and evaluation")
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--eval", type=int, default=32, help="held-out triples evaluated")
     ap.add_argument("--arms", nargs="+", default=["on", "off"], help="distillation on and/or off")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
+                    help="what evaluates: the model in this process, or one vLLM server (from .venv-vllm) that "
+                         "each evaluated student is published to")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     t0 = time.perf_counter()
@@ -115,7 +125,17 @@ def main() -> None:
         sys.exit(f"the world gives {len(demos)} demonstrations, {need} needed: use more --entities")
     chunks = [demos[i * a.tasks:(i + 1) * a.tasks] for i in range(a.iterations)]
     evals = held_out(triples, demos[:need], a.eval)
-    results = [arm(a.root, d, s, chunks, docs, evals, a) for s in a.seeds for d in a.arms]
+    served = None
+    if a.backend == "vllm-server":
+        from generators.llm.model_store import resolve_model
+        from train.evaluate import sampling_backend
+
+        served = sampling_backend("vllm-server", str(resolve_model(a.student)))
+    try:
+        results = [arm(a.root, d, s, chunks, docs, evals, a, served) for s in a.seeds for d in a.arms]
+    finally:
+        if served is not None:
+            served.close()
     print(f"\nstudent EM on {len(evals)} held-out triples, before and after each iteration "
           f"({(time.perf_counter() - t0) / 60:.0f} min)")
     for r in results:

@@ -81,11 +81,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                 local.close()
         else:
             if name == "after":  # the fine-tuned weights go to the running server
-                import torch
-                from transformers import AutoModelForCausalLM
-
-                tuned = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-                seconds["publish"] = served.client.load_weights(tuned.named_parameters())
+                seconds["publish"] = served.publish(model_dir)
             out, rolls = evaluate(served, data, ecfg)
         seconds[f"eval_{name}"] = time.perf_counter() - t
         with open(root / f"rollouts_{name}.jsonl", "w") as f:  # to read what the model did

@@ -59,6 +59,9 @@ class PlayConfig:
     seed: int = field(default=0, metadata={"help": "seed of start documents, hop targets and sampling"})
     examiner_turns: int = field(default=6, metadata={"help": "examiner turns at most (searches + the last one)"})
     student_turns: int = field(default=4, metadata={"help": "student turns at most per attempt"})
+    tool_style: str = field(default="full", metadata={
+        "help": "tools in the student's prompts: full (JSON schemas) or compact (one-line signatures); match the "
+                "student's SFT data"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of examiner and student"})
     batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
@@ -93,6 +96,8 @@ class PlayConfig:
         parse_hop_mix(self.hop_mix)
         if self.attempts < 2:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
+        if self.tool_style not in ("full", "compact"):
+            raise ValueError(f"--tool-style must be full or compact, not {self.tool_style!r}")
         if self.iterations < 1 or self.tasks < 1:
             raise ValueError("--iterations and --tasks must be at least 1")
         if self.answer_distractors < 0 or not 0 < self.answer_f1 <= 1:
@@ -227,7 +232,7 @@ def attempt(backend, simulator, tasks: list[dict], tools: list[dict], cfg: PlayC
 
     triples = [{"question": t["question"], "answer": t["answer"], "aliases": t.get("aliases") or [],
                 "golden_doc_ids": [], "triple_id": t["task_id"], "hop_count": t["hop_count"]} for t in tasks]
-    prompts = [p for p in make_prompts(triples, tools) for _ in range(cfg.attempts)]
+    prompts = [p for p in make_prompts(triples, tools, cfg.tool_style) for _ in range(cfg.attempts)]
     outs = _rollouts(backend, simulator, prompts, cfg, cfg.student_turns, cfg.seed * 1013 + iteration * 89, progress)
     rows = []
     for i, (p, o) in enumerate(zip(prompts, outs)):

@@ -118,6 +118,17 @@ class ServedClient:
     def generate(self, requests, progress: bool = False):
         return self.client.generate(requests, progress=progress)
 
+    def publish(self, model) -> float:
+        """`model`'s weights (a folder or prepared name) to the server (a vLLM server, as GRPO
+        publishes its policy), so the next requests sample from them; the seconds it took."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from generators.llm.model_store import resolve_model
+
+        weights = AutoModelForCausalLM.from_pretrained(str(resolve_model(model)), dtype=torch.float32)
+        return self.client.load_weights(weights.named_parameters())
+
     def close(self) -> None:
         self.client.close()
 

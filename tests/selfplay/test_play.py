@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,18 @@ def test_attempts_point_to_their_tasks_and_score_counts_exact_matches(world, tin
     right = dict(rows[0], answer=tasks[0]["answer"]), dict(rows[1], answer=tasks[0]["answer"].upper())
     scored = {s["task_id"]: s for s in score(tasks, [*right, *rows[2:]], 2)}
     assert scored[tasks[0]["task_id"]]["k"] == 2 and scored[tasks[0]["task_id"]]["examiner_reward"] == 0.5
+    # the student is prompted with the tools as its SFT data showed them (--tool-style)
+    from generators.synth.assemble import system_prompt
+
+    assert rows[0]["messages"][0]["content"] == system_prompt(tools, "full")
+    backend = TransformersBackend(str(tiny_llama_dir), batch_size=8)
+    try:
+        compact = attempt(backend, sim, tasks[:1], tools, replace(cfg, tool_style="compact"), "r", 0)
+    finally:
+        backend.close()
+    assert compact[0]["messages"][0]["content"] == system_prompt(tools, "compact") != system_prompt(tools, "full")
+    with pytest.raises(ValueError, match="--tool-style must be full or compact"):
+        replace(cfg, tool_style="short").check()
 
 
 def _run(root, model, **kw) -> dict:
