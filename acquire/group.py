@@ -79,7 +79,7 @@ def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: lis
         ids = torch.tensor([list(resp)], device=device)
         if cache is not None:
             out = model(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True)
-            cache.crop(len(prompt_ids))
+            cache.crop(-len(resp))  # back to the prompt alone
             logits = out.logits[0, :-1]
         else:  # a model that keeps no cache (training with activation checkpointing): the whole sequence
             out = model(input_ids=torch.cat([torch.tensor([list(prompt_ids)], device=device), ids], dim=1),
