@@ -117,11 +117,11 @@ def grpo(root, a, name: str, seed: int, served=None) -> float:
     cfg = GRPOConfig(data=a.dataset, model=a.model, out=str(out), limit=a.prompts, group_size=a.n, labels=name,
                      budget=a.budget, labels_out=f"{a.dataset}_{name}_{seed}", label_p=a.p, label_gate=a.gate,
                      label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed,
-                     tool_style=a.tool_style, **rollout)
+                     tool_style=a.tool_style, train_layers=a.train_layers, **rollout)
     if served:
         served.publish(a.model)  # every strategy starts from the same policy
     run("grpo", cfg, TrainConfig(max_steps=a.grpo_steps, batch_size=a.batch_size, lr=a.lr, schedule="constant",
-                                 seed=seed, checkpoint_every=0, train_layers=a.train_layers), root, progress=False)
+                                 seed=seed, checkpoint_every=0), root, progress=False)
     return held_out_em(root, a, str(out / "final"), served)
 
 

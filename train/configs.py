@@ -80,6 +80,7 @@ class GRPOConfig(RolloutConfig):
     out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
     group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    train_layers: int = field(default=0, metadata={"help": "train only the last N transformer blocks and the final norm, embeddings frozen (0 = every parameter); faster on CPU, as for SFT"})
     kl_coef: float = field(default=0.0, metadata={"help": "weight of the KL term to the frozen start model (0 = none)"})
     advantage: str = field(default="grpo", metadata={
         "help": "advantages: grpo (rewards normalised within each prompt's group) or hop-grouped (HRPO: "

@@ -173,8 +173,10 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     with `max_batch_tokens` > 0 the rollouts' log-probability pass is packed into one row."""
     from train.grpo import build_session
     from train.packing import use_packed_attention
+    from train.sft import train_last_layers
 
     path, tok, model = load_model(cfg.model, device)
+    params = train_last_layers(model, cfg.train_layers)
     if tcfg.max_batch_tokens > 0:
         use_packed_attention(model)
     session = build_session(root, cfg, path, model)
@@ -184,7 +186,8 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
 
         session.labeller = extras["labeller"] = make_labeller(cfg, root, session)
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
-                 {"prompts": len(session.prompts)}, f"model {path}",
+                 {"prompts": len(session.prompts), "trainable_params": params["trainable"], "params": params["total"]},
+                 f"model {path}",
                  workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
                  on_trainer=session.attach, extras=extras)
 

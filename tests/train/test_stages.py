@@ -109,6 +109,22 @@ def test_grpo_kind_runs_in_process_with_hop_grouped_advantages(world, tiny_llama
     cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(tmp_path / "g"), limit=2, group_size=2,
                      max_turns=1, max_new_tokens=4, tool_style="compact", advantage="hop-grouped")
     s = run_stage("grpo", cfg, TrainConfig(max_steps=1, batch_size=2, checkpoint_every=0), root, progress=False)
-    assert s["steps"] == 1 and s["counts"] == {"prompts": 2} and s["last"]["tokens"] > 0
+    assert s["steps"] == 1 and s["counts"]["prompts"] == 2 and s["last"]["tokens"] > 0
+    assert s["counts"]["trainable_params"] == s["counts"]["params"]  # --train-layers 0: every parameter
     assert {"reward", "pg_loss", "clip_frac"} <= set(s["last"]) and "kl" not in s["last"]  # kl_coef 0: no KL term
     assert json.loads((tmp_path / "g" / "config.json").read_text())["grpo"]["advantage"] == "hop-grouped"
+
+
+def test_grpo_with_train_layers_trains_only_the_last_blocks(world, tiny_llama_dir, tmp_path):  # noqa: F811
+    """`train grpo --train-layers 1`: only the last block and the final norm take gradients
+    (the optimizer takes only those), as SFT's option does."""
+    from train.configs import GRPOConfig, TrainConfig
+    from train.stages import build_grpo
+
+    cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(tmp_path / "g"), limit=2, group_size=2,
+                     max_turns=1, max_new_tokens=4, tool_style="compact", train_layers=1)
+    built = build_grpo(cfg, TrainConfig(max_steps=1, batch_size=2), world[0], device="cpu")
+    trainable = {k for k, p in built.model.named_parameters() if p.requires_grad}
+    assert trainable and all(k.startswith("model.layers.1.") or k == "model.norm.weight" for k in trainable), trainable
+    assert "model.norm.weight" in trainable
+    assert 0 < built.counts["trainable_params"] < built.counts["params"]
