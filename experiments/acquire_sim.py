@@ -2,7 +2,7 @@
 held back, with a policy that answers (the embedded model after SFT: pass it as --model).
 
 Per seed, n answers are sampled once for every prompt of the pool (the first --prompts
-triples of --dataset, multi-turn tool rollouts as `acquire-labels` samples them, with the
+triples of --dataset in the --triples set, multi-turn tool rollouts as `acquire-labels` samples them, with the
 signals every strategy reads), so every strategy sees the same groups. Then each strategy
 runs the acquisition loop over the pool in batches (score, buy the top --p of the batch
 within --budget, CARE's probes learn from what was bought) and reports:
@@ -50,7 +50,8 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int, served=None):
     from generators.tools.simulator import Simulator
 
     cfg = AcquireConfig(dataset=a.dataset, strategy="care", model=a.model, n=a.n, batch=a.batch, seed=seed,
-                        max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_style=a.tool_style)
+                        max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_style=a.tool_style,
+                        temperature=a.temperature)
     tools = base_rows()
     backend = served or TransformersBackend(a.model, batch_size=max(8, a.n), turn_cache_mb=2048)
     lm = getattr(backend, "lm", None) or scorer(a.model)
@@ -117,7 +118,8 @@ def grpo(root, a, name: str, seed: int, served=None) -> float:
     cfg = GRPOConfig(data=a.dataset, model=a.model, out=str(out), limit=a.prompts, group_size=a.n, labels=name,
                      budget=a.budget, labels_out=f"{a.dataset}_{name}_{seed}", label_p=a.p, label_gate=a.gate,
                      label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed,
-                     tool_style=a.tool_style, train_layers=a.train_layers, **rollout)
+                     tool_style=a.tool_style, train_layers=a.train_layers, triples=a.triples,
+                     temperature=a.temperature, **rollout)
     if served:
         served.publish(a.model)  # every strategy starts from the same policy
     run("grpo", cfg, TrainConfig(max_steps=a.grpo_steps, batch_size=a.batch_size, lr=a.lr, schedule="constant",
@@ -153,8 +155,16 @@ def eval_triples(root, a) -> list[dict]:
     """Held-out triples: after the pool in table order, none the trajectories were built from."""
     from train.evaluate import held_out_triples
 
-    pool = {t["triple_id"] for t in load_table(a.dataset, "triples", root).to_pylist()[:a.prompts]}
+    pool = {t["triple_id"] for t in pool_triples(root, a)}
     return [t for t in held_out_triples(root, a.dataset) if t["triple_id"] not in pool][:a.eval]
+
+
+def pool_triples(root, a) -> list[dict]:
+    """The prompts whose labels are held back: the first --prompts of the --triples set, in
+    storage order (what GRPO's --limit and --triples take too)."""
+    from train.triples import pick_triples
+
+    return pick_triples(root, a.dataset, a.triples, a.prompts)
 
 
 def main() -> None:
@@ -162,7 +172,10 @@ def main() -> None:
     ap.add_argument("--root", required=True, help="data root holding --dataset (a world with triples and documents)")
     ap.add_argument("--dataset", default="w")
     ap.add_argument("--model", default=None, help="the policy (an SFT run's final/; default: the embedded model)")
-    ap.add_argument("--prompts", type=int, default=96, help="pool size: the first N triples in table order")
+    ap.add_argument("--prompts", type=int, default=96, help="pool size: the first N triples of --triples in table order")
+    ap.add_argument("--triples", default="all", help="the pool's set: all, or trained (those the policy's SFT "
+                                                       "trajectories were built from; the held-out ones stay unseen)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the n answers and of GRPO")
     ap.add_argument("--n", type=int, default=8, help="answers per prompt")
     ap.add_argument("--batch", type=int, default=16, help="prompts per acquisition batch")
     ap.add_argument("--p", type=float, default=0.2, help="fraction of a batch to buy")
@@ -186,7 +199,7 @@ def main() -> None:
     ap.add_argument("--json", default="", help="write every result here")
     a = ap.parse_args()
     root = Path(a.root)
-    pool = load_table(a.dataset, "triples", root).to_pylist()[:a.prompts]
+    pool = pool_triples(root, a)
     docs = load_table(a.dataset, "documents", root).to_pylist()
     results = {"args": vars(a), "simulation": [], "grpo": []}
     served = None
