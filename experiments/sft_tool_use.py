@@ -22,6 +22,14 @@ The slow test tests/train/test_sft_tool_use.py runs `run` small (a few steps, fe
 triples); the exact-match figures come from the defaults:
 
     .venv/bin/python experiments/sft_tool_use.py --root /tmp/sftx --steps 25 --held-out 48
+
+It measures the checkout it lives in (its folder goes first on the import path), so the
+same run on two commits compares what they synthesize, e.g. the reasoning texts, with the
+world, the held-out set and the training seed (`--train-seed`) fixed:
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python /tmp/before/experiments/sft_tool_use.py --root /tmp/b0 --backend vllm-server --train-seed 0
+    .venv/bin/python experiments/sft_tool_use.py --root /tmp/a0 --backend vllm-server --train-seed 0
 """
 
 from __future__ import annotations
@@ -130,6 +138,19 @@ def main() -> None:
         print(f"{k:18}{r['before'][k]:8.3f}{r['after'][k]:8.3f}")
     for q, v in r["after"]["by_qtype"].items():
         print(f"  em {q:18}{r['before']['by_qtype'][q]['em']:8.3f}{v['em']:8.3f}  ({v['rollouts']} triples)")
+    for qtype, (before, after, n) in per_type(r["before"], r["after"]).items():
+        print(f"  exact {qtype:15}{before:>4}/{n}{after:>5}/{n}")
+
+
+def per_type(before: dict, after: dict) -> dict[str, tuple[int, int, int]]:
+    """Exact answers before and after, and triples, per question type (summed over hop counts)."""
+    out: dict[str, list[int]] = {}
+    for key, v in after["by_qtype"].items():
+        row = out.setdefault(key.split("/")[0], [0, 0, 0])
+        row[0] += round(before["by_qtype"][key]["em"] * v["rollouts"])
+        row[1] += round(v["em"] * v["rollouts"])
+        row[2] += v["rollouts"]
+    return {k: tuple(v) for k, v in sorted(out.items())}
     if a.json:
         a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
                                      indent=1, default=str))
