@@ -31,7 +31,8 @@ from train.configs import TrainConfig  # noqa: E402
 def arm(root: Path, name: str, examiner: str | None, student: str | None, a) -> dict:
     t = time.perf_counter()
     s = run_selfplay(PlayConfig(dataset="w", out=f"w_{name}", examiner=examiner, student=student, tasks=a.tasks,
-                                attempts=a.attempts, seed=a.seed, batch_size=a.batch_size, train=False), root, progress=True)
+                                attempts=a.attempts, seed=a.seed, batch_size=a.batch_size, train=False,
+                                tool_style=a.tool_style), root, progress=True)
     it = s["iterations"][0]
     hops = {}
     if it["tasks"]:
@@ -54,6 +55,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=16, help="examiner outputs per arm")
     ap.add_argument("--attempts", type=int, default=4, help="student attempts per task")
     ap.add_argument("--student", default=None, help="student model (default: embedded)")
+    ap.add_argument("--tool-style", default="compact", help="tools in the student's prompts, as its SFT data had them")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reuse", action="store_true", help="keep the world and the examiner of an earlier run in --root")
