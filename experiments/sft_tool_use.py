@@ -140,6 +140,9 @@ def main() -> None:
         print(f"  em {q:18}{r['before']['by_qtype'][q]['em']:8.3f}{v['em']:8.3f}  ({v['rollouts']} triples)")
     for qtype, (before, after, n) in per_type(r["before"], r["after"]).items():
         print(f"  exact {qtype:15}{before:>4}/{n}{after:>5}/{n}")
+    if a.json:
+        a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
+                                     indent=1, default=str))
 
 
 def per_type(before: dict, after: dict) -> dict[str, tuple[int, int, int]]:
@@ -151,9 +154,6 @@ def per_type(before: dict, after: dict) -> dict[str, tuple[int, int, int]]:
         row[1] += round(v["em"] * v["rollouts"])
         row[2] += v["rollouts"]
     return {k: tuple(v) for k, v in sorted(out.items())}
-    if a.json:
-        a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
-                                     indent=1, default=str))
 
 
 if __name__ == "__main__":
