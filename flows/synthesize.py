@@ -5,7 +5,8 @@ Tasks: load the inputs, build the gated tool bank (written as `tools`; the tools
 then one task per chunk that asks the backend for the reasoning texts and commits the
 chunk's trajectories as one shard. A rerun of the same config resumes: trajectories whose
 id is already committed are skipped, so nothing is generated or written twice. The flow ends
-with a Prefect artifact (rows per stage, case and route mix, text sources, timing).
+with a Prefect artifact (rows per stage, case and route mix, text sources overall and per
+slot kind with the reasons for template fallbacks, timing).
 
 The chunks run one after another in the flow, or fan out (`--workers N`: a pool of N
 processes; `--task-runner dask|ray [--address ADDR]`: a Dask or Ray cluster, flows/runners.py),
@@ -147,7 +148,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     stages.add("write", rows_out=len(todo), seconds=tally.write_s)
     summary = {"run_id": run_id, "dataset": cfg.dataset, "planned": len(plans), "written": len(todo),
                "skipped_committed": len(plans) - len(todo), "case": dict(tally.case), "route": dict(tally.route),
-               "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks), "usage": usage,
+               "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks),
+               "texts_by_slot": tally.slot_report(), "usage": usage,
                "seconds": wall, "llm_seconds": tally.llm_s,
                "program_fraction": (wall - tally.llm_s) / wall if wall else 0.0,
                "unplannable": dict(session.rejected)}
@@ -155,7 +157,10 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                     extra={"summary": summary})
     summary["report"] = stages.publish("synthesize-report", f"synthesize {cfg.dataset} ({run_id})",
                                        {"case": summary["case"], "route": summary["route"],
-                                        "text source": summary["text_sources"]})
+                                        "text source": summary["text_sources"],
+                                        "text source by slot kind": {f"{kind}: {src}": n for kind, c in
+                                                                     sorted(tally.by_slot.items())
+                                                                     for src, n in c.items()}})
     return summary
 
 

@@ -12,7 +12,10 @@ Cases (the error is injected at one hop, chosen per triple):
                second lookup is skipped
 
 Every call records what the simulator needs to replay it byte for byte (tool, arguments,
-mode, golden ids, supporting sentences, answers).
+mode, golden ids, supporting sentences, answers). Slots carry the evidence their reasoning
+states (generators/synth/evidence.py): a `next` or `early_stop` slot the facts of the pages
+just read, the final slot every fact and the derivation; and every slot its sources, the
+question and the tool results before it, against which model text is checked.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
@@ -52,6 +56,7 @@ class Slot:
 
     kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | final | answer
     facts: dict
+    sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
 
 @dataclass
@@ -71,6 +76,11 @@ class Skeleton:
     answer: Slot
     seed: int
     needed: list[str] = field(default_factory=list)  # names of the right tool per needed domain
+
+
+def _read(ev: Evidence, hops: list[Hop]) -> list[str]:
+    """What the pages of `hops` state for the reasoning, in page order."""
+    return [s for h in hops for s in ev.read.get(h.doc_id, [])]
 
 
 def _rng(seed: int, *parts) -> random.Random:
@@ -133,7 +143,8 @@ class SkeletonBuilder:
                 args[k] = value
         return args
 
-    def build(self, plan: Plan, triple: dict) -> Skeleton:
+    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None) -> Skeleton:
+        ev = evidence or Evidence()
         rng = _rng(self.seed, plan.triple_id, plan.case)
         rounds, hops = plan.rounds, plan.hops
         needed = list(dict.fromkeys(h.domain for h in hops))
@@ -189,13 +200,20 @@ class SkeletonBuilder:
             found = [c.hop.query for c in calls]
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
-                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri)})
+                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
+                                           "read": _read(ev, rounds[0] + rounds[1])})
             else:
                 ri += 1
-                slot = Slot("next", {"found": found, "queries": queries(ri)})
+                slot = Slot("next", {"found": found, "queries": queries(ri), "read": _read(ev, rounds[ri - 1])})
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
-                               "skipped": skipped, "question": triple["question"]})
+                               "skipped": skipped, "question": triple["question"], "facts": ev.facts,
+                               "steps": ev.steps, "required": ev.required, "quoted": ev.quoted})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
+        sources = [triple["question"]]
+        for turn in turns:
+            turn.slot.sources = list(sources)
+            sources += [c.result for c in turn.calls]
+        final.sources = sources
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])
