@@ -174,8 +174,11 @@ class SkeletonBuilder:
         def queries(i: int) -> list[str]:
             return [h.query for h in rounds[i]] if i < len(rounds) else []
 
+        def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
+            return [h.domain for h in rounds[i]] if i < len(rounds) else []
+
         turns: list[Turn] = []
-        slot = Slot("plan", {"queries": queries(0)})
+        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0)})
         skipped = None
         ri = 0
         while ri < len(rounds):
@@ -201,10 +204,11 @@ class SkeletonBuilder:
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
                 slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
-                                           "read": _read(ev, rounds[0] + rounds[1])})
+                                           "kinds": kinds(ri), "read": _read(ev, rounds[0] + rounds[1])})
             else:
                 ri += 1
-                slot = Slot("next", {"found": found, "queries": queries(ri), "read": _read(ev, rounds[ri - 1])})
+                slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
+                                     "read": _read(ev, rounds[ri - 1])})
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
                                "skipped": skipped, "question": triple["question"], "facts": ev.facts,
                                "steps": ev.steps, "required": ev.required, "quoted": ev.quoted})

@@ -60,6 +60,26 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n].rsplit(" ", 1)[0]
 
 
+KIND = {"person": ("a person", "people"), "place": ("a place", "places"),
+        "organisation": ("an organisation", "organisations"), "work": ("a creative work", "creative works"),
+        "event": ("an event", "events"), "science": ("a scientific concept", "scientific concepts"),
+        "general": ("a page of any kind", "pages of any kind")}
+
+
+def _what(names: list[str], kinds: list[str] | None, quote: bool = True) -> str:
+    """The names of the next lookups with what each one is, which tells the tool that finds it:
+    '"Dasta", a creative work', '"A" and "B", both places', '"A" (a person) and "B" (a place)'."""
+    said = _join(names) if quote else _names(names)
+    kinds = [k for k in kinds or [] if k in KIND]
+    if len(kinds) != len(names) or not names:
+        return said
+    if len(set(kinds)) == 1:
+        one, many = KIND[kinds[0]]
+        return f"{said}, {one}" if len(names) == 1 else f"{said}, {'both' if len(names) == 2 else 'all'} {many}"
+    parts = [f'{chr(34) + n + chr(34) if quote else n} ({KIND[k][0]})' for n, k in zip(names, kinds)]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def _reads(f: dict) -> str:
     """What the last result says, for a prompt."""
     return " ".join(f.get("read") or [])
@@ -69,11 +89,11 @@ def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
     f = slot.facts
     if slot.kind == "plan":
-        return f"First step: look up {_join(f['queries'])} with the search tools."
+        return f"First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools."
     if slot.kind == "next":
         says = f" It says: {_reads(f)}" if f.get("read") else ""
         return (f"The last search found the page about {_join(f['found'])}.{says} "
-                f"Next step: look up {_join(f['queries'])}.")
+                f"Next step: look up {_what(f['queries'], f.get('kinds'))}.")
     if slot.kind == "fix_args":
         return (f"The call to {f['tool']} failed because its arguments were invalid ({_clip(f['error'], 120)}). "
                 f"Next step: call {f['tool']} again with a proper query for \"{f['query']}\".")
@@ -106,15 +126,15 @@ def template(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         them = "them" if len(f["queries"]) > 1 else "it"
-        return f"To answer this I need to look up {_join(f['queries'])}. I will search for {them} first."
+        return f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. I will search for {them} first."
     if slot.kind == "next" and f.get("read"):
         return (f"The page{'s say' if len(f['found']) > 1 else ' says'} {_clauses(f['read'])}, "
-                f"so next I look up {_names(f['queries'])}.")
+                f"so next I look up {_what(f['queries'], f.get('kinds'), quote=False)}.")
     if slot.kind == "next":
         return (f"The result has the page about {_join(f['found'])}. "
-                f"Now I need to look up {_join(f['queries'])}.")
+                f"Now I need to look up {_what(f['queries'], f.get('kinds'))}.")
     if slot.kind == "early_stop" and f.get("read"):
-        rest = f" Next I look up {_names(f['queries'])}." if f["queries"] else ""
+        rest = f" Next I look up {_what(f['queries'], f.get('kinds'), quote=False)}." if f["queries"] else ""
         return (f"The result already has the page about {f['skipped']} too: it says {_clauses(f['read'])}, "
                 f"so I do not need to search for {f['skipped']}.{rest}")
     if slot.kind == "final" and f.get("facts"):

@@ -17,7 +17,7 @@ from generators.llm.scripted import ScriptedBackend
 from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
-from generators.synth.think import clean_think, template, ungrounded
+from generators.synth.think import KIND, clean_think, template, ungrounded
 from generators.tools.bank import build_bank
 
 
@@ -84,7 +84,8 @@ def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(ske
         for turn, nxt in zip(sk.turns, sk.turns[1:]):
             query = nxt.calls[0].hop.query
             text, read = template(nxt.slot), nxt.slot.facts["read"]
-            assert text.startswith("The page says ") and text.endswith(f"so next I look up {query}.")
+            kind = KIND[nxt.calls[0].hop.domain][0]  # what the next lookup is tells the tool that finds it
+            assert text.startswith("The page says ") and text.endswith(f"so next I look up {query}, {kind}.")
             page = Sources([c.result for c in turn.calls])  # the page just read, alone
             for sentence in read:
                 assert sentence[:-1].removeprefix("The ") in text and page.ungrounded(sentence) == []
