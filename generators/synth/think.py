@@ -127,19 +127,19 @@ def template(slot: Slot) -> str:
     if slot.kind == "plan":
         them = "them" if len(f["queries"]) > 1 else "it"
         return f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. I will search for {them} first."
-    if slot.kind == "next" and f.get("read"):
-        return (f"The page{'s say' if len(f['found']) > 1 else ' says'} {_clauses(f['read'])}, "
-                f"so next I look up {_what(f['queries'], f.get('kinds'), quote=False)}.")
     if slot.kind == "next":
-        return (f"The result has the page about {_join(f['found'])}. "
-                f"Now I need to look up {_what(f['queries'], f.get('kinds'))}.")
+        many = len(f["found"]) > 1
+        says = f" {'They say' if many else 'It says'} {_clauses(f['read'])}, so" if f.get("read") else ""
+        return (f"The result{'s have the pages' if many else ' has the page'} about {_join(f['found'])}.{says} "
+                f"{'n' if says else 'N'}ow I need to look up {_what(f['queries'], f.get('kinds'))}.")
     if slot.kind == "early_stop" and f.get("read"):
-        rest = f" Next I look up {_what(f['queries'], f.get('kinds'), quote=False)}." if f["queries"] else ""
-        return (f"The result already has the page about {f['skipped']} too: it says {_clauses(f['read'])}, "
-                f"so I do not need to search for {f['skipped']}.{rest}")
+        rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}." if f["queries"] else ""
+        return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
+                f"so I do not need to search for \"{f['skipped']}\".{rest}")
     if slot.kind == "final" and f.get("facts"):
-        said = " ".join(f["facts"]) if not f.get("quoted") else f"The pages say {_clauses(f['facts'])}."
-        return " ".join([said, *(f.get("steps") or []), f"So the answer is {f['answer']}."])
+        said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
+        return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,
+                         *(f.get("steps") or []), f"So the answer is {f['answer']}."])
     if slot.kind == "answer":
         return f["answer"]
     return describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")

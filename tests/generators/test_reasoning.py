@@ -85,7 +85,9 @@ def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(ske
             query = nxt.calls[0].hop.query
             text, read = template(nxt.slot), nxt.slot.facts["read"]
             kind = KIND[nxt.calls[0].hop.domain][0]  # what the next lookup is tells the tool that finds it
-            assert text.startswith("The page says ") and text.endswith(f"so next I look up {query}, {kind}.")
+            found = turn.calls[0].hop.query
+            assert text.startswith(f'The result has the page about "{found}". It says ')
+            assert text.endswith(f'so now I need to look up "{query}", {kind}.')
             page = Sources([c.result for c in turn.calls])  # the page just read, alone
             for sentence in read:
                 assert sentence[:-1].removeprefix("The ") in text and page.ungrounded(sentence) == []
@@ -152,7 +154,8 @@ def test_model_text_is_kept_only_when_grounded_and_the_final_one_when_it_derives
     assert clean_think("So the answer is 873 as the pages show.", final)[1] == "template:missing_derivation"
     invented = "He was born in 1861; Gaiwick was founded in 988 and rebuilt in 1920; 1861 - 988 = 873."
     assert clean_think(invented, final)[1] == "template:ungrounded"
-    assert template(final) == ("Dounor Thilfas's year of birth was 1861. Gaiwick was founded in 988. "
+    assert template(final) == ('The pages about "Dounor Thilfas" and "Gaiwick" give everything needed. '
+                               "Dounor Thilfas's year of birth was 1861. Gaiwick was founded in 988. "
                                "1861 - 988 = 873. So the answer is 873.")
 
 
