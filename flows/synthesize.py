@@ -34,7 +34,7 @@ from flows.common import Stages, tie_temporary_server
 from flows.runners import RunnerConfig, cancel
 from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, make_backend
-from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs, mix_report, pending
+from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report, pending
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.runs import config_hash, save_run_config
@@ -89,7 +89,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
-    keyed = {"synth": asdict(cfg), "backend": bcfg.config_hash()}
+    keyed = {"synth": {k: v for k, v in asdict(cfg).items() if LATER_DEFAULTS.get(k, object()) != v},
+             "backend": bcfg.config_hash()}
     if imported:  # new imports make a new run; without any, run ids stay what they were
         keyed["imported_tools"] = [t["tool_id"] for t in imported]
     run_id = cfg.run_id or f"synth-{config_hash(keyed)}"

@@ -12,10 +12,11 @@ Cases (the error is injected at one hop, chosen per triple):
                second lookup is skipped
 
 Every call records what the simulator needs to replay it byte for byte (tool, arguments,
-mode, golden ids, supporting sentences, answers). Slots carry the evidence their reasoning
-states (generators/synth/evidence.py): a `next` or `early_stop` slot the facts of the pages
-just read, the final slot every fact and the derivation; and every slot its sources, the
-question and the tool results before it, against which model text is checked.
+mode, golden ids, supporting sentences, answers). Every slot carries its sources, the question
+and the tool results before it, against which model text is checked. With the evidence
+(`--reasoning evidence`, generators/synth/evidence.py) slots also carry what their reasoning
+states: what each next lookup is, the facts of the pages just read (`next`, `early_stop`),
+and every fact and the derivation (the final slot).
 """
 
 from __future__ import annotations
@@ -143,8 +144,15 @@ class SkeletonBuilder:
                 args[k] = value
         return args
 
-    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None) -> Skeleton:
+    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True) -> Skeleton:
+        """The skeleton of `plan`. With `evidence` the final slot carries every fact and the
+        derivation, and with `every_step` (--reasoning evidence) the other slots also carry what
+        each next lookup is and what each page said; without it (brief) the final slot carries the
+        facts only when the answer is derived from them (a comparison or arithmetic), so that no
+        think states a number that nothing before it gives."""
         ev = evidence or Evidence()
+        shows = evidence is not None and every_step
+        derives = evidence is not None and (every_step or bool(ev.steps))
         rng = _rng(self.seed, plan.triple_id, plan.case)
         rounds, hops = plan.rounds, plan.hops
         needed = list(dict.fromkeys(h.domain for h in hops))
@@ -175,7 +183,7 @@ class SkeletonBuilder:
             return [h.query for h in rounds[i]] if i < len(rounds) else []
 
         def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
-            return [h.domain for h in rounds[i]] if i < len(rounds) else []
+            return [h.domain for h in rounds[i]] if shows and i < len(rounds) else []
 
         turns: list[Turn] = []
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0)})
@@ -204,14 +212,16 @@ class SkeletonBuilder:
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
                 slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
-                                           "kinds": kinds(ri), "read": _read(ev, rounds[0] + rounds[1])})
+                                           "kinds": kinds(ri),
+                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else []})
             else:
                 ri += 1
                 slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
-                                     "read": _read(ev, rounds[ri - 1])})
+                                     "read": _read(ev, rounds[ri - 1]) if shows else []})
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
-                               "skipped": skipped, "question": triple["question"], "facts": ev.facts,
-                               "steps": ev.steps, "required": ev.required, "quoted": ev.quoted})
+                               "skipped": skipped, "question": triple["question"],
+                               **({"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
+                                  if derives else {})})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
         sources = [triple["question"]]
         for turn in turns:

@@ -47,7 +47,8 @@ class SynthConfig:
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
-    max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (it states every fact and the derivation)"})
+    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup; the final think states the facts and the comparison or arithmetic when the answer is derived from them) or evidence (also what each page said and what each next lookup is)"})
+    max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
@@ -57,6 +58,8 @@ class SynthConfig:
             raise ValueError(f"--tool-style must be one of {', '.join(TOOL_STYLES)}, not {self.tool_style!r}")
         if self.texts not in ("llm", "template"):
             raise ValueError(f"--texts must be llm or template, not {self.texts!r}")
+        if self.reasoning not in REASONING:
+            raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
         self.top_k_choices()
 
     def top_k_choices(self) -> tuple[int, ...]:
@@ -67,6 +70,11 @@ class SynthConfig:
         if not ks or min(ks) < 1 or max(ks) > 10:
             raise ValueError(f"--top-k must be comma-separated integers from 1 to 10, not {self.top_k!r}")
         return ks
+
+
+REASONING = ("brief", "evidence")
+# options added after runs existed: in a run's id only when set, so an older run keeps its id
+LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160}
 
 
 @dataclass
@@ -145,7 +153,8 @@ class Session:
         for p in plans:
             triple = self.triples[p.triple_id]
             docs = {d: (self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs}
-            out.append(self.builder.build(p, triple, evidence_for(triple, docs, self._fact_cache)))
+            out.append(self.builder.build(p, triple, evidence_for(triple, docs, self._fact_cache),
+                                          every_step=self.cfg.reasoning == "evidence"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

@@ -22,16 +22,32 @@ from generators.tools.bank import build_bank
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory):
+def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     write(WorldConfig(seed=13, entities=500), root, "w")
-    inputs = load_inputs(root, "w")
-    return Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4), build_bank(seed=3, variants_per_tool=1))
+    return load_inputs(root, "w")
+
+
+def _session(inputs, reasoning: str) -> Session:
+    return Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning=reasoning),
+                   build_bank(seed=3, variants_per_tool=1))
+
+
+@pytest.fixture(scope="module")
+def session(inputs):
+    return _session(inputs, "evidence")
 
 
 @pytest.fixture(scope="module")
 def skeletons(session):
     return session.skeletons(session.plans())
+
+
+@pytest.fixture(scope="module")
+def brief(inputs):
+    """The default, `--reasoning brief`: only a derived answer's final think states the facts."""
+    s = _session(inputs, "brief")
+    return s.skeletons(s.plans())
 
 
 def stated_facts(text: str) -> FactBase:
@@ -62,9 +78,10 @@ def test_final_derivation_reexecuted_from_its_facts_gives_the_gold_answer(skelet
     assert set(per_type) == set(QTYPES) and min(per_type.values()) >= 20, per_type
 
 
-def test_every_template_text_is_grounded_in_what_came_before(skeletons):
+@pytest.mark.parametrize("mode", ["evidence", "brief"])
+def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, brief):
     kinds = Counter()
-    for sk in skeletons:
+    for sk in skeletons if mode == "evidence" else brief:
         for slot in [t.slot for t in sk.turns] + [sk.final]:
             assert slot.sources and slot.sources[0] == sk.triple["question"]
             text = template(slot)
@@ -74,6 +91,28 @@ def test_every_template_text_is_grounded_in_what_came_before(skeletons):
                 assert Sources(slot.sources).ungrounded(text) == [], text
             kinds[slot.kind] += 1
     assert set(kinds) >= {"plan", "next", "fix_args", "switch_tool", "escalate", "early_stop", "final"}, kinds
+
+
+def test_brief_thinks_state_facts_only_where_the_answer_is_derived_from_them(brief, skeletons):
+    """`--reasoning brief`: the intermediate thinks name the pages found and the next lookup
+    (no page's sentences); the final think of a comparison or an arithmetic answer states the
+    facts and the step, re-executable like the evidence one; a chained answer's does not."""
+    derived = Counter()
+    for sk, full in zip(brief, skeletons):
+        assert sk.triple["triple_id"] == full.triple["triple_id"]
+        for turn in sk.turns:
+            if turn.slot.kind == "next":
+                assert template(turn.slot).startswith("The result") and " says " not in template(turn.slot)
+        text = template(sk.final)
+        program = json.loads(sk.triple["meta"])["program"]
+        op = program.get("op") if isinstance(program, dict) else "chain"
+        if op in ("absdiff", "argmin", "argmax", "eq"):
+            assert text == template(full.final)  # the same facts and derivation as --reasoning evidence
+            assert run_program(program, stated_facts(text)) == sk.triple["answer"], text
+            derived[op] += 1
+        else:
+            assert text.endswith(f"Conclude that the answer is {sk.triple['answer']}."), text
+    assert set(derived) == {"absdiff", "argmin", "argmax", "eq"}, derived
 
 
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
