@@ -4,14 +4,16 @@ carries tags or code, runs on, or does not mention what the step is about (the e
 looks up, the tool it fixes, the answer it gives) is replaced by a template written from
 the same facts, and the trajectory records which text came from where.
 
-Reasoning carries its evidence (generators/synth/evidence.py): after a lookup the think
-states the facts the page gave that lead to the next lookup ("The page says Dounor Thilfas
-was born in Gaiwick, so next I look up Gaiwick."), and the final think states every fact
-used, then the comparison or arithmetic ("... 1861 - 988 = 873. So the answer is 873.").
-The LLM is given those facts; its text is kept only if every number and name in it is
-grounded (generators/synth/grounding.py) in the question, an earlier tool result or the
-derivation (else "template:ungrounded"), and a final text must also mention every value of
-the derivation and the answer (else "template:missing_derivation").
+Where an answer comes from is stated (generators/synth/evidence.py): a final think whose
+answer is derived from facts (a comparison or arithmetic) states those facts and the step
+("... Esia became independent in 1863. 1863 - 1783 = 80. So the answer is 80."). With
+`--reasoning evidence` every think after a lookup also states what the page said that leads
+to the next lookup and what that lookup is ("The result has the page about "Tranos". It says
+Tranos lies in Esia, so now I need to look up "Esia", a place."), and every final think its
+facts. The LLM is given those facts; its text is kept only if every number and name in it
+is grounded (generators/synth/grounding.py) in the question, an earlier tool result or the
+derivation (else "template:ungrounded"), and a final text that has facts must also mention
+every value of the derivation and the answer (else "template:missing_derivation").
 
     prompts = [slot_prompt(question, slot) for slot in slots]
     texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
