@@ -39,6 +39,7 @@ class Evidence:
     steps: list[str] = field(default_factory=list)
     required: list[str] = field(default_factory=list)
     quoted: bool = False  # facts are quoted supporting sentences (no program)
+    computed: bool = False  # the answer is a number computed from the facts (absdiff), found on no page
 
 
 def _norm_title(s: str) -> str:
@@ -136,7 +137,7 @@ def evidence_for(triple: dict, docs: dict[str, tuple[str, str]], cache: dict | N
     except (DerivationError, KeyError, TypeError, ValueError):
         return _quoted(triple, docs)
     by_title = {_norm_title(docs[d][0]): d for d in golden}
-    ev = Evidence(steps=steps)
+    ev = Evidence(steps=steps, computed=isinstance(program, dict) and program.get("op") == "absdiff")
     seen = set()
     for fact in facts.used:
         if (fact.subject, fact.rel) in seen:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass, field
 
 from generators.synth.evidence import Evidence
@@ -82,6 +83,11 @@ class Skeleton:
 def _read(ev: Evidence, hops: list[Hop]) -> list[str]:
     """What the pages of `hops` state for the reasoning, in page order."""
     return [s for h in hops for s in ev.read.get(h.doc_id, [])]
+
+
+def _operands(steps: list[str]) -> list[str]:
+    """The numbers of an arithmetic step ("1863 - 1783 = 80." -> 1863, 1783, 80)."""
+    return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
 
 
 def _rng(seed: int, *parts) -> random.Random:
@@ -145,14 +151,13 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True) -> Skeleton:
-        """The skeleton of `plan`. With `evidence` the final slot carries every fact and the
-        derivation, and with `every_step` (--reasoning evidence) the other slots also carry what
-        each next lookup is and what each page said; without it (brief) the final slot carries the
-        facts only when the answer is derived from them (a comparison or arithmetic), so that no
-        think states a number that nothing before it gives."""
+        """The skeleton of `plan`. With `evidence` and `every_step` (--reasoning evidence) the
+        slots carry what each next lookup is and what each page said, and the final slot every
+        fact and the derivation; without `every_step` (brief) the final slot carries only the
+        arithmetic of an answer computed from the facts, so that no think states a number that
+        nothing before it gives."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
-        derives = evidence is not None and (every_step or bool(ev.steps))
         rng = _rng(self.seed, plan.triple_id, plan.case)
         rounds, hops = plan.rounds, plan.hops
         needed = list(dict.fromkeys(h.domain for h in hops))
@@ -221,7 +226,8 @@ class SkeletonBuilder:
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
                                "skipped": skipped, "question": triple["question"],
                                **({"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
-                                  if derives else {})})
+                                  if shows else {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed
+                                  else {})})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
         sources = [triple["question"]]
         for turn in turns:

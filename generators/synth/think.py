@@ -115,6 +115,9 @@ def describe(slot: Slot) -> str:
             how = " ".join(f.get("steps") or [])
             return (f"The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
                     f"State these facts{', then the comparison or calculation' if how else ''}, then the answer.")
+        if f.get("steps"):  # brief: a computed answer
+            return (f"The pages about {_join(f['found'])} give everything needed. The answer is computed: "
+                    f"{' '.join(f['steps'])} Write the calculation, then conclude that the answer is {f['answer']}.")
         early = f" The search for \"{f['skipped']}\" was skipped because an earlier result covered it." if f.get("skipped") else ""
         return (f"The pages about {_join(f['found'])} give everything needed.{early} "
                 f"Conclude that the answer is {f['answer']}.")
@@ -138,6 +141,9 @@ def template(slot: Slot) -> str:
         rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}." if f["queries"] else ""
         return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
                 f"so I do not need to search for \"{f['skipped']}\".{rest}")
+    if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic
+        return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
+                f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("facts"):
         said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
         return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,

@@ -93,26 +93,25 @@ def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, br
     assert set(kinds) >= {"plan", "next", "fix_args", "switch_tool", "escalate", "early_stop", "final"}, kinds
 
 
-def test_brief_thinks_state_facts_only_where_the_answer_is_derived_from_them(brief, skeletons):
+def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
     """`--reasoning brief`: the intermediate thinks name the pages found and the next lookup
-    (no page's sentences); the final think of a comparison or an arithmetic answer states the
-    facts and the step, re-executable like the evidence one; a chained answer's does not."""
-    derived = Counter()
-    for sk, full in zip(brief, skeletons):
-        assert sk.triple["triple_id"] == full.triple["triple_id"]
+    (no page's sentences); the final think concludes from the pages found, and where the
+    answer is computed (a number no page holds) it writes the arithmetic first, right."""
+    computed = 0
+    for sk in brief:
         for turn in sk.turns:
             if turn.slot.kind == "next":
                 assert template(turn.slot).startswith("The result") and " says " not in template(turn.slot)
         text = template(sk.final)
+        assert text.startswith("The pages about ") and text.endswith(f"Conclude that the answer is {sk.triple['answer']}.")
         program = json.loads(sk.triple["meta"])["program"]
-        op = program.get("op") if isinstance(program, dict) else "chain"
-        if op in ("absdiff", "argmin", "argmax", "eq"):
-            assert text == template(full.final)  # the same facts and derivation as --reasoning evidence
-            assert run_program(program, stated_facts(text)) == sk.triple["answer"], text
-            derived[op] += 1
+        if isinstance(program, dict) and program.get("op") == "absdiff":
+            a, b, c = re.search(r"([\d,]+) - ([\d,]+) = ([\d,]+)\.", text).groups()
+            assert number(a) - number(b) == number(c) == number(sk.triple["answer"])
+            computed += 1
         else:
-            assert text.endswith(f"Conclude that the answer is {sk.triple['answer']}."), text
-    assert set(derived) == {"absdiff", "argmin", "argmax", "eq"}, derived
+            assert not re.search(r"\d+ - \d+ = ", text), text
+    assert computed >= 20
 
 
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
