@@ -4,13 +4,13 @@ carries tags or code, runs on, or does not mention what the step is about (the e
 looks up, the tool it fixes, the answer it gives) is replaced by a template written from
 the same facts, and the trajectory records which text came from where.
 
-Where an answer comes from is stated (generators/synth/evidence.py): a final think whose
-answer is derived from facts (a comparison or arithmetic) states those facts and the step
-("... Esia became independent in 1863. 1863 - 1783 = 80. So the answer is 80."). With
-`--reasoning evidence` every think after a lookup also states what the page said that leads
-to the next lookup and what that lookup is ("The result has the page about "Tranos". It says
-Tranos lies in Esia, so now I need to look up "Esia", a place."), and every final think its
-facts. The LLM is given those facts; its text is kept only if every number and name in it
+No think states a number that nothing before it gives (generators/synth/evidence.py): a
+final think whose answer is computed from numbers on the pages does the arithmetic ("The
+pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
+answer is 80."). With `--reasoning evidence` every think after a lookup also states what the
+page said that leads to the next lookup and what that lookup is ("The result has the page
+about "Tranos". It says Tranos lies in Esia, so now I need to look up "Esia", a place."),
+and every final think states its facts and the comparison or arithmetic. The LLM is given those facts; its text is kept only if every number and name in it
 is grounded (generators/synth/grounding.py) in the question, an earlier tool result or the
 derivation (else "template:ungrounded"), and a final text that has facts must also mention
 every value of the derivation and the answer (else "template:missing_derivation").
