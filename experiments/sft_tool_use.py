@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
-        log=print) -> dict:
+        reasoning: str = "brief", log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -66,7 +66,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     write(WorldConfig(seed=seed, entities=1000), data, "w")
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
                         distractors_min=6, distractors_max=6, top_k_rate=1.0, top_k="1", texts="template",
-                        case_mix="clean=0.85,wrong_args=0.15")
+                        case_mix="clean=0.85,wrong_args=0.15", reasoning=reasoning)
     synthesize(synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
@@ -123,6 +123,8 @@ def main() -> None:
     ap.add_argument("--trajectories", type=int, default=240)
     ap.add_argument("--seed", type=int, default=5, help="seed of the world and of synthesis")
     ap.add_argument("--train-seed", type=int, default=0, help="SFT's data order and torch seed")
+    ap.add_argument("--reasoning", default="brief", choices=["brief", "evidence"],
+                    help="what the synthesized thinks say (synthesize --reasoning)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
@@ -130,7 +132,7 @@ def main() -> None:
     from generators.llm.model_store import resolve_model
 
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
-              train_seed=a.train_seed)
+              train_seed=a.train_seed, reasoning=a.reasoning)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     print(f"{'':18}{'before':>8}{'after':>8}")

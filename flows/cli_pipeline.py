@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from storage.configcli import config_command
+from flows.cli_synth import slot_table
 from flows.configs import PipelineConfig
 from generators.llm.registry import BackendConfig
 
@@ -31,6 +32,7 @@ def register(app: typer.Typer) -> None:
         console.print(t)
         s = out["synthesize"]
         console.print(f"case mix: {s['case']}  route mix: {s['route']}")
+        console.print(slot_table(s))
         v = out["validate"]
         console.print(f"validation funnel ({v['rows_in']} in, {v['rows_out']} accepted into {v['accepted_dataset']}):")
         for f in v["funnel"]:

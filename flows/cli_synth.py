@@ -37,6 +37,17 @@ def _mix_table(summary: dict) -> Table:
     return t
 
 
+def slot_table(summary: dict) -> Table:
+    """Per slot kind: texts, the share the model wrote, why the others are templates."""
+    t = Table(title="reasoning texts by slot kind")
+    for col in ("slot", "texts", "model-written", "template fallbacks (reason: count)"):
+        t.add_column(col, justify="right" if col in ("texts", "model-written") else "left")
+    for kind, r in summary.get("texts_by_slot", {}).items():
+        reasons = ", ".join(f"{k.removeprefix('template:')}: {v}" for k, v in r["fallbacks"].items())
+        t.add_row(kind, str(r["texts"]), f"{100 * r['llm_share']:.0f}%", reasons)
+    return t
+
+
 def register(app: typer.Typer) -> None:
     @config_command(app, "synthesize", SynthConfig, BackendConfig, RunnerConfig, CommandOptions,
                     errors=(ValueError, KeyError))
@@ -52,6 +63,7 @@ def register(app: typer.Typer) -> None:
         summary = run(synth, backend, data_root, runner=runner, workers=opts.workers)
         console = Console()
         console.print(_mix_table(summary))
+        console.print(slot_table(summary))
         u = summary.get("usage") or {}
         console.print(f"{summary['seconds']:.1f}s total, LLM {summary['llm_seconds']:.1f}s, "
                       f"program share {100 * summary['program_fraction']:.1f}%; "

@@ -5,7 +5,8 @@ Tasks: load the inputs, build the gated tool bank (written as `tools`; the tools
 then one task per chunk that asks the backend for the reasoning texts and commits the
 chunk's trajectories as one shard. A rerun of the same config resumes: trajectories whose
 id is already committed are skipped, so nothing is generated or written twice. The flow ends
-with a Prefect artifact (rows per stage, case and route mix, text sources, timing).
+with a Prefect artifact (rows per stage, case and route mix, text sources overall and per
+slot kind with the reasons for template fallbacks, timing).
 
 The chunks run one after another in the flow, or fan out (`--workers N`: a pool of N
 processes; `--task-runner dask|ray [--address ADDR]`: a Dask or Ray cluster, flows/runners.py),
@@ -33,7 +34,7 @@ from flows.common import Stages, tie_temporary_server
 from flows.runners import RunnerConfig, cancel
 from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, make_backend
-from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs, mix_report, pending
+from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report, pending
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.runs import config_hash, save_run_config
@@ -88,7 +89,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
-    keyed = {"synth": asdict(cfg), "backend": bcfg.config_hash()}
+    keyed = {"synth": {k: v for k, v in asdict(cfg).items() if LATER_DEFAULTS.get(k, object()) != v},
+             "backend": bcfg.config_hash()}
     if imported:  # new imports make a new run; without any, run ids stay what they were
         keyed["imported_tools"] = [t["tool_id"] for t in imported]
     run_id = cfg.run_id or f"synth-{config_hash(keyed)}"
@@ -147,7 +149,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     stages.add("write", rows_out=len(todo), seconds=tally.write_s)
     summary = {"run_id": run_id, "dataset": cfg.dataset, "planned": len(plans), "written": len(todo),
                "skipped_committed": len(plans) - len(todo), "case": dict(tally.case), "route": dict(tally.route),
-               "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks), "usage": usage,
+               "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks),
+               "texts_by_slot": tally.slot_report(), "usage": usage,
                "seconds": wall, "llm_seconds": tally.llm_s,
                "program_fraction": (wall - tally.llm_s) / wall if wall else 0.0,
                "unplannable": dict(session.rejected)}
@@ -155,7 +158,10 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                     extra={"summary": summary})
     summary["report"] = stages.publish("synthesize-report", f"synthesize {cfg.dataset} ({run_id})",
                                        {"case": summary["case"], "route": summary["route"],
-                                        "text source": summary["text_sources"]})
+                                        "text source": summary["text_sources"],
+                                        "text source by slot kind": {f"{kind}: {src}": n for kind, c in
+                                                                     sorted(tally.by_slot.items())
+                                                                     for src, n in c.items()}})
     return summary
 
 

@@ -44,6 +44,9 @@ REASONS: dict[str, str] = {
     "replay_skipped_no_corpus": "passed: no documents/tool bank available, replay not checked (--corpus gives "
                                 "one; --strict rejects)",
     "wrong_answer": "the final answer does not match the gold answer or an alias after normalization",
+    "think_unsupported_number": "a <think> mentions a number or date that no earlier message holds and that is "
+                                "not a sum or difference of numbers it states (an invented fact)",
+    "think_unsupported_name": "a <think> mentions a capitalised name that no earlier message holds (an invented fact)",
     "no_rules_for_kind": "passed: the rules layer has no checks for this record kind",
     # rules layer: triples and tasks
     "question_blank": "the question is empty or only whitespace",

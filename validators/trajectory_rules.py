@@ -8,7 +8,9 @@ turn starts with <think>; non-final turns hold only tool calls after </think>, m
 error that the next turn repairs, keeping the tool for argument errors; unflagged calls use
 correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
 `replay` (the simulator reproduces every tool message; skipped with a passing verdict when
-no corpus is known) and `answer` (normalized EM / token F1 against gold and aliases).
+no corpus is known), `answer` (normalized EM / token F1 against gold and aliases) and
+`grounding` (every number and name a `<think>` mentions occurs in an earlier message;
+validators/grounding.py).
 
     from validators.trajectory_rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
@@ -33,6 +35,7 @@ from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_thi
 from generators.tools.fill import roles_of
 from storage.schema import meta_of
 from validators.check import CheckContext, PerRecordCheck
+from validators.grounding import check_grounding
 from validators.question_rules import check_task_rules, check_triple_rules
 from validators.verdict import Reject, Verdict, fail, ok, run_steps
 
@@ -323,7 +326,8 @@ def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]
         ("tools", lambda: st.update(repairs=_tools(row, st["p"]))),
         ("route", route),
         ("replay", lambda: _replay(row, st["p"], ctx, st.setdefault("meta", meta_of(row)))),
-        ("answer", lambda: _answer(row, st["p"], ctx, st["meta"]))])
+        ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
+        ("grounding", lambda: ok(LAYER, "grounding", detail=check_grounding(st["msgs"])))])
 
 
 def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[Verdict]:
@@ -343,7 +347,8 @@ class TrajectoryRules(PerRecordCheck):
                "unknown_tool", "bad_tool_schema", "arguments_invalid", "injected_error_not_an_error",
                "injected_error_not_repaired", "repair_changed_tool", "repair_changed_other_arguments",
                "tool_not_needed", "route_mismatch", "unknown_route", "replay_mismatch", "replay_failed",
-               "replay_skipped_no_corpus", "wrong_answer")
+               "replay_skipped_no_corpus", "wrong_answer", "think_unsupported_number",
+               "think_unsupported_name")
 
     def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
         return check_trajectory(row, ctx.rules)

@@ -1,7 +1,7 @@
 """A stand-in for a model, for tests and benchmarks that exercise the code around the LLM
 (synthesis, validation, export) without the cost of one: deterministic replies built from
-the prompt, with every 7th reply broken (markup or off-topic), so both the model path and
-the template fallbacks run. It has the backend shape (`generate(requests) -> completions`)
+the prompt, with every 7th reply broken (markup, off-topic, or naming a person and a year
+the prompt never gave), so both the model path and the template fallbacks run. It has the backend shape (`generate(requests) -> completions`)
 but writes no real reasoning: never use it to make data.
 
     from generators.llm.scripted import ScriptedBackend
@@ -17,8 +17,8 @@ from generators.llm.base import Completion
 
 class ScriptedBackend:
     """Stands in for the LLM: an on-topic sentence naming the first quoted entity of the
-    prompt, and every 7th reply markup or off-topic text, so both the LLM path and the
-    template fallbacks are exercised."""
+    prompt, and every 7th reply markup, off-topic or invented text, so both the LLM path
+    and the template fallbacks are exercised."""
 
     name, model = "scripted", "scripted"
 
@@ -36,6 +36,8 @@ class ScriptedBackend:
                 text = "<tool_call>{}"
             elif i % 7 == 5:
                 text = "The weather is nice today and I like it."
+            elif i % 7 == 1 and quoted:
+                text = f"I need the page about {quoted[0]}, which Quentin Zarvox described in 1920."
             elif quoted:
                 text = f"I need the page about {quoted[0]} next, so I search for it."
             elif answer:

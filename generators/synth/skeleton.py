@@ -12,7 +12,11 @@ Cases (the error is injected at one hop, chosen per triple):
                second lookup is skipped
 
 Every call records what the simulator needs to replay it byte for byte (tool, arguments,
-mode, golden ids, supporting sentences, answers).
+mode, golden ids, supporting sentences, answers). Every slot carries its sources, the question
+and the tool results before it, against which model text is checked. With the evidence
+(`--reasoning evidence`, generators/synth/evidence.py) slots also carry what their reasoning
+states: what each next lookup is, the facts of the pages just read (`next`, `early_stop`),
+and every fact and the derivation (the final slot).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass, field
 
+from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
@@ -52,6 +58,7 @@ class Slot:
 
     kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | final | answer
     facts: dict
+    sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
 
 @dataclass
@@ -71,6 +78,16 @@ class Skeleton:
     answer: Slot
     seed: int
     needed: list[str] = field(default_factory=list)  # names of the right tool per needed domain
+
+
+def _read(ev: Evidence, hops: list[Hop]) -> list[str]:
+    """What the pages of `hops` state for the reasoning, in page order."""
+    return [s for h in hops for s in ev.read.get(h.doc_id, [])]
+
+
+def _operands(steps: list[str]) -> list[str]:
+    """The numbers of an arithmetic step ("1863 - 1783 = 80." -> 1863, 1783, 80)."""
+    return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
 
 
 def _rng(seed: int, *parts) -> random.Random:
@@ -133,7 +150,14 @@ class SkeletonBuilder:
                 args[k] = value
         return args
 
-    def build(self, plan: Plan, triple: dict) -> Skeleton:
+    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True) -> Skeleton:
+        """The skeleton of `plan`. With `evidence` and `every_step` (--reasoning evidence) the
+        slots carry what each next lookup is and what each page said, and the final slot every
+        fact and the derivation; without `every_step` (brief) the final slot carries only the
+        arithmetic of an answer computed from the facts, so that no think states a number that
+        nothing before it gives."""
+        ev = evidence or Evidence()
+        shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
         rounds, hops = plan.rounds, plan.hops
         needed = list(dict.fromkeys(h.domain for h in hops))
@@ -163,8 +187,11 @@ class SkeletonBuilder:
         def queries(i: int) -> list[str]:
             return [h.query for h in rounds[i]] if i < len(rounds) else []
 
+        def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
+            return [h.domain for h in rounds[i]] if shows and i < len(rounds) else []
+
         turns: list[Turn] = []
-        slot = Slot("plan", {"queries": queries(0)})
+        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0)})
         skipped = None
         ri = 0
         while ri < len(rounds):
@@ -189,13 +216,24 @@ class SkeletonBuilder:
             found = [c.hop.query for c in calls]
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
-                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri)})
+                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
+                                           "kinds": kinds(ri),
+                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else []})
             else:
                 ri += 1
-                slot = Slot("next", {"found": found, "queries": queries(ri)})
+                slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
+                                     "read": _read(ev, rounds[ri - 1]) if shows else []})
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
-                               "skipped": skipped, "question": triple["question"]})
+                               "skipped": skipped, "question": triple["question"],
+                               **({"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
+                                  if shows else {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed
+                                  else {})})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
+        sources = [triple["question"]]
+        for turn in turns:
+            turn.slot.sources = list(sources)
+            sources += [c.result for c in turn.calls]
+        final.sources = sources
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])

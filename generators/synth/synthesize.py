@@ -47,6 +47,8 @@ class SynthConfig:
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
+    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup; a final think whose answer is computed from numbers on the pages does the arithmetic) or evidence (also what each page said and what each next lookup is, and every final think states its facts and the comparison or arithmetic)"})
+    max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
@@ -56,6 +58,8 @@ class SynthConfig:
             raise ValueError(f"--tool-style must be one of {', '.join(TOOL_STYLES)}, not {self.tool_style!r}")
         if self.texts not in ("llm", "template"):
             raise ValueError(f"--texts must be llm or template, not {self.texts!r}")
+        if self.reasoning not in REASONING:
+            raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
         self.top_k_choices()
 
     def top_k_choices(self) -> tuple[int, ...]:
@@ -66,6 +70,11 @@ class SynthConfig:
         if not ks or min(ks) < 1 or max(ks) > 10:
             raise ValueError(f"--top-k must be comma-separated integers from 1 to 10, not {self.top_k!r}")
         return ks
+
+
+REASONING = ("brief", "evidence")
+# options added after runs existed: in a run's id only when set, so an older run keeps its id
+LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160}
 
 
 @dataclass
@@ -102,6 +111,7 @@ class Session:
         self.case_mix = planning.parse_mix(cfg.case_mix, planning.CASES)
         self.route_mix = planning.parse_mix(cfg.route_mix, planning.ROUTES)
         self.rejected: Counter = Counter()
+        self._fact_cache: dict = {}  # facts per document, shared by planning and evidence
 
     def _rounds(self, triple: dict, fact_cache: dict):
         from generators.corpus.derive import FactBase
@@ -116,7 +126,7 @@ class Session:
     def plans(self) -> list[planning.Plan]:
         """One plan per usable triple (route from structure, case from the mix); triples
         that cannot be planned are counted in `rejected` by reason."""
-        out, cache = [], {}
+        out, cache = [], self._fact_cache
         for tid in sorted(self.triples):
             triple = self.triples[tid]
             if any(d not in self.docs for d in triple["golden_doc_ids"]):
@@ -137,7 +147,15 @@ class Session:
         return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed)
 
     def skeletons(self, plans: list[planning.Plan]) -> list[Skeleton]:
-        return [self.builder.build(p, self.triples[p.triple_id]) for p in plans]
+        from generators.synth.evidence import evidence_for
+
+        out = []
+        for p in plans:
+            triple = self.triples[p.triple_id]
+            docs = {d: (self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs}
+            out.append(self.builder.build(p, triple, evidence_for(triple, docs, self._fact_cache),
+                                          every_step=self.cfg.reasoning == "evidence"))
+        return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:
         """Rows for `plans` and timing/source stats. One batched generate call for all slots."""
@@ -147,17 +165,21 @@ class Session:
         for i, sk in enumerate(sks):
             slots += [(i, t.slot) for t in sk.turns] + [(i, sk.final), (i, sk.answer)]
         requests = [ChatRequest(messages=slot_prompt(sks[i].triple["question"], s), n=1,
-                                temperature=self.cfg.temperature, max_tokens=self.cfg.max_think_tokens,
+                                temperature=self.cfg.temperature,
+                                max_tokens=self.cfg.max_final_tokens if s.kind == "final" else self.cfg.max_think_tokens,
                                 seed=self.cfg.seed + k, stop=["\n\n"]) for k, (i, s) in enumerate(slots)]
         t1 = time.perf_counter()
         outs = backend.generate(requests) if requests and backend is not None else []
         t2 = time.perf_counter()
-        texts: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(sks))}
         if backend is None:  # texts="template": the program writes every text
-            for i, slot in slots:
-                texts[i].append((template(slot), "template:mode"))
-        for (i, slot), out in zip(slots, outs):
-            texts[i].append(clean_think(out[0].text if out else "", slot))
+            picked = [(template(slot), "template:mode") for _, slot in slots]
+        else:
+            picked = [clean_think(out[0].text if out else "", slot) for (_, slot), out in zip(slots, outs)]
+        texts: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(sks))}
+        by_slot: dict[str, Counter] = {}
+        for (i, slot), (text, source) in zip(slots, picked):
+            texts[i].append((text, source))
+            by_slot.setdefault(slot.kind, Counter())[source] += 1
         rows = []
         for i, sk in enumerate(sks):
             parts = texts[i]
@@ -167,14 +189,15 @@ class Session:
         t3 = time.perf_counter()
         stats = {"program_s": (t1 - t0) + (t3 - t2), "llm_s": t2 - t1, "slots": len(slots),
                  "sources": Counter(s.split(":")[0] for i in texts for _, s in texts[i]),
-                 "fallbacks": Counter(s for i in texts for _, s in texts[i] if s != "llm")}
+                 "fallbacks": Counter(s for i in texts for _, s in texts[i] if s != "llm"), "by_slot": by_slot}
         return rows, stats
 
 
 @dataclass
 class Tally:
     """What the chunks of a synthesis run add up to: seconds in the program, the LLM and
-    writing, texts asked for, case and route mix, where each text came from."""
+    writing, texts asked for, case and route mix, where each text came from (overall and per
+    slot kind: `by_slot["final"]["template:ungrounded"]`)."""
 
     program_s: float = 0.0
     llm_s: float = 0.0
@@ -184,6 +207,7 @@ class Tally:
     route: Counter = field(default_factory=Counter)
     sources: Counter = field(default_factory=Counter)
     fallbacks: Counter = field(default_factory=Counter)
+    by_slot: dict = field(default_factory=dict)
 
     def add(self, stats: dict) -> None:
         """Add one chunk's stats (Session.trajectories' stats, with "write_s" and "mix")."""
@@ -195,6 +219,17 @@ class Tally:
         self.route.update(stats["mix"]["route"])
         self.sources.update(stats["sources"])
         self.fallbacks.update(stats["fallbacks"])
+        for kind, sources in stats.get("by_slot", {}).items():
+            self.by_slot.setdefault(kind, Counter()).update(sources)
+
+    def slot_report(self) -> dict[str, dict]:
+        """Per slot kind: texts, the share the model wrote, and the fallback reasons."""
+        out = {}
+        for kind, c in sorted(self.by_slot.items()):
+            n = sum(c.values())
+            out[kind] = {"texts": n, "llm_share": round(c["llm"] / n, 4) if n else 0.0,
+                         "fallbacks": {k: v for k, v in c.most_common() if k != "llm"}}
+        return out
 
 
 def pending(plans: list[planning.Plan], run_id: str, committed_traj_ids) -> list[planning.Plan]:

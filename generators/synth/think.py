@@ -4,6 +4,17 @@ carries tags or code, runs on, or does not mention what the step is about (the e
 looks up, the tool it fixes, the answer it gives) is replaced by a template written from
 the same facts, and the trajectory records which text came from where.
 
+No think states a number that nothing before it gives (generators/synth/evidence.py): a
+final think whose answer is computed from numbers on the pages does the arithmetic ("The
+pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
+answer is 80."). With `--reasoning evidence` every think after a lookup also states what the
+page said that leads to the next lookup and what that lookup is ("The result has the page
+about "Tranos". It says Tranos lies in Esia, so now I need to look up "Esia", a place."),
+and every final think states its facts and the comparison or arithmetic. The LLM is given those facts; its text is kept only if every number and name in it
+is grounded (generators/synth/grounding.py) in the question, an earlier tool result or the
+derivation (else "template:ungrounded"), and a final text that has facts must also mention
+every value of the derivation and the answer (else "template:missing_derivation").
+
     prompts = [slot_prompt(question, slot) for slot in slots]
     texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
     think, source = clean_think(texts[i][0].text, slot)
@@ -14,11 +25,13 @@ from __future__ import annotations
 import re
 
 from generators.answers import match
+from generators.synth.grounding import Sources, missing
 from generators.synth.skeleton import Slot
 
 SYSTEM = ("You write the private reasoning of an assistant that answers questions by searching. "
           "Write one to three short sentences in the first person. Say what you look for and why, "
-          "what the last result showed, and what went wrong if something did. "
+          "what the last result showed, and what went wrong if something did. State the facts you "
+          "are given; mention no name, number or date that the question and the facts do not give. "
           "Do not write tool calls, tags, code or JSON.")
 
 _BAD = re.compile(r"[<>{}\[\]`]|\b(?:tool_call|json)\b", re.I)
@@ -30,15 +43,61 @@ def _join(xs: list[str]) -> str:
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
 
 
+def _names(xs: list[str]) -> str:
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
+
+
+def _clauses(sentences: list[str]) -> str:
+    """Fact sentences as clauses of one sentence ("A is in B and B has 16 provinces")."""
+    out = []
+    for s in sentences:
+        s = s.strip()
+        s = s[:-1] if s.endswith(".") and not s.endswith('."') else s
+        out.append("the" + s[3:] if s.startswith("The ") else s)
+    return _names(out)
+
+
+def _clip(text: str, n: int) -> str:
+    """`text` cut to at most `n` characters at a space (no half word or half number)."""
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0]
+
+
+KIND = {"person": ("a person", "people"), "place": ("a place", "places"),
+        "organisation": ("an organisation", "organisations"), "work": ("a creative work", "creative works"),
+        "event": ("an event", "events"), "science": ("a scientific concept", "scientific concepts"),
+        "general": ("a page of any kind", "pages of any kind")}
+
+
+def _what(names: list[str], kinds: list[str] | None, quote: bool = True) -> str:
+    """The names of the next lookups with what each one is, which tells the tool that finds it:
+    '"Dasta", a creative work', '"A" and "B", both places', '"A" (a person) and "B" (a place)'."""
+    said = _join(names) if quote else _names(names)
+    kinds = [k for k in kinds or [] if k in KIND]
+    if len(kinds) != len(names) or not names:
+        return said
+    if len(set(kinds)) == 1:
+        one, many = KIND[kinds[0]]
+        return f"{said}, {one}" if len(names) == 1 else f"{said}, {'both' if len(names) == 2 else 'all'} {many}"
+    parts = [f'{chr(34) + n + chr(34) if quote else n} ({KIND[k][0]})' for n, k in zip(names, kinds)]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _reads(f: dict) -> str:
+    """What the last result says, for a prompt."""
+    return " ".join(f.get("read") or [])
+
+
 def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
     f = slot.facts
     if slot.kind == "plan":
-        return f"First step: look up {_join(f['queries'])} with the search tools."
+        return f"First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools."
     if slot.kind == "next":
-        return f"The last search found the page about {_join(f['found'])}. Next step: look up {_join(f['queries'])}."
+        says = f" It says: {_reads(f)}" if f.get("read") else ""
+        return (f"The last search found the page about {_join(f['found'])}.{says} "
+                f"Next step: look up {_what(f['queries'], f.get('kinds'))}.")
     if slot.kind == "fix_args":
-        return (f"The call to {f['tool']} failed because its arguments were invalid ({f['error'][:120]}). "
+        return (f"The call to {f['tool']} failed because its arguments were invalid ({_clip(f['error'], 120)}). "
                 f"Next step: call {f['tool']} again with a proper query for \"{f['query']}\".")
     if slot.kind == "switch_tool":
         return (f"The tool {f['wrong_tool']} searches the wrong kind of pages and did not find \"{f['query']}\". "
@@ -48,9 +107,17 @@ def describe(slot: Slot) -> str:
                 f"Next step: try the general search {f['general']}.")
     if slot.kind == "early_stop":
         rest = f" Next step: look up {_join(f['queries'])}." if f["queries"] else ""
+        says = f" It says: {_reads(f)}" if f.get("read") else ""
         return (f"I had planned to look up \"{f['skipped']}\" next, but the last result already contains that "
-                f"page, so that search is not needed.{rest}")
+                f"page, so that search is not needed.{says}{rest}")
     if slot.kind == "final":
+        if f.get("facts"):
+            how = " ".join(f.get("steps") or [])
+            return (f"The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
+                    f"State these facts{', then the comparison or calculation' if how else ''}, then the answer.")
+        if f.get("steps"):  # brief: a computed answer
+            return (f"The pages about {_join(f['found'])} give everything needed. The answer is computed: "
+                    f"{' '.join(f['steps'])} Write the calculation, then conclude that the answer is {f['answer']}.")
         early = f" The search for \"{f['skipped']}\" was skipped because an earlier result covered it." if f.get("skipped") else ""
         return (f"The pages about {_join(f['found'])} give everything needed.{early} "
                 f"Conclude that the answer is {f['answer']}.")
@@ -63,10 +130,24 @@ def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
     if slot.kind == "plan":
-        return f"To answer this I need to look up {_join(f['queries'])}. I will search for it first."
+        them = "them" if len(f["queries"]) > 1 else "it"
+        return f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. I will search for {them} first."
     if slot.kind == "next":
-        return (f"The result has the page about {_join(f['found'])}. "
-                f"Now I need to look up {_join(f['queries'])}.")
+        many = len(f["found"]) > 1
+        says = f" {'They say' if many else 'It says'} {_clauses(f['read'])}, so" if f.get("read") else ""
+        return (f"The result{'s have the pages' if many else ' has the page'} about {_join(f['found'])}.{says} "
+                f"{'n' if says else 'N'}ow I need to look up {_what(f['queries'], f.get('kinds'))}.")
+    if slot.kind == "early_stop" and f.get("read"):
+        rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}." if f["queries"] else ""
+        return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
+                f"so I do not need to search for \"{f['skipped']}\".{rest}")
+    if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic
+        return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
+                f"Conclude that the answer is {f['answer']}.")
+    if slot.kind == "final" and f.get("facts"):
+        said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
+        return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,
+                         *(f.get("steps") or []), f"So the answer is {f['answer']}."])
     if slot.kind == "answer":
         return f["answer"]
     return describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")
@@ -97,6 +178,17 @@ def key_terms(slot: Slot) -> list[str]:
     return []
 
 
+def ungrounded(text: str, slot: Slot) -> list[tuple[str, str]]:
+    """Numbers and names of `text` found in none of the slot's sources (the question, the
+    earlier tool results and, for the final slot, the derivation); [] when the slot has no
+    sources recorded."""
+    if slot.sources is None:
+        return []
+    extra = [*slot.facts.get("facts", []), *slot.facts.get("steps", []), str(slot.facts.get("answer", ""))] \
+        if slot.kind == "final" else []
+    return Sources([*slot.sources, *extra]).ungrounded(text)
+
+
 def _mentions(text: str, terms: list[str]) -> bool:
     low = text.lower()
     return any(t and t.lower() in low for t in terms)
@@ -116,11 +208,15 @@ def clean_think(text: str, slot: Slot) -> tuple[str, str]:
         return template(slot), "template:empty"
     if _BAD.search(t):
         return template(slot), "template:markup"
-    if len(t) > MAX_CHARS:
+    if len(t) > MAX_CHARS * (2 if slot.kind == "final" else 1):  # a final think states every fact
         return template(slot), "template:too_long"
     if len(t.split()) < 4:
         return template(slot), "template:too_short"
     terms = key_terms(slot)
     if terms and not _mentions(t, terms):
         return template(slot), "template:off_topic"
+    if ungrounded(t, slot):
+        return template(slot), "template:ungrounded"
+    if slot.kind == "final" and missing(t, slot.facts.get("required") or []):
+        return template(slot), "template:missing_derivation"
     return t, "llm"

@@ -15,6 +15,7 @@ def test_pipeline_builds_corpus_and_trajectories_and_resumes(data_root, tiny_lla
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "pipeline p" in res.output and "synthesize" in res.output
+    assert "reasoning texts by slot kind" in res.output and "model-written" in res.output
     with Catalog(data_root) as cat:
         counts = dict(cat.rows("SELECT 'docs', count(*) FROM p_documents UNION ALL "
                                "SELECT 'triples', count(*) FROM p_triples UNION ALL "

@@ -153,7 +153,7 @@ def test_mix_is_configurable_and_reported(inputs, tools):
 def test_text_sources_are_recorded_and_bad_llm_text_falls_back(synthesized):
     _, _, rows, stats = synthesized
     assert stats["sources"]["llm"] > 0 and stats["fallbacks"]["template:markup"] > 0
-    assert stats["fallbacks"]["template:off_topic"] > 0
+    assert stats["fallbacks"]["template:off_topic"] > 0 and stats["fallbacks"]["template:ungrounded"] > 0
     for r in rows:
         for m in r["messages"]:
             if m["role"] == "assistant":

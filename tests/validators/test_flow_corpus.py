@@ -1,6 +1,6 @@
 """A user's own file validated against a named corpus (`--corpus`), and `--strict`: a check
 that could not run rejects instead of passing. The case: good trajectories in which one tool
-message was replaced by "nothing relevant was found" pass every layer when nothing can
+message was made up (its results' document ids changed) pass every layer when nothing can
 replay their calls; with the corpus they are rejected, and the summary (the CLI's funnel)
 says how many records had a check skipped."""
 
@@ -14,11 +14,15 @@ from validators.runner import ValidateConfig
 
 
 def _corrupt(row: dict) -> dict | None:
-    """The row with its first tool message's content replaced, or None without one."""
+    """The row with its first tool result made up (other document ids, the same text, so no
+    think reads differently), or None without one."""
     messages = [dict(m) for m in row["messages"]]
     for m in messages:
-        if m["role"] == "tool":
-            m["content"] = "nothing relevant was found"
+        body = json.loads(m["content"]) if m["role"] == "tool" else {}
+        if body.get("results"):
+            for r in body["results"]:
+                r["doc_id"] += "0"
+            m["content"] = json.dumps(body)
             return dict(row, messages=messages)
     return None
 

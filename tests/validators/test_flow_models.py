@@ -53,13 +53,16 @@ def test_flow_kill_rerun_input_file_and_funnel(world, tmp_path, monkeypatch):
         assert sorted(cat.rows("SELECT * FROM w_funnel")) == sorted(funnel)  # the catalog's view
         assert cat.scalar("SELECT count(*) FROM w_verdicts WHERE layer='rules' AND \"check\"='answer' AND passed") == 40
 
-    # a user file: one good record, one corrupted, one non-JSON line
+    # a user file: one good record, one corrupted, one with an invented rationale, one non-JSON line
     bad = dict(rows[0], answer="definitely wrong")
+    final = dict(rows[2]["messages"][-1], content="<think>The story is set in the 1920s, so that is it.</think>"
+                                                  f"<answer>{rows[2]['answer']}</answer>")
+    invented = dict(rows[2], messages=rows[2]["messages"][:-1] + [final])
     f = tmp_path / "in.jsonl"
-    f.write_text(json.dumps(rows[1]) + "\n" + json.dumps(bad) + "\nnot json at all\n")
+    f.write_text("\n".join(json.dumps(r) for r in (rows[1], bad, invented)) + "\nnot json at all\n")
     out = fv.run(ValidateConfig(input=str(f), out="theirs"), data_root=root, progress=False)
     reasons = {r["reason"] for r in load_table("theirs", "verdicts", root).to_pylist() if not r["passed"]}
-    assert reasons == {"wrong_answer", "not_an_object"} and out["rows_out"] == 1
+    assert reasons == {"wrong_answer", "not_an_object", "think_unsupported_number"} and out["rows_out"] == 1
     ok_rules = [r for r in load_table("theirs", "verdicts", root).to_pylist() if r["check"] == "replay"]
     assert ok_rules and ok_rules[0]["reason"] == "replay_skipped_no_corpus"
 

@@ -1,5 +1,6 @@
-"""Schema + rule layers: every clean synthesized trajectory passes; 45 corrupted copies are
-each rejected with the expected reason code (real parser, real simulator replay)."""
+"""Schema + rule layers: every clean synthesized trajectory passes; 57 corrupted copies are
+each rejected with the expected reason code (real parser, real simulator replay), among
+them reasoning that invents a number, a date or a name."""
 
 import copy
 import json
@@ -25,9 +26,10 @@ def test_every_clean_trajectory_passes_schema_and_rules(world, rule_ctx):
     for r in rows:
         assert first_fail(r, rule_ctx) is None, (r["route"], r["case"], first_fail(r, rule_ctx))
         vs = check_trajectory(r, rule_ctx)
-        assert [v.check for v in vs] == ["structure", "format", "tools", "route", "replay", "answer"]
+        assert [v.check for v in vs] == ["structure", "format", "tools", "route", "replay", "answer", "grounding"]
         assert vs[4].reason == "ok" and vs[4].detail["calls"] >= 1  # really replayed
         assert vs[5].detail["em"] is True
+        assert vs[6].detail["thinks"] == sum(m["role"] == "assistant" for m in r["messages"])  # every think read
 
 
 # -- helpers that corrupt a copy --------------------------------------------------------------
@@ -92,6 +94,31 @@ def set_field(obj, key, value):
     obj[key] = value
 
 
+def set_think(row, text, k=0):
+    m = row["messages"][assistant_idx(row, k)]
+    m["content"] = "<think>" + text + "</think>" + m["content"].split("</think>", 1)[1]
+
+
+def tool_numbers(row):
+    """Numbers (years, counts) that the tool results state, in order."""
+    import re
+    return [int(x) for m in row["messages"] if m["role"] == "tool"
+            for x in re.findall(r"(?<![\w,.])\d{3,4}(?![\d,])", json.loads(m["content"]).__str__())]
+
+
+def later_title(row):
+    """A page title shown only by the last tool result, not before it."""
+    msgs = row["messages"]
+    last = max(i for i, m in enumerate(msgs) if m["role"] == "tool")
+    before = " ".join(m["content"] for m in msgs[:last])
+    return next(x["title"] for x in json.loads(msgs[last]["content"])["results"] if x["title"] not in before)
+
+
+def miscalculated(row):
+    a, b = sorted(tool_numbers(row)[:2], reverse=True)
+    return f"{a} - {b} = {a - b + 1}, so that is the answer."
+
+
 CASES = [
     # (id, base, mutation, expected reason)
     ("bad_json", "seq", lambda r: body(r, '<tool_call>\n{"name": "x", \n</tool_call>'), "tool_call_bad_json"),
@@ -151,6 +178,15 @@ CASES = [
     ("not_an_object", "seq", lambda r: r.clear(), "schema_violation"),
     ("schema_missing_route", "seq", lambda r: r.pop("route"), "schema_violation"),
     ("schema_bad_role", "seq", lambda r: set_field(r["messages"][1], "role", "bot"), "schema_violation"),
+    ("think_invented_date", "seq", lambda r: final(r, "<think>The answer is " + r["answer"] + ", which corresponds to the "
+                                                   "first page of the story. The story is set in the 1920s.</think><answer>"
+                                                   + r["answer"] + "</answer>"), "think_unsupported_number"),
+    ("think_invented_name", "seq", lambda r: set_think(r, "I recall that Quentin Zarvox wrote about this."), "think_unsupported_name"),
+    ("think_invented_number", "seq", lambda r: set_think(r, "The page says it has 98,765 inhabitants.", k=1), "think_unsupported_number"),
+    ("think_name_from_a_later_result", "seq", lambda r: set_think(r, "I expect the answer involves " + later_title(r) + "."),
+     "think_unsupported_name"),
+    ("think_miscalculation", "seq", lambda r: final(r, "<think>" + miscalculated(r) + "</think><answer>" + r["answer"]
+                                                   + "</answer>"), "think_unsupported_number"),
     ("schema_bad_json_arguments", "seq", lambda r: set_field(r["messages"][assistant_idx(r)]["tool_calls"][0], "arguments", "{bad"), "schema_violation"),
 ]
 
@@ -180,6 +216,15 @@ def test_corrupted_trajectory_is_rejected_with_reason(name, base, mutate, expect
     assert v is not None, name
     assert v.reason == expected, (name, v)
     assert v.reason in REASONS
+
+
+def test_grounded_rewording_of_the_reasoning_passes(bases, rule_ctx):
+    row = copy.deepcopy(bases["seq"])
+    a, b = sorted(tool_numbers(row)[:2], reverse=True)
+    set_think(row, "First I search for the page the question names.")
+    final(row, f"<think>The pages give {a} and {b}; {a} - {b} = {a - b}. That settles it.</think>"
+               f"<answer>{row['answer']}</answer>")
+    assert first_fail(row, rule_ctx) is None
 
 
 def test_not_an_object_and_paraphrased_answer(bases, rule_ctx):

@@ -1,0 +1,212 @@
+"""Reasoning that shows its evidence, on a real 500-entity world, the real tool bank and the
+real BM25 simulator: the final think's derivation, re-executed from the facts it states,
+gives the gold answer for every question type; every template text is grounded in what the
+conversation showed; model text that invents a number or a name falls back to the template
+with its reason, per slot kind."""
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from generators.corpus.build import WorldConfig, write
+from generators.corpus.derive import EXTRACTOR, FactBase, run_program, split_sentences
+from generators.corpus.questions import QTYPES
+from generators.llm.scripted import ScriptedBackend
+from generators.synth.grounding import Sources
+from generators.synth.skeleton import Slot
+from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
+from generators.synth.think import KIND, clean_think, template, ungrounded
+from generators.tools.bank import build_bank
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write(WorldConfig(seed=13, entities=500), root, "w")
+    return load_inputs(root, "w")
+
+
+def _session(inputs, reasoning: str) -> Session:
+    return Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning=reasoning),
+                   build_bank(seed=3, variants_per_tool=1))
+
+
+@pytest.fixture(scope="module")
+def session(inputs):
+    return _session(inputs, "evidence")
+
+
+@pytest.fixture(scope="module")
+def skeletons(session):
+    return session.skeletons(session.plans())
+
+
+@pytest.fixture(scope="module")
+def brief(inputs):
+    """The default, `--reasoning brief`: only a derived answer's final think states the facts."""
+    s = _session(inputs, "brief")
+    return s.skeletons(s.plans())
+
+
+def stated_facts(text: str) -> FactBase:
+    """The facts a text states, read back with the corpus's own parser."""
+    return FactBase([f for s in split_sentences(text) for f in EXTRACTOR.sentence_facts(s, "")])
+
+
+def number(s: str) -> int:
+    return int(s.replace(",", ""))
+
+
+def test_final_derivation_reexecuted_from_its_facts_gives_the_gold_answer(skeletons):
+    per_type = Counter()
+    for sk in skeletons:
+        text = template(sk.final)
+        program = json.loads(sk.triple["meta"])["program"]
+        assert run_program(program, stated_facts(text)) == sk.triple["answer"], text
+        assert text.endswith(f"So the answer is {sk.triple['answer']}.")
+        op = program.get("op") if isinstance(program, dict) else "chain"
+        if op == "absdiff":  # the arithmetic is written out and right
+            a, b, c = re.search(r"([\d,]+) - ([\d,]+) = ([\d,]+)\.", text).groups()
+            assert number(a) - number(b) == number(c) == number(sk.triple["answer"])
+        if op in ("argmin", "argmax"):  # the comparison is written out and right
+            x, word, y = re.search(r"([\d,]+) is (smaller|larger|earlier|later) than ([\d,]+)\.", text).groups()
+            assert (number(x) < number(y)) == (word in ("smaller", "earlier"))
+            assert (word in ("smaller", "earlier")) == (op == "argmin")
+        per_type[sk.triple["qtype"]] += 1
+    assert set(per_type) == set(QTYPES) and min(per_type.values()) >= 20, per_type
+
+
+@pytest.mark.parametrize("mode", ["evidence", "brief"])
+def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, brief):
+    kinds = Counter()
+    for sk in skeletons if mode == "evidence" else brief:
+        for slot in [t.slot for t in sk.turns] + [sk.final]:
+            assert slot.sources and slot.sources[0] == sk.triple["question"]
+            text = template(slot)
+            assert ungrounded(text, slot) == [], (slot.kind, text)
+            # the final template holds without the derivation as a source: only arithmetic is new
+            if slot.kind == "final":
+                assert Sources(slot.sources).ungrounded(text) == [], text
+            kinds[slot.kind] += 1
+    assert set(kinds) >= {"plan", "next", "fix_args", "switch_tool", "escalate", "early_stop", "final"}, kinds
+
+
+def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
+    """`--reasoning brief`: the intermediate thinks name the pages found and the next lookup
+    (no page's sentences); the final think concludes from the pages found, and where the
+    answer is computed (a number no page holds) it writes the arithmetic first, right."""
+    computed = 0
+    for sk in brief:
+        for turn in sk.turns:
+            if turn.slot.kind == "next":
+                assert template(turn.slot).startswith("The result") and " says " not in template(turn.slot)
+        text = template(sk.final)
+        assert text.startswith("The pages about ") and text.endswith(f"Conclude that the answer is {sk.triple['answer']}.")
+        program = json.loads(sk.triple["meta"])["program"]
+        if isinstance(program, dict) and program.get("op") == "absdiff":
+            a, b, c = re.search(r"([\d,]+) - ([\d,]+) = ([\d,]+)\.", text).groups()
+            assert number(a) - number(b) == number(c) == number(sk.triple["answer"])
+            computed += 1
+        else:
+            assert not re.search(r"\d+ - \d+ = ", text), text
+    assert computed >= 20
+
+
+def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
+    seen = 0
+    for sk in skeletons:
+        if sk.plan.case != "clean" or sk.plan.route != "sequential":
+            continue
+        for turn, nxt in zip(sk.turns, sk.turns[1:]):
+            query = nxt.calls[0].hop.query
+            text, read = template(nxt.slot), nxt.slot.facts["read"]
+            kind = KIND[nxt.calls[0].hop.domain][0]  # what the next lookup is tells the tool that finds it
+            found = turn.calls[0].hop.query
+            assert text.startswith(f'The result has the page about "{found}". It says ')
+            assert text.endswith(f'so now I need to look up "{query}", {kind}.')
+            page = Sources([c.result for c in turn.calls])  # the page just read, alone
+            for sentence in read:
+                assert sentence[:-1].removeprefix("The ") in text and page.ungrounded(sentence) == []
+            values = [str(f.value) for s in read for fs in stated_facts(s).facts.values() for f in fs]
+            assert query.removeprefix("The ") in values  # the fact that leads to the next lookup
+            seen += 1
+    assert seen >= 20
+
+
+ISSUE_SOURCES = [
+    "What is the number of years between the birth of Dounor Thilfas and the founding of the city where "
+    "Dounor Thilfas was born?",
+    json.dumps({"results": [{"doc_id": "d1", "title": "Dounor Thilfas", "snippet": "Dounor Thilfas was a poet. "
+                             "He was born in Gaiwick. His year of birth was 1861. He studied at the University of Hohev."}]}),
+    json.dumps({"results": [{"doc_id": "d2", "title": "Gaiwick", "snippet": "Gaiwick lies in Yonesia. "
+                             "It was founded in 988 and has a population of 1,654,300."},
+                            {"doc_id": "d3", "title": "Yonesia", "snippet": "Yonesia has sixteen provinces."}]}),
+]
+GROUNDING_CASES = [  # (text, ungrounded mentions)
+    ("The answer is 873, which corresponds to the first page of the story published on the topic. The story is "
+     "set in the 1920s, and the birth of Dounor Thilfas occurred around", [("number", "873"), ("number", "1920")]),
+    ("The pages about Dounor Thilfas and Gaiwick give everything needed. Conclude that the answer is 873.",
+     [("number", "873")]),
+    ("Dounor Thilfas was born in 1861. Gaiwick was founded in 988. 1861 - 988 = 873. So the answer is 873.", []),
+    ("He was born in 1861 and Gaiwick dates from 988, so 873 years passed.", []),
+    ("The page says Dounor Thilfas was born in Gaiwick, so next I look up Gaiwick.", []),
+    ("Checking the result: Dounor Thilfas's birthplace was Gaiwick. I'll search for Gaiwick next.", []),
+    ("Dounor Thilfas studied at the University of Hohev; Yonesia has 16 provinces.", []),
+    ("Yonesia has sixteen provinces and Gaiwick has a population of 1654300.", []),
+    ("So the Birth Year of Dounor Thilfas is 1861.", []),
+    ("Now I should compare both years: 1861 and 988.", []),
+    ("Dounor Thilfas was born in Gaiwick in 1862.", [("number", "1862")]),
+    ("Gaiwick was founded by Quentin Zarvox.", [("name", "Quentin Zarvox")]),
+    ("Dounor Thilfas studied at the University of Marl.", [("name", "University of Marl")]),
+    ("Yonesia has twelve provinces.", [("number", "12")]),
+    ("Step 1: the top 3 results; two pages are enough.", []),
+    ("Gaiwick lies in Velmora, next to Yonesia.", [("name", "Velmora")]),
+]
+
+
+@pytest.mark.parametrize("text,expected", GROUNDING_CASES, ids=[str(i) for i in range(len(GROUNDING_CASES))])
+def test_grounding_rule_on_a_table_of_cases(text, expected):
+    assert Sources(ISSUE_SOURCES).ungrounded(text) == expected
+
+
+def final_slot(required=("1861", "988", "873")) -> Slot:
+    facts = ["Dounor Thilfas's year of birth was 1861.", "Gaiwick was founded in 988."]
+    return Slot("final", {"found": ["Dounor Thilfas", "Gaiwick"], "answer": "873", "skipped": None, "question": "q",
+                          "facts": facts, "steps": ["1861 - 988 = 873."], "required": list(required),
+                          "quoted": False}, sources=ISSUE_SOURCES)
+
+
+def test_model_text_is_kept_only_when_grounded_and_the_final_one_when_it_derives():
+    nxt = Slot("next", {"found": ["Dounor Thilfas"], "queries": ["Gaiwick"],
+                        "read": ["Dounor Thilfas was born in Gaiwick."]}, sources=ISSUE_SOURCES[:2])
+    ok = "Dounor Thilfas was born in Gaiwick, so I search for Gaiwick now."
+    assert clean_think(ok, nxt) == (ok, "llm")
+    text, source = clean_think("Gaiwick, founded in 1920 by Quentin Zarvox, is next.", nxt)
+    assert source == "template:ungrounded" and text == template(nxt)
+    assert "Dounor Thilfas was born in Gaiwick" in text
+    final = final_slot()
+    derived = "He was born in 1861 and Gaiwick was founded in 988; 1861 - 988 = 873, so it is 873."
+    assert clean_think(derived, final) == (derived, "llm")
+    assert clean_think("So the answer is 873 as the pages show.", final)[1] == "template:missing_derivation"
+    invented = "He was born in 1861; Gaiwick was founded in 988 and rebuilt in 1920; 1861 - 988 = 873."
+    assert clean_think(invented, final)[1] == "template:ungrounded"
+    assert template(final) == ('The pages about "Dounor Thilfas" and "Gaiwick" give everything needed. '
+                               "Dounor Thilfas's year of birth was 1861. Gaiwick was founded in 988. "
+                               "1861 - 988 = 873. So the answer is 873.")
+
+
+def test_synthesis_reports_model_share_and_fallback_reasons_per_slot_kind(session, skeletons):
+    plans = session.plans()[:80]
+    _, stats = session.trajectories(plans, ScriptedBackend(), "r")
+    assert sum(sum(c.values()) for c in stats["by_slot"].values()) == stats["slots"]
+    tally = Tally()
+    tally.add({**stats, "mix": {"case": {}, "route": {}}})
+    report = tally.slot_report()
+    assert set(report) >= {"plan", "next", "final", "answer"}
+    assert report["final"]["fallbacks"].get("template:missing_derivation", 0) > 0
+    assert sum(r["fallbacks"].get("template:ungrounded", 0) for r in report.values()) > 0
+    for kind, r in report.items():
+        llm = stats["by_slot"][kind]["llm"]
+        assert r["texts"] == sum(stats["by_slot"][kind].values()) and r["llm_share"] == round(llm / r["texts"], 4)

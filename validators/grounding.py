@@ -1,0 +1,39 @@
+"""Rules-layer check `grounding`: reasoning mentions only what the conversation has shown.
+
+Every `<think>` of an assistant turn is read against the messages before it (system prompt,
+question, earlier tool results, earlier turns). Each number and capitalised name in it must
+occur there, or, for a number, be the sum or difference of two such numbers stated in the
+same think (a derivation such as "1861 - 988 = 873"); generators/synth/grounding.py defines
+what counts as a number or a name and how they are matched. A think that mentions a number
+or date found in no earlier message fails with `think_unsupported_number`, one that names
+something found in no earlier message with `think_unsupported_name`; the detail gives the
+message index and the mentions. It needs nothing but the messages, so it catches invented
+rationales in trajectories from any pipeline (`forgeplay validate --input FILE`).
+
+    detail = check_grounding(row["messages"])   # raises Reject, else {"thinks": n}
+"""
+
+from __future__ import annotations
+
+from generators.llm.toolcalls import split_think
+from generators.synth.grounding import Sources
+from validators.verdict import Reject
+
+CODES = {"number": "think_unsupported_number", "name": "think_unsupported_name"}
+
+
+def check_grounding(msgs: list[dict]) -> dict:
+    """Checks every think of `msgs` (module docstring); the number of thinks checked."""
+    src, thinks = Sources(), 0
+    for i, m in enumerate(msgs):
+        content = m.get("content") or ""
+        if m.get("role") == "assistant":
+            think = split_think(content).think
+            if think:
+                bad = src.ungrounded(think)
+                if bad:
+                    kind = "number" if any(k == "number" for k, _ in bad) else "name"
+                    raise Reject(CODES[kind], index=i, mentions=[v for _, v in bad][:10], think=think[:300])
+                thinks += 1
+        src.add(content)
+    return {"thinks": thinks}
