@@ -72,7 +72,8 @@ def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, eva
                      tasks=a.tasks, attempts=a.attempts, seed=seed, batch_size=a.batch_size,
                      student_turns=a.turns, max_new_tokens=a.max_new_tokens, checkpoints=str(root / f"ck_{distill}_{seed}"),
                      examiner_steps=a.examiner_steps or a.steps, student_steps=a.steps, update_batch=a.update_batch, lr=a.lr,
-                     distill=distill, train_layers=a.train_layers, warmstart=False, tool_style=a.tool_style)  # tasks are replayed demonstrations
+                     distill=distill, train_layers=a.train_layers, warmstart=False, tool_style=a.tool_style,  # tasks are replayed demonstrations
+                     **({"rollout_backend": "vllm-server", "rollout_url": served.client.server.url} if served else {}))
     by_id = {d["doc_id"]: d for d in docs}
     curve, phases = [exact_match(a.student, evals, docs, cfg, served)], []
     print(json.dumps({"arm": distill, "seed": seed, "iteration": -1, "em": curve[0]}), flush=True)
@@ -111,8 +112,8 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=["on", "off"], help="distillation on and/or off")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
-                    help="what evaluates: the model in this process, or one vLLM server (from .venv-vllm) that "
-                         "each evaluated student is published to")
+                    help="what evaluates and samples the attempts: the model in this process, or one vLLM server "
+                         "(from .venv-vllm) that each evaluated or attempting student is published to")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     t0 = time.perf_counter()

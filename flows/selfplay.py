@@ -11,7 +11,9 @@ or writes its checkpoints (CHECKPOINTS/it<i>/examiner|student, the teacher in
 student/teacher) and is then marked done, so `--resume` continues a killed run at its first
 phase not done; the models of an iteration are those the previous updates wrote. The summary
 has per iteration the seconds of each phase (examiner generation, filter, attempts, both
-updates and the teacher's share of the student's).
+updates and the teacher's share of the student's). `--rollout-backend vllm-server` samples
+every role from one vLLM server, each role's current weights published to it before it
+samples (train.evaluate.OnServer); the updates and the teacher run in this process.
 
 `selfplay-warmstart`: the examiner's demonstrations from a world dataset (selfplay/
 warmstart.py), committed as `trajectories` (for SFT) and `tasks` (their QCPs) to the
@@ -189,6 +191,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     from generators.synth.synthesize import load_inputs
     from generators.tools.base import base_rows
     from generators.tools.simulator import Simulator
+    from train.evaluate import OnServer, sampling_backend
 
     cfg, root = PlayConfig(**config), str(resolve_root(data_root))
     cfg.check()
@@ -207,8 +210,13 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     lambdas = cfg.lambdas() if cfg.train else []
     reference = cfg.examiner
     backends: dict = {}
+    served: list = []  # --rollout-backend vllm-server: the one server every role samples from
 
     def backend(role: str):  # the rollout backend of the role's current weights
+        if cfg.rollout_backend == "vllm-server":
+            if not served:
+                served.append(sampling_backend("vllm-server", current[role], url=cfg.rollout_url))
+            return OnServer(served[0], current[role])
         key = (role, current[role])
         if key not in backends:
             for old in [k for k in backends if k[0] == role]:
@@ -251,7 +259,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
                     reference = current["examiner"]
             iterations.append(summary)
     finally:
-        for b in backends.values():
+        for b in [*backends.values(), *served]:
             b.close()
     rejects = sum((Counter(s["rejects"]) for s in iterations), Counter())
     report = stages.publish("selfplay", f"self-play {run} on {cfg.dataset}", {"examiner rejects": dict(rejects)})

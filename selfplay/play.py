@@ -84,6 +84,13 @@ class PlayConfig:
     teacher_context: str = field(default="qcp", metadata={"help": "what the teacher reads besides the task: qcp, answer or none"})
     tau: float = field(default=0.05, metadata={"help": "EMA step of the teacher towards the student per student step"})
     train_layers: int = field(default=0, metadata={"help": "update only the last N transformer blocks of each role (0 = all)"})
+    rollout_backend: str = field(default="transformers", metadata={
+        "help": "what samples the examiner's, reader's and student's rollouts: transformers (each role's model "
+                "in this process) or vllm-server (one vLLM server from .venv-vllm, or --rollout-url, that each "
+                "role's current weights are published to before it samples; the roles must share the "
+                "architecture, as checkpoints of one model do). The updates and the teacher run here either way"})
+    rollout_url: str = field(default="", metadata={
+        "help": "vllm-server: a running server (default: start one on a free port of 127.0.0.1)"})
     resume: bool = field(default=False, metadata={"help": "continue a killed run at its last completed phase"})
 
     def out_dataset(self) -> str:
@@ -98,6 +105,8 @@ class PlayConfig:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
         if self.tool_style not in ("full", "compact"):
             raise ValueError(f"--tool-style must be full or compact, not {self.tool_style!r}")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise ValueError(f"--rollout-backend must be one of {', '.join(ROLLOUT_BACKENDS)}, not {self.rollout_backend!r}")
         if self.iterations < 1 or self.tasks < 1:
             raise ValueError("--iterations and --tasks must be at least 1")
         if self.answer_distractors < 0 or not 0 < self.answer_f1 <= 1:
@@ -131,11 +140,15 @@ class PlayConfig:
                              format_weight=0.0)
 
 
+ROLLOUT_BACKENDS = ("transformers", "vllm-server")
+# what samples, not what is sampled: a run resumed on another backend keeps its id
+UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url")
 PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name a folder under the data root
 
 
 def run_id(cfg: PlayConfig, root: str | Path) -> str:
-    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out),
+    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out
+    nor what samples the rollouts),
     so a longer run continues a shorter one. A model or checkpoint folder inside `root` counts
     by its path relative to `root`, so the same run in another data root (a copied or moved
     one) has the same id, and so have its rows."""
@@ -143,7 +156,7 @@ def run_id(cfg: PlayConfig, root: str | Path) -> str:
 
     from storage.runs import config_hash
 
-    fields = {k: v for k, v in asdict(cfg).items() if k not in ("resume", "iterations", "out")}
+    fields = {k: v for k, v in asdict(cfg).items() if k not in UNHASHED}
     base = Path(root).resolve()
     for k in PATHS:
         path = Path(fields[k]).resolve() if fields[k] else None

@@ -114,6 +114,7 @@ class ServedClient:
     def __init__(self, client, tokenizer, path) -> None:
         self.client, self.tokenizer, self.path = client, tokenizer, path
         self.max_concurrency = client.max_concurrency
+        self.holding = str(path)  # the model folder whose weights the server samples from
 
     def generate(self, requests, progress: bool = False):
         return self.client.generate(requests, progress=progress)
@@ -126,11 +127,36 @@ class ServedClient:
 
         from generators.llm.model_store import resolve_model
 
-        weights = AutoModelForCausalLM.from_pretrained(str(resolve_model(model)), dtype=torch.float32)
-        return self.client.load_weights(weights.named_parameters())
+        path = str(resolve_model(model))
+        weights = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        seconds = self.client.load_weights(weights.named_parameters())
+        self.holding = path
+        return seconds
 
     def close(self) -> None:
         self.client.close()
+
+
+class OnServer:
+    """One model's turn on a shared ServedClient, for several models that sample from one server
+    (self-play's examiner, reader and student): before each generate call the model's weights
+    are published unless the server already holds them. Closing it leaves the server running."""
+
+    concurrent = True
+
+    def __init__(self, served: ServedClient, model) -> None:
+        from generators.llm.model_store import resolve_model
+
+        self.served, self.model = served, str(resolve_model(model))
+        self.tokenizer = served.tokenizer
+
+    def generate(self, requests, progress: bool = False):
+        if self.served.holding != self.model:
+            self.served.publish(self.model)
+        return self.served.generate(requests, progress=progress)
+
+    def close(self) -> None:
+        pass
 
 
 def eval_backend(cfg: EvalConfig):
@@ -169,7 +195,10 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
     from train.weight_sync import ServedEngine
 
     # a server that dies stops the work with its exit code and log (ServedEngine)
-    return ServedClient(ServedEngine(VLLMServer(path, url=url or None)), tokenizer, path)
+    served = ServedClient(ServedEngine(VLLMServer(path, url=url or None)), tokenizer, path)
+    if url:  # a running server may hold other weights than `model`'s
+        served.holding = None
+    return served
 
 
 def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
