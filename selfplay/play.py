@@ -147,11 +147,10 @@ PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name
 
 
 def run_id(cfg: PlayConfig, root: str | Path) -> str:
-    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out
-    nor what samples the rollouts),
-    so a longer run continues a shorter one. A model or checkpoint folder inside `root` counts
-    by its path relative to `root`, so the same run in another data root (a copied or moved
-    one) has the same id, and so have its rows."""
+    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out,
+    nor what samples the rollouts), so a longer run continues a shorter one. A model or
+    checkpoint folder inside `root` counts by its path relative to `root`, so the same run in
+    another data root (a copied or moved one) has the same id, and so have its rows."""
     from dataclasses import asdict
 
     from storage.runs import config_hash
