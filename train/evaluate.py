@@ -18,6 +18,7 @@ a two-hop bridge long before it learns the arithmetic of a compositional questio
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 
 from train.configs import RolloutConfig
@@ -115,6 +116,7 @@ class ServedClient:
         self.client, self.tokenizer, self.path = client, tokenizer, path
         self.max_concurrency = client.max_concurrency
         self.holding = str(path)  # the model folder whose weights the server samples from
+        self._publishing = threading.Lock()
 
     def generate(self, requests, progress: bool = False):
         return self.client.generate(requests, progress=progress)
@@ -132,6 +134,13 @@ class ServedClient:
         seconds = self.client.load_weights(weights.named_parameters())
         self.holding = path
         return seconds
+
+    def hold(self, model) -> None:
+        """Publish `model` (a resolved folder path) unless the server holds it already; one
+        caller at a time, as every conversation of a rollout asks at once."""
+        with self._publishing:
+            if self.holding != model:
+                self.publish(model)
 
     def close(self) -> None:
         self.client.close()
@@ -151,8 +160,7 @@ class OnServer:
         self.tokenizer = served.tokenizer
 
     def generate(self, requests, progress: bool = False):
-        if self.served.holding != self.model:
-            self.served.publish(self.model)
+        self.served.hold(self.model)
         return self.served.generate(requests, progress=progress)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -48,6 +49,11 @@ def test_each_model_samples_its_own_weights_from_one_server(tiny_llama_dir, tmp_
         assert served.holding == second.model
         assert first.generate(ask)[0][0].token_ids == a and served.holding == first.model
         assert a != b  # the second model's weights were sampled from, not the first's
+        published, publish = [], served.publish
+        served.publish = lambda model: published.append(model) or publish(model)
+        with ThreadPoolExecutor(8) as pool:  # every conversation of a rollout asks at once
+            outs = list(pool.map(lambda _: second.generate(ask)[0][0].token_ids, range(8)))
+        assert published == [second.model] and outs == [b] * 8
     finally:
         served.close()
 
