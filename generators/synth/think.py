@@ -38,13 +38,14 @@ _BAD = re.compile(r"[<>{}\[\]`]|\b(?:tool_call|json)\b", re.I)
 MAX_CHARS = 600
 
 
-def _join(xs: list[str]) -> str:
-    xs = [f'"{x}"' for x in xs]
-    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
-
-
 def _names(xs: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
+
+
+def _join(xs: list[str]) -> str:
+    """The names quoted: '"A" and "B"'."""
+    return _names([f'"{x}"' for x in xs])
 
 
 def _clauses(sentences: list[str]) -> str:
