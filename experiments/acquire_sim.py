@@ -188,6 +188,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--strategies", nargs="+", default=sorted(STRATEGIES))
     ap.add_argument("--grpo-steps", type=int, default=0, help="label-aware GRPO steps per strategy (0 = simulation only)")
+    ap.add_argument("--no-simulation", action="store_true",
+                    help="skip sampling the pool and the acquisition simulation (GRPO and its evaluations only)")
     ap.add_argument("--batch-size", type=int, default=2, help="GRPO prompts per step")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--eval", type=int, default=32, help="held-out triples for exact match")
@@ -212,24 +214,35 @@ def main() -> None:
     finally:
         if served is not None:
             served.close()
-    print(f"\n{'strategy':16}{'bought':>8}{'corrected':>11}{'fixed':>8}{'noise before':>14}{'after':>8}")
+    if results["simulation"]:
+        print(f"\n{'strategy':16}{'bought':>8}{'corrected':>11}{'fixed':>8}{'noise before':>14}{'after':>8}")
+        for name in a.strategies:
+            rs = [r for r in results["simulation"] if r["strategy"] == name]
+            mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
+            print(f"{name:16}{mean('bought'):8.1f}{mean('corrected'):11.3f}{mean('wrong_votes_fixed'):8.3f}"
+                  f"{mean('noise_before'):14.3f}{mean('noise_after'):8.3f}")
+    if results["grpo"]:
+        print(f"\n{'strategy':16}" + "".join(f"{'seed ' + str(s):>16}" for s in a.seeds) + "   (held-out EM before -> after)")
+        for name in a.strategies:
+            rs = {r["seed"]: r for r in results["grpo"] if r["strategy"] == name}
+            print(f"{name:16}" + "".join(f"{rs[s]['em_before']:>9.3f} {rs[s]['em_after']:.3f}" for s in a.seeds))
+
+
+def simulate_seed(root, a, pool, docs, seed: int, results: dict, served) -> None:
+    started = time.perf_counter()
+    groups, hidden = sample(root, a, pool, docs, seed, served)
+    print(f"seed {seed}: sampled {len(groups)} groups in {time.perf_counter() - started:.0f} s; "
+          f"votes right {sum(right(g.vote.label, g) for g in groups)}/{len(groups)}", flush=True)
     for name in a.strategies:
-        rs = [r for r in results["simulation"] if r["strategy"] == name]
-        mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
-        print(f"{name:16}{mean('bought'):8.1f}{mean('corrected'):11.3f}{mean('wrong_votes_fixed'):8.3f}"
-              f"{mean('noise_before'):14.3f}{mean('noise_after'):8.3f}")
+        r = simulate(name, groups, hidden, a, seed)
+        results["simulation"].append(r)
+        print(json.dumps(r), flush=True)
 
 
 def run_seeds(root, a, pool, docs, results: dict, served) -> None:
     for seed in a.seeds:
-        started = time.perf_counter()
-        groups, hidden = sample(root, a, pool, docs, seed, served)
-        print(f"seed {seed}: sampled {len(groups)} groups in {time.perf_counter() - started:.0f} s; "
-              f"votes right {sum(right(g.vote.label, g) for g in groups)}/{len(groups)}", flush=True)
-        for name in a.strategies:
-            r = simulate(name, groups, hidden, a, seed)
-            results["simulation"].append(r)
-            print(json.dumps(r), flush=True)
+        if not a.no_simulation:
+            simulate_seed(root, a, pool, docs, seed, results, served)
         if a.grpo_steps:
             base = held_out_em(root, a, a.model, served)
             for name in a.strategies:
