@@ -149,6 +149,7 @@ class VLLMServer:
 
     # ---- process ---------------------------------------------------------------------------
     def start(self) -> "VLLMServer":
+        self.work.mkdir(parents=True, exist_ok=True)  # its log, and the weights it is sent to load
         if self.url:  # connect to a running server
             self._wait(time.monotonic() + 30)
             return self
@@ -158,7 +159,6 @@ class VLLMServer:
         python = vllm_python(self.python)
         port = self.port or free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.work.mkdir(parents=True, exist_ok=True)
         cmd = server_command(python, self.model_dir, port, self.max_model_len, self.seed, self.dtype, self.eager)
         self.cores = worker_cores(self.threads)
         with open(self.log, "ab") as log:

