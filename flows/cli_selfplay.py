@@ -77,7 +77,8 @@ def _iteration_table(s: dict) -> Table:
         rewards = [x["examiner_reward"] for x in it["scores"]]
         em = "-" if it["student_em"] is None else f"{it['student_em']:.3f}"
         loss = lambda k: f"{it[k]:.4f}" if it.get(k) is not None else "-"  # noqa: E731
-        t.add_row(str(it["iteration"]), str(it["examiner_outputs"]), str(it["tasks"]), str(it["attempts"]), em,
+        t.add_row(str(it["iteration"]), str(it["examiner_outputs"]),
+                  f"{it['tasks']} demonstrated" if it.get("replayed") else str(it["tasks"]), str(it["attempts"]), em,
                   f"{sum(rewards) / len(rewards):.3f}" if rewards else "-", loss("examiner_loss"), loss("student_loss"))
     return t
 

@@ -64,8 +64,10 @@ SECTIONS: dict[str, Section] = {
     # 8 layers, 10 steps changed nothing the evaluation sees)
     "sft": Section((SFTConfig, TrainConfig), {"max_steps": 6, "lr": 3e-4, "batch_size": 2, "train_layers": 10,
                                               "checkpoint_every": 3}, _TRAIN_WIRED),
-    "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 4, "train": False, "answerability": False,
-                                        "max_new_tokens": 96},
+    # the base examiner poses no task yet (experiments/selfplay_yield.py): iteration 0 takes the
+    # world's demonstrations, so the student's attempts and their solve rates are there to look at
+    "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 2, "train": False, "answerability": False,
+                                        "max_new_tokens": 96, "demo_tasks": True},
                         ("dataset", "out", "examiner", "student", "checkpoints", "resume", "tool_style")),
     "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 4,
                                           "max_new_tokens": 128, "warmup": 1,

@@ -14,6 +14,8 @@ has per iteration the seconds of each phase (examiner generation, filter, attemp
 updates and the teacher's share of the student's). `--rollout-backend vllm-server` samples
 every role from one vLLM server, each role's current weights published to it before it
 samples (train.evaluate.OnServer); the updates and the teacher run in this process.
+`--demo-tasks`: iteration 0's tasks are drawn from the world's demonstrations instead of
+sampled from the examiner (selfplay/phases.py), for an examiner that cannot pose any yet.
 
 `selfplay-warmstart`: the examiner's demonstrations from a world dataset (selfplay/
 warmstart.py), committed as `trajectories` (for SFT) and `tasks` (their QCPs) to the
@@ -42,7 +44,7 @@ from prefect.cache_policies import NONE
 
 from flows.common import Stages, tie_temporary_server
 from flows.train import stage_task
-from selfplay.phases import commit_examine
+from selfplay.phases import commit_examine, commit_replayed, demonstrated
 from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
 from selfplay.warmstart import WarmstartConfig, demonstrations, examiner_tool
 from storage import load_table, resolve_root
@@ -118,6 +120,16 @@ def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, r
     timings: dict = {}
     outs = examine(examiner, sim, documents, tools, cfg, run, it, progress, timings, reader=reader)
     return {**commit_examine(root, cfg, run, it, outs), **timings}
+
+
+@task(name="selfplay-demo-tasks", cache_policy=NONE)
+def demo_task(sim, inputs, tools: list, cfg: PlayConfig, run: str, root: str) -> dict:
+    """`--demo-tasks`: iteration 0's tasks from the world's demonstrations, committed as the
+    examine phase's outputs."""
+    started = time.perf_counter()
+    convs = demonstrated(cfg, inputs.documents, inputs.triples, sim, tools)
+    return {**commit_replayed(root, cfg, run, 0, convs, inputs.documents),
+            "generation_s": time.perf_counter() - started}
 
 
 @task(name="selfplay-attempt", cache_policy=NONE)
@@ -235,6 +247,9 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
                     with stages.stage(f"iteration {it}: {phase}") as st:
                         if phase == "warmstart":
                             out = _warmstart(cfg, root, progress)
+                        elif phase == "examine" and it == 0 and cfg.demo_tasks:
+                            out = demo_task(sim, inputs, tools, cfg, run, root)
+                            st.rows_in, st.rows_out = out["examiner_outputs"], out["tasks"]
                         elif phase == "examine":
                             reader = backend("reader" if cfg.reader else "student") if cfg.answerability else None
                             out = examine_task(backend("examiner"), sim, inputs.documents, tools, cfg, run, it, root,

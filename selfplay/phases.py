@@ -4,8 +4,10 @@ the `selfplay` flow's examine task does with sampled outputs; `replay_examine` d
 given examiner conversations instead and marks the phase done, so a `selfplay` run with
 `--resume` goes on from the attempts. The replay is for what the examiner cannot yet write
 itself: tests and benchmarks of the later phases on a small or random model, and an
-iteration 0 on demonstrated tasks (selfplay/warmstart.py). Replayed tasks are not read for
-answerability (selfplay/answerable.py needs a reader model).
+iteration 0 on demonstrated tasks (`--demo-tasks`: `demonstrated` draws them from the
+world's warm-start demonstrations, selfplay/warmstart.py). Replayed tasks are not read for
+answerability (selfplay/answerable.py needs a reader model), and their rollouts say
+`"replayed": true` in their meta.
 
     commit_examine(root, cfg, run, 0, examine(backend, sim, docs, tools, cfg, run, 0))
     replay_examine(root, cfg, run_id(cfg, root), 0, [(messages, start_doc, target_hops), ...], documents)
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from selfplay.play import PlayConfig, examined, phase_run
+from selfplay.warmstart import demonstrations, examiner_tool
 from storage.resumable import RunWriter
 from storage.runs import save_run_config
 
@@ -33,12 +36,35 @@ def commit_examine(root, cfg: PlayConfig, run: str, iteration: int, outs: list[d
     return {"examiner_outputs": len(outs), "tasks": len(tasks), "rejects": dict(sorted(reasons.items()))}
 
 
+def commit_replayed(root, cfg: PlayConfig, run: str, iteration: int,
+                    conversations: list[tuple[list[dict], dict, int]], documents: list[dict]) -> dict:
+    """Commit (messages, start document, target hops) conversations as iteration `iteration`'s
+    examine phase of `run`, as the examiner's outputs would be; the phase summary."""
+    texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
+    outs = [examined(m, doc, h, cfg, run, iteration, j, texts, replayed=True)
+            for j, (m, doc, h) in enumerate(conversations)]
+    return {**commit_examine(root, cfg, run, iteration, outs), "replayed": True}
+
+
 def replay_examine(root, cfg: PlayConfig, run: str, iteration: int, conversations: list[tuple[list[dict], dict, int]],
                    documents: list[dict]) -> dict:
-    """Commit (messages, start document, target hops) conversations as iteration `iteration`'s
-    examine phase of `run` and mark it done; the phase summary."""
-    texts = {d["doc_id"]: (d["title"], d["text"]) for d in documents}
-    outs = [examined(m, doc, h, cfg, run, iteration, j, texts) for j, (m, doc, h) in enumerate(conversations)]
-    summary = {**commit_examine(root, cfg, run, iteration, outs), "replayed": True}
+    """`commit_replayed`, then the phase marked done (a `selfplay` run with --resume goes on
+    from the attempts); the phase summary."""
+    summary = commit_replayed(root, cfg, run, iteration, conversations, documents)
     save_run_config(root, cfg.out_dataset(), phase_run(run, iteration, "examine"), cfg, extra={"summary": summary})
     return summary
+
+
+def demonstrated(cfg: PlayConfig, documents: list[dict], triples: list[dict], simulator,
+                 tools: list[dict]) -> list[tuple[list[dict], dict, int]]:
+    """`--demo-tasks`: `cfg.tasks` examiner conversations from the world's warm-start
+    demonstrations (drawn with the run's hop mix and seed), as (messages, start document,
+    target hops); ValueError when the triples make none (an imported corpus may have no chains)."""
+    demos, skipped = demonstrations(documents, triples, simulator, examiner_tool(tools), hop_mix=cfg.hop_mix,
+                                    n=cfg.tasks, seed=cfg.seed, dataset=cfg.dataset)
+    if not demos:
+        raise ValueError(f"--demo-tasks: the triples of {cfg.dataset!r} make no demonstration "
+                         f"({', '.join(f'{k} {v}' for k, v in sorted(skipped.items())) or 'no triples'})")
+    by_id = {d["doc_id"]: d for d in documents}
+    return [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"])
+            for d in demos[:cfg.tasks]]

@@ -69,6 +69,7 @@ class PlayConfig:
     reader: str | None = field(default=None, metadata={"help": "model that reads for the answerability check: folder or prepared name (default: the current student)"})
     answer_distractors: int = field(default=3, metadata={"help": "answerability: distractor documents mixed into a task's path documents"})
     answer_f1: float = field(default=0.5, metadata={"help": "answerability: F1 at which the reader's reply counts as the task's answer"})
+    demo_tasks: bool = field(default=False, metadata={"help": "iteration 0's --tasks tasks are the world's warm-start demonstrations (drawn with --hop-mix, as `selfplay warmstart` builds them), not the examiner's outputs: for an examiner that cannot pose tasks yet (the 135M base model poses none); later iterations sample the examiner"})
     train: bool = field(default=True, metadata={"help": "update examiner and student after each iteration (--no-train: only tasks and attempts)"})
     warmstart: bool = field(default=True, metadata={"help": "before iteration 0, fine-tune the examiner on the world's demonstrations (selfplay warmstart); --no-warmstart: start from --examiner as it is. Part of training: --no-train skips it"})
     warmstart_steps: int = field(default=40, metadata={"help": "optimizer steps of the examiner's warm-start"})
@@ -143,6 +144,7 @@ class PlayConfig:
 ROLLOUT_BACKENDS = ("transformers", "vllm-server")
 # what samples, not what is sampled: a run resumed on another backend keeps its id
 UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url")
+LATER_DEFAULTS = {"demo_tasks": False}  # options added after runs were made, with the default they had
 PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name a folder under the data root
 
 
@@ -156,6 +158,9 @@ def run_id(cfg: PlayConfig, root: str | Path) -> str:
     from storage.runs import config_hash
 
     fields = {k: v for k, v in asdict(cfg).items() if k not in UNHASHED}
+    for k, default in LATER_DEFAULTS.items():  # added later: at its default, ids stay what they were
+        if fields[k] == default:
+            del fields[k]
     base = Path(root).resolve()
     for k in PATHS:
         path = Path(fields[k]).resolve() if fields[k] else None
@@ -215,9 +220,10 @@ def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: P
 
 
 def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: str, iteration: int, j: int,
-             documents: dict, num_tokens: int = 0) -> dict:
+             documents: dict, num_tokens: int = 0, replayed: bool = False) -> dict:
     """One examiner output as rows: its `rollouts` row, its `verdicts` (the parser's) and its
-    `tasks` row when the parser accepts it (a function of the conversation alone)."""
+    `tasks` row when the parser accepts it (a function of the conversation alone). A
+    `replayed` conversation (given, not sampled) says so in its rollout's meta."""
     rid, tid = _id(run, iteration, "examiner", j), _id(run, iteration, "task", j)
     try:
         task, reason, detail = parse_examiner(messages, hops, tid, cfg.dataset, seed_doc_id=doc["doc_id"],
@@ -227,7 +233,7 @@ def examined(messages: list[dict], doc: dict, hops: int, cfg: PlayConfig, run: s
         task, reason, detail = None, r.reason, r.detail
     answer = final_answer(messages)
     meta = {"role": "examiner", "iteration": iteration, "target_hops": hops, "seed_doc_id": doc["doc_id"],
-            "task_id": tid if task else None, "reject": reason}
+            "task_id": tid if task else None, "reject": reason, **({"replayed": True} if replayed else {})}
     row = {"id": rid, "rollout_id": rid, "prompt_id": doc["doc_id"], "policy_version": iteration,
            "messages": row_messages(messages), "answer": answer, "reward": FORMAT_WEIGHT * (task is not None),
            "num_tokens": int(num_tokens), "meta": json.dumps(meta, sort_keys=True)}

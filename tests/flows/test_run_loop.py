@@ -146,7 +146,7 @@ def test_every_kind_is_written_and_every_funnel_adds_up(clean):
     got = rows(root)
     w, sp, labels = rec["datasets"]["world"], rec["datasets"]["selfplay"], rec["datasets"]["labels"]
     for key in [(w, "documents"), (w, "triples"), (w, "tools"), (w, "trajectories"), (w, "verdicts"),
-                (rec["datasets"]["accepted"], "trajectories"), (sp, "verdicts"), (sp, "rollouts"),
+                (rec["datasets"]["accepted"], "trajectories"), (sp, "verdicts"), (sp, "rollouts"), (sp, "tasks"),
                 (rec["datasets"]["demos"], "tasks"), (labels, "rollouts"), (labels, "labels")]:
         assert got.get(key), f"no rows of {key}"
     for key, ids in got.items():

@@ -19,6 +19,7 @@ from generators.llm.transformers_backend import TransformersBackend
 from generators.tools.base import base_rows
 from generators.tools.simulator import Simulator
 from selfplay.examiner import REJECTS
+from selfplay.phases import demonstrated
 from selfplay.play import PlayConfig, attempt, examined, run_id, score
 from selfplay.warmstart import EXAMINER_TOOL, demonstrations
 from storage import Catalog, load_table
@@ -166,3 +167,25 @@ def test_run_id_counts_folders_inside_the_data_root_by_their_relative_path(tmp_p
     assert run_id(cfg(a), a) == run_id(cfg(b), b)  # the same run in a moved data root: the same rows
     assert run_id(cfg(a), a) != run_id(cfg(a, "grpo"), a)  # another model: another run
     assert run_id(cfg(a), a) != run_id(cfg(a), b)  # outside the root the full path counts
+
+
+def test_demo_tasks_pose_iteration_0_from_demonstrations_and_the_student_attempts_them(world, tiny_llama_dir):  # noqa: F811
+    """--demo-tasks: iteration 0's tasks are the world's demonstrations (each with its QCP,
+    its examiner rollout marked replayed), the student attempts each; iteration 1 samples the
+    examiner again."""
+    root, docs, _, tools = world
+    s = _run(root, tiny_llama_dir, iterations=2, demo_tasks=True, out="w_demo")
+    it0, it1 = s["iterations"]
+    assert it0["replayed"] and it0["examiner_outputs"] == it0["tasks"] == 3 and it0["attempts"] == 6
+    assert "replayed" not in it1 and it1["examiner_outputs"] == 3  # the tiny examiner's own outputs
+    with Catalog(root) as cat:
+        tasks = cat.rows("SELECT task_id, hop_count, len(qcp.hops) FROM w_demo_tasks")
+        attempts = cat.rows("SELECT prompt_id FROM w_demo_rollouts WHERE json_extract_string(meta, '$.role') = 'student'")
+        replayed = cat.scalar("SELECT count(*) FROM w_demo_rollouts WHERE json_extract(meta, '$.replayed')")
+    assert len(tasks) == 3 + it1["tasks"] and all(hops >= 2 and n >= 1 for _, hops, n in tasks)
+    assert {p for (p,) in attempts} <= {t for t, _, _ in tasks} and len(attempts) == 6 + it1["attempts"]
+    assert replayed == 3
+    plain = PlayConfig(dataset="w", tasks=3)
+    assert run_id(replace(plain, demo_tasks=True), root) != run_id(plain, root)
+    with pytest.raises(ValueError, match="--demo-tasks: the triples of 'w' make no demonstration"):
+        demonstrated(plain, docs, [], Simulator(docs, seed=0, tools=tools), tools)
