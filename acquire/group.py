@@ -64,7 +64,19 @@ def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: lis
     prompt; with `masks` (1 = a token the policy wrote), only those tokens count (a
     multi-turn response holds tool output too). The prompt is encoded once: each response
     continues from its keys and values, which are cut back to the prompt afterwards (a model
-    that returns no cache reads prompt and response whole)."""
+    that returns no cache reads prompt and response whole). A policy in training mode (GRPO's,
+    with activation checkpointing, which turns the cache off) is read in evaluation mode
+    without gradients, and left in the mode it was in."""
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return _signals(model, prompt_ids, responses, masks)
+    finally:
+        model.train(was)
+
+
+def _signals(model, prompt_ids: list[int], responses: list[list[int]], masks: list[list[int]] | None) -> dict:
     device = next(model.parameters()).device
     pre = model(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True, output_hidden_states=True)
     prompt_state = pre.hidden_states[-1][0, -1].float().cpu()  # after the final norm

@@ -74,6 +74,7 @@ BENCHES = [
     Bench("bench_validate.py", ("--n", "5000", "--chunk", "1000", "--repeat", "3", "--runners", "dask")),
     Bench("bench_train.py", ("--no-progress", "--long-prompt", "512", "--long-repeats", "2", "--tools", "1",
                              "--completion-len", "16", "--steps", "1")),
+    Bench("bench_signals.py", ("--prompt", "500", "--response", "100", "--n", "4", "--repeat", "2")),
     Bench("bench_cores.py", ("--prompts", "4", "--max-tokens", "16", "--repeat", "1")),
     Bench("bench_train_memory.py", ("--steps", "2"), needs=_needs_cores),
     Bench("bench_vllm.py", ("--prompts", "16", "--max-tokens", "32"), vllm_env=True),

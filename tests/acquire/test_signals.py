@@ -49,16 +49,45 @@ def test_signals_from_the_prompt_cache_equal_one_pass_per_response(tiny_llama_di
     assert not torch.allclose(got["response_states"][0], got["response_states"][1])
 
 
+class NoCache(torch.nn.Module):
+    """A model that returns no keys and values, whatever it is asked."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **kw):
+        return self.model(**{**kw, "use_cache": False})
+
+
 @torch.no_grad()
 def test_a_model_that_keeps_no_cache_gives_the_same_signals(tiny_llama_dir):  # noqa: F811
-    """GRPO's policy trains with activation checkpointing, which turns the cache off."""
     model = scorer(str(tiny_llama_dir))
     prompt, responses = list(range(5, 30)), [list(range(40, 49)), list(range(60, 63))]
     cached = signals(model, prompt, responses)
-    model.config.use_cache = False
-    model.gradient_checkpointing_enable()
-    model.train()
-    whole = signals(model, prompt, responses)
+    whole = signals(NoCache(model), prompt, responses)
     torch.testing.assert_close(whole["response_states"], cached["response_states"], atol=1e-4, rtol=1e-4)
     for a, b in zip(whole["token_logprobs"], cached["token_logprobs"]):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_grpos_training_policy_is_read_without_gradients_and_left_training(tiny_llama_dir):  # noqa: F811
+    """GRPO's policy trains with activation checkpointing (which turns the cache off) and
+    gradients on: signals reads it as in evaluation (the prompt encoded once, each response
+    continuing from its cache), builds no autograd graph, and leaves it in training mode for
+    the update that follows."""
+    model = scorer(str(tiny_llama_dir))
+    prompt, responses = list(range(5, 30)), [list(range(40, 49)), list(range(60, 63))]
+    with torch.no_grad():
+        expected = signals(model, prompt, responses)
+    model.gradient_checkpointing_enable()
+    model.train()
+    read = []
+    model.register_forward_pre_hook(lambda m, args, kw: read.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    got = signals(model, prompt, responses)
+    assert model.training
+    assert sum(read) == len(prompt) + sum(map(len, responses))  # the prompt once, not once per response
+    assert not got["response_states"].requires_grad and not got["prompt_state"].requires_grad
+    torch.testing.assert_close(got["response_states"], expected["response_states"], atol=1e-5, rtol=1e-5)
+    for a, b in zip(got["token_logprobs"], expected["token_logprobs"]):
+        assert a == pytest.approx(b, abs=1e-5)
