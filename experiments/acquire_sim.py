@@ -229,6 +229,7 @@ def main() -> None:
 
 
 def simulate_seed(root, a, pool, docs, seed: int, results: dict, served) -> None:
+    """Sample the pool's groups once for `seed`, then run every strategy's acquisition over them."""
     started = time.perf_counter()
     groups, hidden = sample(root, a, pool, docs, seed, served)
     print(f"seed {seed}: sampled {len(groups)} groups in {time.perf_counter() - started:.0f} s; "
