@@ -114,9 +114,12 @@ def grpo(root, a, name: str, seed: int, served=None) -> float:
     from train.configs import GRPOConfig, TrainConfig
 
     out = Path(a.work) / f"grpo_{name}_{seed}"
+    labels = f"{a.dataset}_{Path(a.work).name}_{name}_{seed}"  # this run's labels and ledger
+    if (Path(root) / labels).exists():  # its ledger would reuse what an earlier run bought
+        raise SystemExit(f"{labels} already exists in {root}: an earlier run bought labels there; pass a new --work")
     rollout = {"rollout_backend": "vllm-server", "rollout_url": served.client.server.url} if served else {}
     cfg = GRPOConfig(data=a.dataset, model=a.model, out=str(out), limit=a.prompts, group_size=a.n, labels=name,
-                     budget=a.budget, labels_out=f"{a.dataset}_{name}_{seed}", label_p=a.p, label_gate=a.gate,
+                     budget=a.budget, labels_out=labels, label_p=a.p, label_gate=a.gate,
                      label_warmup=a.warmup, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, tool_seed=seed,
                      tool_style=a.tool_style, train_layers=a.train_layers, triples=a.triples,
                      temperature=a.temperature, **rollout)
@@ -193,7 +196,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=2, help="GRPO prompts per step")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--eval", type=int, default=32, help="held-out triples for exact match")
-    ap.add_argument("--work", default="/tmp/acquire_sim", help="GRPO run folders")
+    ap.add_argument("--work", default="/tmp/acquire_sim", help="GRPO run folders; its name also names the runs' "
+                                                               "labels datasets (a new --work starts with empty ledgers)")
     ap.add_argument("--train-layers", type=int, default=0, help="GRPO: train only the top N blocks (0 = all)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what samples: the model in this process, or one vLLM server (from .venv-vllm) for the "
