@@ -29,7 +29,7 @@ from flows.selfplay import run_selfplay  # noqa: E402
 from generators.corpus.build import WorldConfig, write  # noqa: E402
 from generators.tools.base import base_rows  # noqa: E402
 from generators.tools.simulator import Simulator  # noqa: E402
-from selfplay.phases import replay_examine  # noqa: E402
+from selfplay.phases import replay_conversations, replay_examine  # noqa: E402
 from selfplay.play import PlayConfig, run_id  # noqa: E402
 from selfplay.warmstart import demonstrations, examiner_tool  # noqa: E402
 from storage import load_table  # noqa: E402
@@ -74,13 +74,10 @@ def arm(root: Path, distill: str, seed: int, chunks: list[list[dict]], docs, eva
                      examiner_steps=a.examiner_steps or a.steps, student_steps=a.steps, update_batch=a.update_batch, lr=a.lr,
                      distill=distill, train_layers=a.train_layers, warmstart=False, tool_style=a.tool_style,  # tasks are replayed demonstrations
                      **({"rollout_backend": "vllm-server", "rollout_url": served.client.server.url} if served else {}))
-    by_id = {d["doc_id"]: d for d in docs}
     curve, phases = [exact_match(a.student, evals, docs, cfg, served)], []
     print(json.dumps({"arm": distill, "seed": seed, "iteration": -1, "em": curve[0]}), flush=True)
     for it, chunk in enumerate(chunks):
-        convs = [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"])
-                 for d in chunk]
-        replay_examine(root, cfg, run_id(cfg, root), it, convs, docs)
+        replay_examine(root, cfg, run_id(cfg, root), it, replay_conversations(chunk, docs), docs)
         s = run_selfplay(replace(cfg, iterations=it + 1, resume=True), root, progress=False)
         last = s["iterations"][-1]
         curve.append(exact_match(s["models"]["student"], evals, docs, cfg, served))

@@ -37,7 +37,7 @@ from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report, pending
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
-from storage.runs import config_hash, save_run_config
+from storage.runs import config_hash, save_run_config, without_later_defaults
 
 
 SHIPPED_BACKENDS = ("openai",)  # backends whose object a worker process can receive (an HTTP client's settings)
@@ -89,7 +89,7 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
-    keyed = {"synth": {k: v for k, v in asdict(cfg).items() if LATER_DEFAULTS.get(k, object()) != v},
+    keyed = {"synth": without_later_defaults(asdict(cfg), LATER_DEFAULTS),
              "backend": bcfg.config_hash()}
     if imported:  # new imports make a new run; without any, run ids stay what they were
         keyed["imported_tools"] = [t["tool_id"] for t in imported]

@@ -55,6 +55,13 @@ def replay_examine(root, cfg: PlayConfig, run: str, iteration: int, conversation
     return summary
 
 
+def replay_conversations(demos: list[dict], documents: list[dict]) -> list[tuple[list[dict], dict, int]]:
+    """Warm-start demonstrations (selfplay/warmstart.py) as what `commit_replayed` takes:
+    (messages, start document, target hops)."""
+    by_id = {d["doc_id"]: d for d in documents}
+    return [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"]) for d in demos]
+
+
 def demonstrated(cfg: PlayConfig, documents: list[dict], triples: list[dict], simulator,
                  tools: list[dict]) -> list[tuple[list[dict], dict, int]]:
     """`--demo-tasks`: `cfg.tasks` examiner conversations from the world's warm-start
@@ -65,6 +72,4 @@ def demonstrated(cfg: PlayConfig, documents: list[dict], triples: list[dict], si
     if not demos:
         raise ValueError(f"--demo-tasks: the triples of {cfg.dataset!r} make no demonstration "
                          f"({', '.join(f'{k} {v}' for k, v in sorted(skipped.items())) or 'no triples'})")
-    by_id = {d["doc_id"]: d for d in documents}
-    return [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"])
-            for d in demos[:cfg.tasks]]
+    return replay_conversations(demos[:cfg.tasks], documents)

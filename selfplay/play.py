@@ -155,12 +155,9 @@ def run_id(cfg: PlayConfig, root: str | Path) -> str:
     another data root (a copied or moved one) has the same id, and so have its rows."""
     from dataclasses import asdict
 
-    from storage.runs import config_hash
+    from storage.runs import config_hash, without_later_defaults
 
-    fields = {k: v for k, v in asdict(cfg).items() if k not in UNHASHED}
-    for k, default in LATER_DEFAULTS.items():  # added later: at its default, ids stay what they were
-        if fields[k] == default:
-            del fields[k]
+    fields = without_later_defaults({k: v for k, v in asdict(cfg).items() if k not in UNHASHED}, LATER_DEFAULTS)
     base = Path(root).resolve()
     for k in PATHS:
         path = Path(fields[k]).resolve() if fields[k] else None

@@ -47,6 +47,12 @@ def config_hash(config: Any, ignore: tuple[str, ...] = IGNORED, length: int = 12
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:length]
 
 
+def without_later_defaults(fields: dict, later: dict) -> dict:
+    """`fields` without the options added after runs existed (`later`: name -> the default
+    they had) that are at that default, so hashing them keeps older runs' ids."""
+    return {k: v for k, v in fields.items() if k not in later or later[k] != v}
+
+
 def runs_dir(root, dataset: str) -> Path:
     return manifest.dataset_dir(manifest.resolve_root(root), dataset) / "_runs"
 

@@ -17,7 +17,7 @@ from generators.corpus.build import WorldConfig, write
 from generators.llm.base import ChatRequest
 from generators.tools.base import base_rows
 from generators.tools.simulator import Simulator
-from selfplay.phases import replay_examine
+from selfplay.phases import replay_conversations, replay_examine
 from selfplay.play import PlayConfig, run_id
 from selfplay.warmstart import EXAMINER_TOOL, demonstrations
 from storage import load_table
@@ -76,9 +76,7 @@ def test_a_trained_iteration_samples_every_role_from_one_server(tmp_path, tiny_l
                      attempts=2, student_turns=2, max_new_tokens=12, batch_size=8, checkpoints=str(root / "ck"),
                      examiner_steps=1, student_steps=1, update_batch=2, lr=1e-3, warmstart=False, iterations=2,
                      rollout_backend="vllm-server")
-    by_id = {d["doc_id"]: d for d in docs}
-    convs = [(d["trajectory"]["messages"], by_id[d["task"]["qcp"]["seed_doc_id"]], d["task"]["hop_count"]) for d in demos]
-    replay_examine(root, cfg, run_id(cfg, root), 0, convs, docs)
+    replay_examine(root, cfg, run_id(cfg, root), 0, replay_conversations(demos, docs), docs)
     summary = run_selfplay(PlayConfig(**{**cfg.__dict__, "resume": True}), root, progress=False)
     assert run_id(cfg, root) == run_id(PlayConfig(**{**cfg.__dict__, "rollout_backend": "transformers"}), root)
     first, second = summary["iterations"]
