@@ -2,7 +2,9 @@
 normal exit, an exception, or SIGKILL from the kernel (where no `finally` or `atexit` runs).
 `tie(pid)` starts a small watcher process, in its own session (Ctrl-C and group signals do not
 reach it), that waits for this process to end and then sends SIGTERM to `pid` (to its whole
-process group with `group=True`), then SIGKILL after `grace` seconds. forgeplay ties the
+process group with `group=True`), then SIGKILL after `grace` seconds; then it deletes the
+files and folders matching `remove` (glob patterns: a vLLM server's temporary folder and the
+weights it was sent, half a gigabyte a copy), which only the ended process would have. forgeplay ties the
 temporary Prefect server of a flow (flows/common.py) and the vLLM servers it starts
 (generators/llm/vllm_server.py).
 
@@ -15,10 +17,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 
 WATCHER = r"""
-import os, signal, sys, time
+import glob, os, shutil, signal, sys, time
 parent, grace, target, group = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+remove = sys.argv[5:]
 
 def send(sig):
     try:
@@ -37,12 +41,20 @@ if alive() and send(signal.SIGTERM):
     while alive() and time.monotonic() < end:
         time.sleep(0.2)
     send(signal.SIGKILL)
+if os.getppid() != parent:  # the process ended (else the target did, and its files are still in use)
+    for path in [p for pattern in remove for p in glob.glob(pattern)]:
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except OSError:
+            pass
 """
 
 
-def tie(pid: int, group: bool = False, grace: float = 10.0) -> subprocess.Popen:
-    """Stop `pid` (its process group with `group`) once this process has ended (module
-    docstring); the watcher also ends by itself when `pid` ends first."""
-    return subprocess.Popen([sys.executable, "-c", WATCHER, str(os.getpid()), str(grace), str(pid), "1" if group else "0"],
+def tie(pid: int, group: bool = False, grace: float = 10.0, remove: Sequence[str | os.PathLike] = ()) -> subprocess.Popen:
+    """Stop `pid` (its process group with `group`) once this process has ended, then delete
+    what matches `remove` (module docstring); the watcher also ends by itself when `pid` ends
+    first, deleting nothing."""
+    return subprocess.Popen([sys.executable, "-c", WATCHER, str(os.getpid()), str(grace), str(pid), "1" if group else "0",
+                             *map(str, remove)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -140,6 +141,7 @@ class VLLMServer:
         self.start_timeout, self.eager, self.threads = start_timeout, eager, threads
         self.cores: list[int] = []  # what its worker is bound to (when started here)
         self.url = url.rstrip("/").removesuffix("/v1") if url else None
+        self.own_work = work_dir is None  # a temporary folder, removed on close
         self.work = Path(work_dir or tempfile.mkdtemp(prefix="forgeplay-vllm-"))
         self.log = self.work / "server.log"
         self.proc: subprocess.Popen | None = None
@@ -154,6 +156,7 @@ class VLLMServer:
             self._wait(time.monotonic() + 30)
             return self
         if self.port and port_in_use(self.port):
+            self.close()
             raise ServerError(f"port {self.port} on 127.0.0.1 is already in use: choose another port, or pass "
                               f"--rollout-url http://127.0.0.1:{self.port} to use the server running there")
         python = vllm_python(self.python)
@@ -164,10 +167,13 @@ class VLLMServer:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(cores=self.cores),
                                          cwd=str(self.work), start_new_session=True)
-        lifeline.tie(self.proc.pid, group=True)  # never outlives its trainer, even one the kernel kills
+        # never outlives its trainer, even one the kernel kills, nor do the weights it was sent
+        lifeline.tie(self.proc.pid, group=True, remove=[self.work] if self.own_work else
+                     [self.work / "weights-*.safetensors", self.work / "weights-*.tmp"])
         try:
             self._wait(time.monotonic() + self.start_timeout)
         except BaseException:
+            self.own_work = False  # keep the log the error points to
             self.close()
             raise
         # its engine processes count as model processes: a trainer beside it takes fewer threads while it decodes
@@ -200,10 +206,14 @@ class VLLMServer:
                               f"{self.log} (last lines: {self.log_tail()})")
 
     def close(self) -> None:
+        """Stop the server this object started and delete the weights it was sent (a copy of
+        the model each); a temporary work folder goes too unless the server exited on its own
+        (its log says why)."""
         for f in self.registered:
             f.unlink(missing_ok=True)
         self.registered = []
         proc, self.proc = self.proc, None
+        died = proc is not None and proc.poll() is not None
         if proc is not None and proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -214,6 +224,11 @@ class VLLMServer:
                 except ProcessLookupError:
                     pass
                 proc.wait()
+        if self.published is not None:
+            self.published.unlink(missing_ok=True)
+            self.published = None
+        if self.own_work and not died:
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def __enter__(self) -> "VLLMServer":
         return self.start()

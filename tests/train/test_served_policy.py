@@ -164,7 +164,8 @@ def test_grpo_with_served_policy_and_with_transformers(served, world_root, tiny_
 @pytest.mark.vllm_server
 def test_a_server_reached_by_its_url_is_sent_weights_from_a_new_folder(served, tmp_path):
     """`--rollout-url`: the trainer's client of a running server writes the weights it sends
-    into OUT/served-rank0, a folder no one has made yet (the first publish failed there)."""
+    into OUT/served-rank0, a folder no one has made yet (the first publish failed there), and
+    deletes them on close without stopping the server it did not start."""
     from train.weight_sync import named_weights
 
     s, model = served
@@ -175,6 +176,14 @@ def test_a_server_reached_by_its_url_is_sent_weights_from_a_new_folder(served, t
     assert torch.tensor(client.prompt_logprobs(ids)[1:]) == pytest.approx(
         _trainer_logprobs(model, ids, s.backend.pad_id), abs=1e-3)
     assert [p.name for p in folder.iterdir()] == ["weights-1.safetensors"]
+    client.close()  # the weights it sent (a copy of the model) go; the folder it was given stays
+    assert folder.is_dir() and not list(folder.iterdir())
+    temporary = VLLMServer(s.backend.engine.server.model_dir, url=s.backend.engine.server.url).start()
+    temporary.publish(named_weights(model))
+    assert temporary.own_work and list(temporary.work.glob("weights-*.safetensors"))
+    temporary.close()  # a folder of its own goes whole
+    assert not temporary.work.exists()
+    assert client.url == s.backend.engine.server.url and s.backend.engine.server.proc.poll() is None
 
 
 @pytest.mark.vllm_server
