@@ -24,13 +24,36 @@ from storage import lifeline, runs
 _tied: set[int] = set()
 
 
+class BadInputOnce(logging.Filter):
+    """Keeps the flow engine's console report of an exception that is bad input
+    (storage.configcli.USER_ERRORS: the command line prints it as one line, "validate
+    failed: ...", and a Python caller gets the exception) off the console: it printed the
+    message a second time with a traceback. The run's log on the Prefect server keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from storage.configcli import USER_ERRORS
+
+        return not (record.exc_info and isinstance(record.exc_info[1], USER_ERRORS))
+
+
+def quiet_bad_input() -> None:
+    """Put BadInputOnce on Prefect's console handlers (once)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(isinstance(f, BadInputOnce) for f in handler.filters):
+            handler.addFilter(BadInputOnce())
+
+
 def tie_temporary_server() -> None:
     """Tie the temporary Prefect server this process started (no PREFECT_API_URL set) to this
     process (storage/lifeline.py), so it ends with it even when the kernel kills the flow
     process; called first in every flow (the server starts before a flow's body runs). Does
-    nothing with a configured server or when the server is already tied."""
+    nothing with a configured server or when the server is already tied. Also keeps bad
+    input from being reported twice on the console (`quiet_bad_input`)."""
     from prefect.server.api.server import SubprocessASGIServer
 
+    quiet_bad_input()
     server = SubprocessASGIServer._instances.get(None)
     proc = getattr(server, "server_process", None)
     if proc is not None and proc.poll() is None and proc.pid not in _tied:

@@ -74,3 +74,13 @@ def test_bad_runner_choices_fail_with_one_line(monkeypatch, tmp_path):
                          env={**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)})
     assert bad.returncode == 2
     assert bad.stderr.strip() == "validate failed: --task-runner ray needs prefect-ray: pip install 'forgeplay[ray]'"
+
+
+def test_bad_input_found_inside_a_flow_is_one_line(tmp_path):
+    """An error of bad input raised inside the flow's body (after its Prefect server started)
+    is printed once, as one line: Prefect's engine logged it first with a traceback."""
+    bad = subprocess.run([sys.executable, "-m", "flows.cli", "validate", "--dataset", "nope"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)})
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == f"validate failed: dataset 'nope' has no trajectories rows under {tmp_path}", bad.stderr
