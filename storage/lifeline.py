@@ -4,7 +4,8 @@ normal exit, an exception, or SIGKILL from the kernel (where no `finally` or `at
 reach it), that waits for this process to end and then sends SIGTERM to `pid` (to its whole
 process group with `group=True`), then SIGKILL after `grace` seconds; then it deletes the
 files and folders matching `remove` (glob patterns: a vLLM server's temporary folder and the
-weights it was sent, half a gigabyte a copy), which only the ended process would have. forgeplay ties the
+weights it was sent, half a gigabyte a copy), which only the ended process would have.
+`leave_nothing(remove)` does only the deleting (a client of a server it did not start). forgeplay ties the
 temporary Prefect server of a flow (flows/common.py) and the vLLM servers it starts
 (generators/llm/vllm_server.py).
 
@@ -25,6 +26,8 @@ parent, grace, target, group = int(sys.argv[1]), float(sys.argv[2]), int(sys.arg
 remove = sys.argv[5:]
 
 def send(sig):
+    if target < 0:  # no process to stop: only files to delete
+        return sig == 0
     try:
         os.killpg(target, sig) if group else os.kill(target, sig)
         return True
@@ -58,3 +61,9 @@ def tie(pid: int, group: bool = False, grace: float = 10.0, remove: Sequence[str
                              *map(str, remove)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
+
+
+def leave_nothing(remove: Sequence[str | os.PathLike]) -> subprocess.Popen:
+    """Delete what matches `remove` once this process has ended, however it ends; kill the
+    returned watcher when the files are gone already."""
+    return tie(-1, remove=remove)

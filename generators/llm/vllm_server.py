@@ -148,11 +148,13 @@ class VLLMServer:
         self.published: Path | None = None
         self.publishes = 0
         self.registered: list[Path] = []  # its processes' files in the model-process registry
+        self.watcher: subprocess.Popen | None = None  # storage.lifeline's, for a kill of this process
 
     # ---- process ---------------------------------------------------------------------------
     def start(self) -> "VLLMServer":
         self.work.mkdir(parents=True, exist_ok=True)  # its log, and the weights it is sent to load
         if self.url:  # connect to a running server
+            self.watcher = lifeline.leave_nothing(self._litter())  # the weights it sends, should it be killed
             self._wait(time.monotonic() + 30)
             return self
         if self.port and port_in_use(self.port):
@@ -168,8 +170,7 @@ class VLLMServer:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(cores=self.cores),
                                          cwd=str(self.work), start_new_session=True)
         # never outlives its trainer, even one the kernel kills, nor do the weights it was sent
-        lifeline.tie(self.proc.pid, group=True, remove=[self.work] if self.own_work else
-                     [self.work / "weights-*.safetensors", self.work / "weights-*.tmp"])
+        self.watcher = lifeline.tie(self.proc.pid, group=True, remove=self._litter())
         try:
             self._wait(time.monotonic() + self.start_timeout)
         except BaseException:
@@ -179,6 +180,11 @@ class VLLMServer:
         # its engine processes count as model processes: a trainer beside it takes fewer threads while it decodes
         self.registered = register(descendants(self.proc.pid))
         return self
+
+    def _litter(self) -> list[Path]:
+        """What a kill of this process must not leave behind: its temporary folder, or the
+        weights it wrote into the folder it was given."""
+        return [self.work] if self.own_work else [self.work / "weights-*.safetensors", self.work / "weights-*.tmp"]
 
     def _wait(self, deadline: float) -> None:
         while time.monotonic() < deadline:
@@ -229,6 +235,10 @@ class VLLMServer:
             self.published = None
         if self.own_work and not died:
             shutil.rmtree(self.work, ignore_errors=True)
+        watcher, self.watcher = self.watcher, None
+        if watcher is not None and watcher.poll() is None:  # nothing left for it to do
+            watcher.kill()
+            watcher.wait()
 
     def __enter__(self) -> "VLLMServer":
         return self.start()

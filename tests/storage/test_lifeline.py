@@ -64,3 +64,19 @@ def test_nothing_is_deleted_when_the_child_ends_first(tmp_path):
     assert p.returncode == 0, p.stderr
     time.sleep(2)
     assert (folder / "weights-1.safetensors").exists() and (work / "weights-2.safetensors").exists()
+
+
+def test_files_alone_are_deleted_after_a_kill(tmp_path):
+    """`leave_nothing`: a client of a server it did not start has only files to clean up."""
+    folder = tmp_path / "client"
+    folder.mkdir()
+    (folder / "weights-1.safetensors").write_bytes(b"x" * 1000)
+    script = ("import os, sys, time\nfrom storage import lifeline\nlifeline.leave_nothing([sys.argv[1]])\n"
+              "time.sleep(3)\nos.kill(os.getpid(), 9)\n")
+    p = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    deadline = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not folder.exists()

@@ -181,8 +181,10 @@ def test_a_server_reached_by_its_url_is_sent_weights_from_a_new_folder(served, t
     temporary = VLLMServer(s.backend.engine.server.model_dir, url=s.backend.engine.server.url).start()
     temporary.publish(named_weights(model))
     assert temporary.own_work and list(temporary.work.glob("weights-*.safetensors"))
-    temporary.close()  # a folder of its own goes whole
-    assert not temporary.work.exists()
+    watcher = temporary.watcher  # would delete the folder, were this process killed
+    assert watcher is not None and watcher.poll() is None
+    temporary.close()  # a folder of its own goes whole, and its watcher with it
+    assert not temporary.work.exists() and watcher.poll() is not None
     assert client.url == s.backend.engine.server.url and s.backend.engine.server.proc.poll() is None
 
 
