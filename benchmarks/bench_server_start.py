@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def measure(model, eager: bool, prompts: int, max_tokens: int) -> dict:
     from generators.llm.vllm_server import VLLMServer
 
     t0 = time.perf_counter()
-    server = VLLMServer(model, eager=eager, work_dir=tempfile.mkdtemp(prefix="bench-server-")).start()
+    server = VLLMServer(model, eager=eager).start()  # a temporary folder, removed on close
     out = {"start": time.perf_counter() - t0}
     try:
         backend = server.backend()
