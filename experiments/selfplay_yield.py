@@ -8,6 +8,8 @@ yield), reject reasons, hop counts, and the students' k per task. Every figure c
 the committed rows (DuckDB over the output datasets).
 
     .venv/bin/python experiments/selfplay_yield.py --root /tmp/yield --steps 60 --tasks 16
+    .venv/bin/python experiments/selfplay_yield.py --root /tmp/yield --steps 60 --top-k 2 --train-layers 10 \
+        --backend vllm-server    # shorter demonstrations, sampling on a vLLM server
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def arm(root: Path, name: str, examiner: str | None, student: str | None, a) -> 
     t = time.perf_counter()
     s = run_selfplay(PlayConfig(dataset="w", out=f"w_{name}", examiner=examiner, student=student, tasks=a.tasks,
                                 attempts=a.attempts, seed=a.seed, batch_size=a.batch_size, train=False,
-                                tool_style=a.tool_style), root, progress=True)
+                                tool_style=a.tool_style, rollout_backend=a.backend), root, progress=True)
     it = s["iterations"][0]
     hops = {}
     if it["tasks"]:
@@ -58,6 +60,10 @@ def main() -> None:
     ap.add_argument("--tool-style", default="compact", help="tools in the student's prompts, as its SFT data had them")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--top-k", type=int, default=0,
+                    help="results each demonstration search asks for (0: the tool's 5; 2 makes them about 1.6x shorter)")
+    ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
+                    help="where the examiner and the student sample (vllm-server: one server from .venv-vllm)")
     ap.add_argument("--reuse", action="store_true", help="keep the world and the examiner of an earlier run in --root")
     a = ap.parse_args()
     final = a.root / "examiner" / "final"
@@ -67,7 +73,8 @@ def main() -> None:
         return
     write(WorldConfig(seed=a.seed, entities=a.entities), a.root, "w")
     t = time.perf_counter()
-    ws = run_warmstart(WarmstartConfig(dataset="w", out=str(a.root / "examiner"), train_layers=a.train_layers),
+    ws = run_warmstart(WarmstartConfig(dataset="w", out=str(a.root / "examiner"), train_layers=a.train_layers,
+                                       top_k=a.top_k),
                        TrainConfig(max_steps=a.steps, lr=a.lr, batch_size=a.batch, checkpoint_every=0, seed=a.seed), a.root)
     print(json.dumps({"warmstart": ws["demos"], "sft_loss": [ws["training"]["first"].get("loss"),
                                                              ws["training"]["last"].get("loss")],

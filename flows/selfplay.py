@@ -65,12 +65,12 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
     tools = base_rows()
     sim = Simulator(inputs.documents, seed=cfg.draw_seed, tools=tools)
     demos, skipped = demonstrations(inputs.documents, inputs.triples, sim, examiner_tool(tools), hop_mix=cfg.hop_mix, n=cfg.n,
-                                    seed=cfg.draw_seed, dataset=cfg.dataset)
+                                    seed=cfg.draw_seed, dataset=cfg.dataset, top_k=cfg.top_k)
     if not demos:
         raise ValueError(f"no triple of {cfg.dataset!r} makes a demonstration (left out: {dict(skipped)})")
     # one run per source dataset: a demonstration's id is its triple's, so any later call (more
     # demonstrations, another mix) adds only triples not demonstrated yet
-    identity = {"dataset": cfg.dataset}
+    identity = {"dataset": cfg.dataset, **({"top_k": cfg.top_k} if cfg.top_k else {})}
     writer = RunWriter(root, f"warmstart-{config_hash(identity)}", {"config_hash": config_hash(identity)})
     ds = cfg.demos_dataset()
     new = writer.commit(ds, "trajectories", [d["trajectory"] for d in demos])

@@ -44,18 +44,19 @@ class WarmstartConfig:
     """What `forgeplay selfplay warmstart` builds and trains (every field is a CLI option)."""
 
     dataset: str = field(default="", metadata={"help": "world dataset with documents and triples"})
-    demos: str = field(default="", metadata={"help": "dataset that receives the demonstrations (trajectories and tasks; default: <dataset>_examiner)"})
+    demos: str = field(default="", metadata={"help": "dataset that receives the demonstrations (trajectories and tasks; default: <dataset>_examiner, or <dataset>_examiner_topK with --top-k K)"})
     n: int = field(default=0, metadata={"help": "demonstrations at most (0 = every triple that makes one)"})
     hop_mix: str = field(default="4:3:2:1", metadata={"help": "weights of target hop counts 1:2:3:..., over the hop counts the triples have"})
     draw_seed: int = field(default=0, metadata={"help": "seed of which triples become demonstrations"})
     model: str | None = field(default=None, metadata={"help": "examiner to fine-tune: model folder or prepared name (default: embedded)"})
     out: str = field(default="", metadata={"help": "run folder of the examiner's fine-tuning (empty: only write the demonstrations)"})
     train_layers: int = field(default=0, metadata={"help": "fine-tune only the last N transformer blocks (0 = all; about 2x faster on CPU)"})
+    top_k: int = field(default=0, metadata={"help": "results each demonstration's searches ask for (their top_k argument; 0 = the tool's default, 5): fewer make shorter demonstrations, cheaper to train on"})
 
     def demos_dataset(self) -> str:
         if not self.dataset:
             raise ValueError("--dataset is required (a world dataset: forgeplay corpus world --out NAME)")
-        return self.demos or f"{self.dataset}_examiner"
+        return self.demos or f"{self.dataset}_examiner" + (f"_top{self.top_k}" if self.top_k else "")  # SFT reads it all
 
 
 def examiner_tool(tools: list[dict]) -> dict:
@@ -102,15 +103,16 @@ def _think(text: str) -> str:
     return f"<think>{text}</think>"
 
 
-def conversation(triple: dict, documents: dict[str, dict], simulator, tool: dict) -> list[dict]:
+def conversation(triple: dict, documents: dict[str, dict], simulator, tool: dict, top_k: int = 0) -> list[dict]:
     """The examiner conversation that builds `triple` (module docstring): the start page,
-    a search for every hop's page, then the question and the answer."""
+    a search for every hop's page (asking for `top_k` results when set), then the question
+    and the answer."""
     hops = chain(triple, documents)
     start = documents[hops[0].doc_id]
     msgs = examiner_messages(start, len(hops), render_tools_block([tool]))
     before = f"The start document is about {hops[0].title}."
     for hop in hops:
-        args = {"query": hop.title}
+        args = {"query": hop.title, **({"top_k": top_k} if top_k else {})}
         msgs.append({"role": "assistant", "content": f"{_think(f'{before} Next I search for {hop.title}.')}\n"
                                                      f"{format_tool_call(tool['name'], args)}"})
         msgs.append({"role": "tool", "name": tool["name"], "content": simulator.call(tool["name"], args)})
@@ -121,8 +123,11 @@ def conversation(triple: dict, documents: dict[str, dict], simulator, tool: dict
     return msgs
 
 
-def task_id(triple_id: str) -> str:
-    return "warm-" + hashlib.sha256(f"examiner-warmstart|{triple_id}".encode()).hexdigest()[:20]
+def task_id(triple_id: str, top_k: int = 0) -> str:
+    """A demonstration's id: its triple's, and the results its searches ask for when set
+    (another conversation, so another row)."""
+    key = f"examiner-warmstart|{triple_id}" + (f"|top_k={top_k}" if top_k else "")
+    return "warm-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def _trajectory(triple: dict, msgs: list[dict], tool: dict, tid: str) -> dict:
@@ -135,10 +140,13 @@ def _trajectory(triple: dict, msgs: list[dict], tool: dict, tid: str) -> dict:
 
 
 def demonstrations(documents: list[dict], triples: list[dict], simulator, tool: dict, *, hop_mix: str = "4:3:2:1",
-                   n: int = 0, seed: int = 0, dataset: str | None = None) -> tuple[list[dict], Counter]:
+                   n: int = 0, seed: int = 0, dataset: str | None = None, top_k: int = 0) -> tuple[list[dict], Counter]:
     """Up to `n` (0: all) demonstrations, drawn so that their hop counts follow `hop_mix`
-    over the hop counts the triples have; each a {"trajectory", "task"} pair. Also what was
-    left out: triples by the parser's reason code, and hop counts with no or too few triples."""
+    over the hop counts the triples have; each a {"trajectory", "task"} pair; their searches
+    ask for `top_k` results (0: the tool's default). Also what was left out: triples by the
+    parser's reason code, and hop counts with no or too few triples."""
+    if top_k < 0:
+        raise ValueError(f"--top-k must be 0 (the tool's default) or more, not {top_k}")
     docs = {d["doc_id"]: d for d in documents}
     texts = {d: (doc["title"], doc["text"]) for d, doc in docs.items()}
     mix = parse_hop_mix(hop_mix)
@@ -160,8 +168,8 @@ def demonstrations(documents: list[dict], triples: list[dict], simulator, tool: 
         for t in by_hops[h]:
             if kept >= quota.get(h, 0):
                 break
-            msgs = conversation(t, docs, simulator, tool)
-            tid = task_id(t["triple_id"])
+            msgs = conversation(t, docs, simulator, tool, top_k)
+            tid = task_id(t["triple_id"], top_k)
             try:
                 task = parse_examiner(msgs, h, tid, dataset, seed_doc_id=t["golden_doc_ids"][0],
                                       aliases=t.get("aliases") or (), documents=texts)

@@ -91,3 +91,28 @@ def test_flow_commits_once_the_filter_accepts_all_and_sft_trains_an_examiner(wor
     before, after = load_file(str(tiny_llama_dir / "model.safetensors")), load_file(f"{tr['final_model']}/model.safetensors")
     assert any(not before[k].equal(after[k]) for k in before)
     assert json.loads((root / "examiner" / "config.json").read_text())["sft"]["data"] == "w_examiner"
+
+
+def test_fewer_results_per_search_make_shorter_demonstrations_of_the_same_tasks(world):
+    """--top-k 2: every search asks for 2 results and gets at most 2; most triples still make
+    demonstrations the filter accepts, under other ids, in fewer characters."""
+    _, docs, triples, sim, tool = world
+    five = {d["trajectory"]["triple_id"]: d for d in demonstrations(docs, triples, sim, tool)[0]}
+    two = {d["trajectory"]["triple_id"]: d for d in demonstrations(docs, triples, sim, tool, top_k=2)[0]}
+    both = sorted(set(two) & set(five))
+    assert len(both) >= 0.5 * len(five)
+    assert not {d["task"]["task_id"] for d in two.values()} & {d["task"]["task_id"] for d in five.values()}
+    five, two = [five[t] for t in both], [two[t] for t in both]
+    for d in two:
+        msgs = d["trajectory"]["messages"]
+        for call_turn, result in zip(msgs[2:-1:2], msgs[3:-1:2]):
+            (call,) = parse_tool_calls(call_turn["content"]).calls
+            assert call["arguments"]["top_k"] == 2 and len(json.loads(result["content"])["results"]) <= 2
+
+    def size(demos):
+        return sum(len(m["content"]) for d in demos for m in d["trajectory"]["messages"])
+
+    assert size(two) < 0.9 * size(five)
+    assert WarmstartConfig(dataset="w", top_k=2).demos_dataset() == "w_examiner_top2"  # not mixed into SFT's data
+    with pytest.raises(ValueError, match="--top-k must be 0"):
+        demonstrations(docs, triples, sim, tool, top_k=-1)
