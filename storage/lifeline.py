@@ -5,9 +5,9 @@ reach it), that waits for this process to end and then sends SIGTERM to `pid` (t
 process group with `group=True`), then SIGKILL after `grace` seconds; then it deletes the
 files and folders matching `remove` (glob patterns: a vLLM server's temporary folder and the
 weights it was sent, half a gigabyte a copy), which only the ended process would have.
-`leave_nothing(remove)` does only the deleting (a client of a server it did not start). forgeplay ties the
-temporary Prefect server of a flow (flows/common.py) and the vLLM servers it starts
-(generators/llm/vllm_server.py).
+`leave_nothing(remove)` does only the deleting (a client of a server it did not start).
+forgeplay ties the temporary Prefect server of a flow (flows/common.py) and the vLLM servers
+it starts or reaches (generators/llm/vllm_server.py).
 
     proc = subprocess.Popen(cmd, start_new_session=True)
     tie(proc.pid, group=True)
