@@ -18,6 +18,8 @@ that cluster; without it a local cluster of `--workers` single-threaded workers 
 from __future__ import annotations
 
 import importlib
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -96,6 +98,35 @@ RUNNERS: dict[str, Kind] = {
     "dask": Kind(_dask, distributed=True, module="prefect_dask", extra="dask"),
     "ray": Kind(_ray, distributed=True, module="prefect_ray", extra="ray"),
 }
+
+
+@contextmanager
+def workers_report_here(runner: RunnerConfig, workers: int):
+    """While a flow that fans out runs (`runner.fans_out(workers)`) with no Prefect server
+    configured: this process's temporary server is started first and its address is given
+    to the processes started meanwhile (worker processes of a pool, a local Dask or Ray
+    cluster). Without it each worker process, finding no server configured, started a
+    temporary server of its own to report its task runs to (one more process and about ten
+    seconds on two cores per worker). The address is taken back afterwards."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if not runner.fans_out(workers) or settings.api.url or not settings.server.ephemeral.enabled:
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the one Prefect's client starts in this process (tied, flows/common.py)
+    server.start()
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = server.api_url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
 
 
 def cancel(futures) -> None:

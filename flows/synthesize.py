@@ -31,7 +31,7 @@ from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
 from flows.common import Stages, tie_temporary_server
-from flows.runners import RunnerConfig, cancel
+from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report, pending
@@ -175,5 +175,6 @@ def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = 
         raise ValueError(f"fanning out (--workers {workers}, --task-runner {runner.task_runner}) sends each chunk "
                          f"to another process, and the {bcfg.backend} backend's model cannot go along: use "
                          f"--texts template or --backend {' or '.join(SHIPPED_BACKENDS)}")
-    return synthesize_flow.with_options(task_runner=task_runner)(
-        asdict(cfg), bcfg.to_dict(), str(resolve_root(data_root).absolute()), progress, asdict(runner), workers)
+    with workers_report_here(runner, workers):
+        return synthesize_flow.with_options(task_runner=task_runner)(
+            asdict(cfg), bcfg.to_dict(), str(resolve_root(data_root).absolute()), progress, asdict(runner), workers)

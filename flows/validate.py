@@ -34,7 +34,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
 from flows.common import Stages, tie_temporary_server
-from flows.runners import RunnerConfig, cancel
+from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.registry import BackendConfig
 from storage import resolve_root
 from validators.run import ValidationRun
@@ -182,6 +182,7 @@ def run(cfg: ValidateConfig, bcfg: BackendConfig | None = None, data_root=None, 
     """Run the flow on `runner`'s task runner (Prefect's temporary local server when no
     PREFECT_API_URL is set). The data root is made absolute: a Dask or Ray worker need not
     share the flow's working directory."""
-    return flow_for(cfg, bcfg, runner)(asdict(cfg), (bcfg or BackendConfig()).to_dict(),
-                                       str(resolve_root(data_root).absolute()), progress,
-                                       asdict(runner) if runner else None)
+    with workers_report_here(runner or RunnerConfig(), cfg.workers):
+        return flow_for(cfg, bcfg, runner)(asdict(cfg), (bcfg or BackendConfig()).to_dict(),
+                                           str(resolve_root(data_root).absolute()), progress,
+                                           asdict(runner) if runner else None)

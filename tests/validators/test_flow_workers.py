@@ -6,6 +6,7 @@ import copy
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,35 @@ def test_task_runner_choice_and_bad_workers(tmp_path):
                          cwd=REPO, env={**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--workers must be >= 1" in bad.stderr
+
+
+def test_pool_workers_report_to_the_flows_own_prefect_server(tmp_path):
+    """`--workers 2` with no Prefect server configured: the pool's worker processes report
+    their task runs to the flow process's temporary server. Before, each of them, finding no
+    server configured, started a temporary server of its own: three servers for one run."""
+    from generators.corpus.build import WorldConfig, write
+    from generators.llm.cores import descendants
+
+    write(WorldConfig(seed=5, entities=100), tmp_path, "k")
+    env = {**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("PREFECT_API_URL", None)
+    p = subprocess.Popen([sys.executable, "-m", "flows.cli", "validate", "--dataset", "k", "--kind", "triples",
+                          "--layers", "schema,rules", "--chunk", "10", "--workers", "2"], cwd=REPO, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers, pool = set(), set()
+    while p.poll() is None:
+        for pid in descendants(p.pid):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"prefect.server.api.server:create_app" in cmd:
+                servers.add(pid)
+            elif b"multiprocessing.spawn" in cmd:
+                pool.add(pid)
+        time.sleep(0.1)
+    out, err = p.communicate()
+    assert p.returncode == 0, err
+    assert len(pool) >= 2, "the chunks did not go to a pool of processes"
+    assert len(servers) == 1, f"{len(servers)} Prefect servers for one run"
+    assert load_table("k_valid", "triples", tmp_path).num_rows > 0
