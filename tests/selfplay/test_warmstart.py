@@ -93,7 +93,7 @@ def test_flow_commits_once_the_filter_accepts_all_and_sft_trains_an_examiner(wor
     assert json.loads((root / "examiner" / "config.json").read_text())["sft"]["data"] == "w_examiner"
 
 
-def test_fewer_results_per_search_make_shorter_demonstrations_of_the_same_tasks(world):
+def test_fewer_results_per_search_make_shorter_demonstrations_of_most_tasks(world):
     """--top-k 2: every search asks for 2 results and gets at most 2; most triples still make
     demonstrations the filter accepts, under other ids, in fewer characters."""
     _, docs, triples, sim, tool = world
