@@ -49,7 +49,7 @@ from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
 from selfplay.warmstart import WarmstartConfig, demonstrations, examiner_tool
 from storage import load_table, resolve_root
 from storage.resumable import RunWriter
-from storage.runs import config_hash, read_run, save_run_config
+from storage.runs import config_hash, read_run, save_run_config, without_later_defaults
 from train.configs import SFTConfig, TrainConfig
 from train.trainer import read_metrics
 
@@ -70,7 +70,7 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
         raise ValueError(f"no triple of {cfg.dataset!r} makes a demonstration (left out: {dict(skipped)})")
     # one run per source dataset: a demonstration's id is its triple's, so any later call (more
     # demonstrations, another mix) adds only triples not demonstrated yet
-    identity = {"dataset": cfg.dataset, **({"top_k": cfg.top_k} if cfg.top_k else {})}
+    identity = without_later_defaults({"dataset": cfg.dataset, "top_k": cfg.top_k}, {"top_k": 0})
     writer = RunWriter(root, f"warmstart-{config_hash(identity)}", {"config_hash": config_hash(identity)})
     ds = cfg.demos_dataset()
     new = writer.commit(ds, "trajectories", [d["trajectory"] for d in demos])
