@@ -220,7 +220,7 @@ class VLLMServer:
         self.registered = []
         proc, self.proc = self.proc, None
         died = proc is not None and proc.poll() is not None
-        if proc is not None and proc.poll() is None:
+        if proc is not None and not died:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
