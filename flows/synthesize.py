@@ -50,12 +50,12 @@ def load_task(root: str, dataset: str):
 
 @task(name="build-tool-bank", cache_policy=NONE, retries=1)
 def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, imported: list,
-              backend=None):
+              backend=None, calculator: bool = True):
     """The gated bank (written as this run's `tools`) plus the dataset's imported tools."""
     from generators.tools.bank import generate_bank
 
     build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend,
-                          reserved_names=[t["name"] for t in imported])
+                          reserved_names=[t["name"] for t in imported], calculator=calculator)
     write_rows(root, dataset, "tools", run_id, build.tools, lineage=lineage)
     return build.tools + imported, build.reasons()
 
@@ -104,7 +104,7 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
     with stages.stage("tool bank") as st:
         tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
-                                        imported, be if cfg.llm_variants else None)
+                                        imported, be if cfg.llm_variants else None, cfg.calculator)
         st.rows_out = len(tools)
         st.notes = ", ".join([f"{k}={v}" for k, v in gate_reasons.items()] + [f"imported={len(imported)}"])
     with stages.stage("plan", rows_in=len(inputs.triples)) as st:

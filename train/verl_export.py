@@ -37,6 +37,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from generators.tools.base import base_rows
+from generators.tools.compute import calculator_row
 from storage import manifest, reader
 from storage.files import write_text
 from storage.runs import runs_dir
@@ -106,7 +107,7 @@ def _tool_rows(root, corpus: str, names: set[str]) -> list[dict]:
     table = reader.load_table(corpus, "tools", root) if reader.entries(root, corpus, "tools") else None
     rows = {r["name"]: r for r in table.drop_columns([c for c in SHARED_COLUMNS if c in table.schema.names])
             .to_pylist()} if table is not None else {}
-    for r in base_rows():
+    for r in base_rows() + [calculator_row()]:
         rows.setdefault(r["name"], r)
     missing = sorted(names - set(rows))
     if missing:

@@ -18,6 +18,7 @@ An imported triple (no program) gets its supporting sentences, quoted, and no de
     ev = evidence_for(triple, {doc_id: (title, text)})
     ev.read[doc_id]       # what is stated after reading that page
     ev.facts, ev.steps    # the final reasoning: every fact, then the derivation
+    ev.expression         # a computed answer's arithmetic, for the calculator: "1861 - 988"
     ev.required           # what the final reasoning must mention: fact values and the answer
 """
 
@@ -40,6 +41,7 @@ class Evidence:
     required: list[str] = field(default_factory=list)
     quoted: bool = False  # facts are quoted supporting sentences (no program)
     computed: bool = False  # the answer is a number computed from the facts (absdiff), found on no page
+    expression: str = ""  # a computed answer's arithmetic ("1863 - 1783"), what the calculator is asked
 
 
 def _norm_title(s: str) -> str:
@@ -137,7 +139,8 @@ def evidence_for(triple: dict, docs: dict[str, tuple[str, str]], cache: dict | N
     except (DerivationError, KeyError, TypeError, ValueError):
         return _quoted(triple, docs)
     by_title = {_norm_title(docs[d][0]): d for d in golden}
-    ev = Evidence(steps=steps, computed=isinstance(program, dict) and program.get("op") == "absdiff")
+    computed = isinstance(program, dict) and program.get("op") == "absdiff"
+    ev = Evidence(steps=steps, computed=computed, expression=steps[0].rsplit(" = ", 1)[0] if computed else "")
     seen = set()
     for fact in facts.used:
         if (fact.subject, fact.rel) in seen:

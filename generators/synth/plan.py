@@ -12,6 +12,10 @@ in one round, anything else one document per round in supporting-fact order.
     several rounds, one each    sequential
     several rounds, some wide   mixed
 
+An answer computed from the facts (the years between two dates) adds a last round: one call
+of the calculator (generators/tools/compute.py) with the arithmetic, which counts in the
+route like a lookup, since the conversation makes it after the lookups it depends on.
+
 The reflection case is drawn from a configurable mix among the cases the plan allows,
 deterministically per (seed, triple).
 """
@@ -22,6 +26,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Callable
+
+from generators.tools.compute import COMPUTE
 
 ROUTES = ("single", "parallel", "sequential", "mixed")
 CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop")
@@ -34,9 +40,18 @@ class Hop:
     """One lookup: the golden document it must find, the query that finds it, the domain of
     the tool that can see it."""
 
-    doc_id: str
-    query: str
+    doc_id: str  # "" for a calculator call
+    query: str  # for a calculator call, the arithmetic
     domain: str
+
+    @property
+    def compute(self) -> bool:
+        return self.domain == COMPUTE
+
+
+def compute_hop(expression: str) -> Hop:
+    """The calculator call that computes the answer from the looked-up facts."""
+    return Hop("", expression, COMPUTE)
 
 
 @dataclass
@@ -50,6 +65,16 @@ class Plan:
     @property
     def hops(self) -> list[Hop]:
         return [h for r in self.rounds for h in r]
+
+    @property
+    def lookups(self) -> list[list[Hop]]:
+        """The rounds of searches (without the calculator's round)."""
+        return [r for r in self.rounds if not any(h.compute for h in r)]
+
+    @property
+    def computed(self) -> Hop | None:
+        """The calculator call, if the answer is computed."""
+        return next((h for h in self.hops if h.compute), None)
 
 
 def route_of(rounds: list[list[Hop]]) -> str:
@@ -122,10 +147,12 @@ def structural_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[
 
 
 def allowed_cases(plan: Plan) -> list[str]:
+    """The cases a plan can take; an injected error always hits a lookup, never the calculator."""
     allowed = ["clean", "wrong_args", "wrong_tool"]
-    if any(h.domain != "general" for h in plan.hops):
+    rounds = plan.lookups
+    if any(h.domain != "general" for r in rounds for h in r):
         allowed.append("escalation")  # needs a specialised tool that can fall short
-    if len(plan.rounds) >= 2 and len(plan.rounds[0]) == 1 and len(plan.rounds[1]) == 1:
+    if len(rounds) >= 2 and len(rounds[0]) == 1 and len(rounds[1]) == 1:
         allowed.append("early_stop")  # two hops planned, the first result already holds both
     return allowed
 

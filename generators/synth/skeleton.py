@@ -11,6 +11,9 @@ Cases (the error is injected at one hop, chosen per triple):
   early_stop   two lookups planned; the first result already holds both pages, so the
                second lookup is skipped
 
+A computed answer's skeleton ends with a turn that calls the calculator with the arithmetic
+(generators/tools/compute.py; slot kind `compute`); no case puts its error there.
+
 Every call records what the simulator needs to replay it byte for byte (tool, arguments,
 mode, golden ids, supporting sentences, answers). Every slot carries its sources, the question
 and the tool results before it, against which model text is checked. With the evidence
@@ -31,6 +34,7 @@ from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
+from generators.tools.compute import COMPUTE
 from generators.tools.fill import check_arguments, fill_arguments, roles_of
 
 
@@ -56,7 +60,7 @@ class Call:
 class Slot:
     """A piece of text the LLM writes: `kind` says what the reasoning must cover."""
 
-    kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | final | answer
+    kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | compute | final | answer
     facts: dict
     sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
@@ -109,7 +113,7 @@ class SkeletonBuilder:
     # -- tools -------------------------------------------------------------------------
     def _offer(self, rng: random.Random, needed: list[str], wrong: str | None) -> tuple[dict[str, dict], list[dict], dict | None]:
         chosen = {d: rng.choice(self.by_domain[d]) for d in needed}
-        others = [d for d in DOMAINS if d not in needed and self.by_domain.get(d)]
+        others = [d for d in (*DOMAINS, COMPUTE) if d not in needed and self.by_domain.get(d)]
         wrong_tool = rng.choice(self.by_domain[wrong]) if wrong else None
         lo, hi = self.distractors
         n = rng.randint(lo, hi)
@@ -159,10 +163,13 @@ class SkeletonBuilder:
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
-        rounds, hops = plan.rounds, plan.hops
+        rounds, computed = plan.lookups, plan.computed  # searches, then the calculator call if any
+        hops = [h for r in rounds for h in r]
         needed = list(dict.fromkeys(h.domain for h in hops))
         if plan.case == "escalation" or (plan.case == "early_stop" and rounds[0][0].domain != rounds[1][0].domain):
             needed = list(dict.fromkeys(needed + [GENERAL]))
+        if computed:
+            needed.append(COMPUTE)
         wrong = None
         if plan.case in ("wrong_tool", "escalation"):
             wrong = rng.choice([d for d in DOMAINS if d not in needed and d != GENERAL and self.by_domain.get(d)])
@@ -223,6 +230,14 @@ class SkeletonBuilder:
                 ri += 1
                 slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
                                      "read": _read(ev, rounds[ri - 1]) if shows else []})
+        if computed:  # the arithmetic goes to the calculator, whose result the final think reads
+            slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
+                                    "operands": _operands([computed.query])})
+            tool = chosen[COMPUTE]
+            call = Call(id=f"call_{sk_id[:8]}_{len(turns)}_0", tool=tool, hop=computed, golden=[],
+                        arguments={roles_of(parameters_of(tool)).lookup: computed.query})
+            call.result = self.sim.call(tool["name"], call.arguments)
+            turns.append(Turn([call], slot))
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
                                "skipped": skipped, "question": triple["question"],
                                **({"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}

@@ -49,6 +49,7 @@ class SynthConfig:
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup; a final think whose answer is computed from numbers on the pages does the arithmetic) or evidence (also what each page said and what each next lookup is, and every final think states its facts and the comparison or arithmetic)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
+    calculator: bool = field(default=True, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
@@ -74,7 +75,7 @@ class SynthConfig:
 
 REASONING = ("brief", "evidence")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
-LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160}
+LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": True}
 
 
 @dataclass
@@ -98,6 +99,7 @@ class Session:
     """Everything a synthesis run needs in memory, built once per process."""
 
     def __init__(self, inputs: Inputs, cfg: SynthConfig, tools: list[dict]):
+        from generators.tools.compute import is_compute
         from generators.tools.simulator import Simulator
 
         self.cfg = cfg
@@ -111,7 +113,12 @@ class Session:
         self.case_mix = planning.parse_mix(cfg.case_mix, planning.CASES)
         self.route_mix = planning.parse_mix(cfg.route_mix, planning.ROUTES)
         self.rejected: Counter = Counter()
+        self.computes = cfg.calculator and any(is_compute(t) for t in tools)  # plans end with a calculator call
         self._fact_cache: dict = {}  # facts per document, shared by planning and evidence
+
+    def _docs_of(self, triple: dict) -> dict[str, tuple[str, str]]:
+        """(title, text) of the triple's golden documents, by doc_id."""
+        return {d: (self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs}
 
     def _rounds(self, triple: dict, fact_cache: dict):
         from generators.corpus.derive import FactBase
@@ -126,6 +133,8 @@ class Session:
     def plans(self) -> list[planning.Plan]:
         """One plan per usable triple (route from structure, case from the mix); triples
         that cannot be planned are counted in `rejected` by reason."""
+        from generators.synth.evidence import evidence_for
+
         out, cache = [], self._fact_cache
         for tid in sorted(self.triples):
             triple = self.triples[tid]
@@ -140,6 +149,9 @@ class Session:
             if not rounds:
                 self.rejected["no_lookup"] += 1
                 continue
+            if self.computes:
+                expression = evidence_for(triple, self._docs_of(triple), cache).expression
+                rounds = rounds + [[planning.compute_hop(expression)]] if expression else rounds
             p = planning.Plan(tid, rounds, planning.route_of(rounds))
             p.allowed = planning.allowed_cases(p)
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
@@ -152,8 +164,7 @@ class Session:
         out = []
         for p in plans:
             triple = self.triples[p.triple_id]
-            docs = {d: (self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs}
-            out.append(self.builder.build(p, triple, evidence_for(triple, docs, self._fact_cache),
+            out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence"))
         return out
 

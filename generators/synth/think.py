@@ -7,13 +7,16 @@ the same facts, and the trajectory records which text came from where.
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
 pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
-answer is 80."). With `--reasoning evidence` every think after a lookup also states what the
-page said that leads to the next lookup and what that lookup is ("The result has the page
-about "Tranos". It says Tranos lies in Esia, so now I need to look up "Esia", a place."),
-and every final think states its facts and the comparison or arithmetic. The LLM is given those facts; its text is kept only if every number and name in it
-is grounded (generators/synth/grounding.py) in the question, an earlier tool result or the
-derivation (else "template:ungrounded"), and a final text that has facts must also mention
-every value of the derivation and the answer (else "template:missing_derivation").
+answer is 80."); with the calculator (generators/tools/compute.py) that arithmetic is first
+sent to it ("... Now I need to compute 1863 - 1783 with the calculator."), so the final think
+repeats a tool result. With `--reasoning evidence` every think after a lookup also states
+what the page said that leads to the next lookup and what that lookup is ("The result has
+the page about "Tranos". It says Tranos lies in Esia, so now I need to look up "Esia", a
+place."), and every final think states its facts and the comparison or arithmetic. The LLM
+is given those facts; its text is kept only if every number and name in it is grounded
+(generators/synth/grounding.py) in the question, an earlier tool result or the derivation
+(else "template:ungrounded"), and a final text that has facts must also mention every value
+of the derivation and the answer (else "template:missing_derivation").
 
     prompts = [slot_prompt(question, slot) for slot in slots]
     texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
@@ -111,6 +114,12 @@ def describe(slot: Slot) -> str:
         says = f" It says: {_reads(f)}" if f.get("read") else ""
         return (f"I had planned to look up \"{f['skipped']}\" next, but the last result already contains that "
                 f"page, so that search is not needed.{says}{rest}")
+    if slot.kind == "compute":
+        says = f" It says: {_reads(f)}" if f.get("read") else ""
+        skipped = f" It already covers \"{f['skipped']}\", so that search is not needed." if f.get("skipped") else ""
+        found = [x for x in f["found"] if x != f.get("skipped")]
+        return (f"The last search found the page about {_join(found)}.{skipped}{says} "
+                f"Next step: compute {f['expression']} with the calculator.")
     if slot.kind == "final":
         if f.get("facts"):
             how = " ".join(f.get("steps") or [])
@@ -138,6 +147,13 @@ def template(slot: Slot) -> str:
         says = f" {'They say' if many else 'It says'} {_clauses(f['read'])}, so" if f.get("read") else ""
         return (f"The result{'s have the pages' if many else ' has the page'} about {_join(f['found'])}.{says} "
                 f"{'n' if says else 'N'}ow I need to look up {_what(f['queries'], f.get('kinds'))}.")
+    if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it
+        found = [x for x in f["found"] if x != f.get("skipped")]
+        many = len(found) > 1
+        skipped = f" It already has the page about \"{f['skipped']}\" too." if f.get("skipped") else ""
+        says = f" {'They say' if many else 'It says'} {_clauses(f['read'])}, so" if f.get("read") else ""
+        return (f"The result{'s have the pages' if many else ' has the page'} about {_join(found)}.{skipped}{says} "
+                f"{'n' if says else 'N'}ow I need to compute {f['expression']} with the calculator.")
     if slot.kind == "early_stop" and f.get("read"):
         rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}." if f["queries"] else ""
         return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
@@ -174,6 +190,8 @@ def key_terms(slot: Slot) -> list[str]:
         return [f["query"], f.get("tool", ""), f.get("general", "")]
     if slot.kind == "early_stop":
         return [f["skipped"], *f.get("queries", [])]
+    if slot.kind == "compute":
+        return [f["expression"], *f["operands"]]
     if slot.kind == "final":
         return [f["answer"]]
     return []

@@ -1,4 +1,5 @@
-"""The virtual tool bank: the base tools (generators.tools.base) plus paraphrased variants
+"""The virtual tool bank: the base tools (generators.tools.base), the calculator
+(generators.tools.compute) and paraphrased variants of the search tools
 (generators.tools.variants) accepted by dual gating (generators.tools.gating).
 
     from generators.tools.bank import build_bank
@@ -14,6 +15,7 @@ from typing import Sequence
 
 from generators.tools import gating, variants
 from generators.tools.base import BASE_BY_DOMAIN, DOMAINS, base_rows, make_row
+from generators.tools.compute import calculator_row
 
 
 @dataclass
@@ -41,18 +43,19 @@ class BankBuild:
 
 def generate_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_config=None,
                   domains: Sequence[str] = DOMAINS, candidates_per_tool: int | None = None,
-                  embedder=None, reserved_names: Sequence[str] = ()) -> BankBuild:
-    """Base tools plus up to `variants_per_tool` gated paraphrases each.
+                  embedder=None, reserved_names: Sequence[str] = (), calculator: bool = True) -> BankBuild:
+    """Base tools (and the calculator) plus up to `variants_per_tool` gated paraphrases of each
+    search tool.
 
     Rule paraphrases are deterministic for `seed`; with a `backend` (generators.llm
     protocol) LLM proposals are gated first and rule paraphrases fill the remaining slots.
     No variant takes a name in `reserved_names` (e.g. the dataset's imported tools).
     """
     gate = gating.Gate(config=gate_config, embedder=embedder)
-    rows = [r for r in base_rows() if r["domain"] in domains]
+    rows = [r for r in base_rows() if r["domain"] in domains] + ([calculator_row()] if calculator else [])
     by_domain = {r["domain"]: r for r in rows}
     results: list = []
-    used_names = {r["name"] for r in base_rows()} | set(reserved_names)
+    used_names = {r["name"] for r in base_rows() + [calculator_row()]} | set(reserved_names)
     n_cand = candidates_per_tool or max(8, variants_per_tool * 6)
     for domain in domains:
         base = BASE_BY_DOMAIN[domain]
@@ -69,6 +72,8 @@ def generate_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_
     return BankBuild(tools=rows, candidates=results)
 
 
-def build_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_config=None) -> list[dict]:
-    """Tool rows (bases first, then accepted variants), deterministic for a seed on the rule path."""
-    return generate_bank(seed, variants_per_tool, backend=backend, gate_config=gate_config).tools
+def build_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_config=None,
+               calculator: bool = True) -> list[dict]:
+    """Tool rows (bases and the calculator first, then accepted variants), deterministic for a
+    seed on the rule path."""
+    return generate_bank(seed, variants_per_tool, backend=backend, gate_config=gate_config, calculator=calculator).tools

@@ -21,6 +21,7 @@ RNG seeded from (seed, tool, canonical arguments, mode, golden ids, supporting, 
 so the same call always gives byte-identical output. Arguments are checked against the
 tool's JSON Schema: {"error": "invalid_arguments", "detail": ...}; unknown tool:
 {"error": "unknown_tool", ...}. `search(query, k, domain)` is plain BM25 for other callers.
+The calculator (generators/tools/compute.py) is known to every simulator and answered there.
 The BM25 query of a call is its lookup argument plus, for a base tool or variant, every other
 scalar argument but top_k and language; an imported tool (generators.tools.imported) searches
 its domain like that domain's base tool, with its lookup and its name arguments only.
@@ -43,6 +44,8 @@ import numpy as np
 
 from generators.tools.base import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALIASES, GENERAL, base_rows,
                                    canonical, parameters_of)
+from generators.tools.compute import COMPUTE, calculator_row
+from generators.tools.compute import answer as calculate
 from generators.tools.fill import roles_of
 from generators.tools.imported import is_imported
 
@@ -119,7 +122,7 @@ class Simulator:
             self.retriever.index(corpus, show_progress=False)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
         self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}
-        for row in list(base_rows()) + list(tools or []):
+        for row in list(base_rows()) + [calculator_row()] + list(tools or []):
             schema = parameters_of(row)
             self.tools[row["name"]] = (row["domain"], row, jsonschema.Draft202012Validator(schema))
             roles = roles_of(schema)  # an imported tool searches with its lookup and name arguments only
@@ -257,10 +260,12 @@ class Simulator:
         detail = self.validate(tool, arguments)
         if detail:
             return self._error("invalid_arguments", detail)
+        domain = self.tools[tool][0]
+        if domain == COMPUTE:  # the calculator searches nothing (generators/tools/compute.py)
+            return calculate(arguments[self.search_args[tool][0]])
         unknown = [g for g in golden_doc_ids if g not in self.index_of]
         if unknown:
             raise ValueError(f"golden doc ids not in the corpus: {unknown[:5]}")
-        domain = self.tools[tool][0]
         mask = self.masks[domain]
         lookup, names, k_arg = self.search_args[tool]
         n = int((arguments.get(k_arg) if k_arg else None) or k or self.config.default_k)

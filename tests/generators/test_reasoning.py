@@ -115,24 +115,31 @@ def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
 
 
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
-    seen = 0
+    """... or before the calculator call, whose numbers are then facts the page stated."""
+    seen, computed = 0, 0
     for sk in skeletons:
         if sk.plan.case != "clean" or sk.plan.route != "sequential":
             continue
         for turn, nxt in zip(sk.turns, sk.turns[1:]):
             query = nxt.calls[0].hop.query
             text, read = template(nxt.slot), nxt.slot.facts["read"]
-            kind = KIND[nxt.calls[0].hop.domain][0]  # what the next lookup is tells the tool that finds it
             found = turn.calls[0].hop.query
             assert text.startswith(f'The result has the page about "{found}". It says ')
-            assert text.endswith(f'so now I need to look up "{query}", {kind}.')
+            values = [str(f.value) for s in read for fs in stated_facts(s).facts.values() for f in fs]
+            if nxt.calls[0].hop.compute:
+                assert text.endswith(f"so now I need to compute {query} with the calculator.")
+                a, b = query.split(" - ")
+                assert a in values or b in values  # the page just read gives one of the numbers
+                computed += 1
+            else:
+                kind = KIND[nxt.calls[0].hop.domain][0]  # what the next lookup is tells the tool that finds it
+                assert text.endswith(f'so now I need to look up "{query}", {kind}.')
+                assert query.removeprefix("The ") in values  # the fact that leads to the next lookup
             page = Sources([c.result for c in turn.calls])  # the page just read, alone
             for sentence in read:
                 assert sentence[:-1].removeprefix("The ") in text and page.ungrounded(sentence) == []
-            values = [str(f.value) for s in read for fs in stated_facts(s).facts.values() for f in fs]
-            assert query.removeprefix("The ") in values  # the fact that leads to the next lookup
             seen += 1
-    assert seen >= 20
+    assert seen >= 20 and computed >= 5, (seen, computed)
 
 
 ISSUE_SOURCES = [

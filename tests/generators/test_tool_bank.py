@@ -13,6 +13,7 @@ import pytest
 from generators.tools import base
 from generators.llm.toolcalls import render_tools_block
 from generators.tools.bank import generate_bank
+from generators.tools.compute import is_compute
 from generators.tools.base import BASE_TOOLS, DOMAINS, base_rows, to_openai
 from generators.tools.gating import Gate
 from generators.tools.variants import rule_candidates
@@ -95,7 +96,7 @@ def test_render_tools_block_is_json_per_line(build):
         obj = json.loads(line)
         assert obj == to_openai(row)
         assert obj["type"] == "function" and obj["function"]["name"] == row["name"]
-        assert obj["function"]["parameters"]["required"] == ["query"]
+        assert obj["function"]["parameters"]["required"] == (["expression"] if is_compute(row) else ["query"])
     assert "'" not in lines[1].split('"description"')[0]  # JSON quoting, not a Python repr
 
 

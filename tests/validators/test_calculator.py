@@ -1,0 +1,79 @@
+"""The calculator tool: plain arithmetic only, answered by every simulator, called by a
+computed answer's trajectory before its final think, and held to the rules like any tool
+(replayed byte for byte; a final think whose arithmetic the result does not give is
+rejected)."""
+
+import json
+import re
+
+import pytest
+
+from generators.synth.synthesize import Session, SynthConfig, load_inputs
+from generators.tools.bank import build_bank
+from generators.tools.compute import NAME, answer, evaluate
+from generators.tools.simulator import Simulator
+from validators.trajectory_rules import check_trajectory
+
+
+@pytest.mark.parametrize("expression, value", [("1863 - 1783", 80), ("1783 - 1863", -80), ("1,975,600 - 100", 1975500),
+                                               ("(3 + 4) * 2", 14), ("7 / 2", 3.5), ("-5 + 2", -3), ("12", 12)])
+def test_calculator_evaluates_arithmetic(expression, value):
+    assert evaluate(expression) == value
+    assert json.loads(answer(expression)) == {"expression": expression, "result": value}
+
+
+@pytest.mark.parametrize("expression, why", [("2 ** 1000", "only numbers"), ("__import__('os')", "only numbers"),
+                                             ("x + 1", "only numbers"), ("1 / 0", "division by zero"),
+                                             ("9" * 40 + " * 9", "too large"), ("1e308 * 10", "too large"),
+                                             ("1863 -", "not an arithmetic expression")])
+def test_calculator_refuses_anything_else_with_a_reason(expression, why):
+    out = json.loads(answer(expression))
+    assert out["error"] == "invalid_expression" and why in out["detail"], out
+
+
+def test_every_simulator_answers_the_calculator_and_checks_its_arguments(world):
+    _, _, docs, _ = world
+    sim = Simulator(docs, seed=1)  # no bank given: the calculator is known anyway
+    assert sim.call(NAME, {"expression": "1863 - 1783"}) == answer("1863 - 1783")
+    assert json.loads(sim.call(NAME, {"query": "1863 - 1783"}))["error"] == "invalid_arguments"
+    assert json.loads(sim.call(NAME, {"expression": ""}))["error"] == "invalid_arguments"
+
+
+def _calls(row: dict) -> list[tuple[dict, str]]:
+    """(call, tool message) pairs of a trajectory, in order."""
+    msgs = row["messages"]
+    return [(c, msgs[i + 1 + j]["content"]) for i, m in enumerate(msgs) if m["tool_calls"]
+            for j, c in enumerate(m["tool_calls"])]
+
+
+def test_computed_answers_call_the_calculator_last_and_pass_every_rule(world, rule_ctx):
+    _, rows, _, _ = world
+    computed = [r for r in rows if any(c["name"] == NAME for c, _ in _calls(r))]
+    assert len(computed) >= 3, "the fixture's trajectories include computed answers"
+    for row in computed:
+        call, result = _calls(row)[-1]
+        assert call["name"] == NAME  # after every lookup it needs
+        assert json.loads(result)["result"] == int(row["answer"])
+        final = row["messages"][-1]["content"]
+        assert f"{json.loads(call['arguments'])['expression']} = {row['answer']}." in final
+        assert all(v.passed for v in check_trajectory(row, rule_ctx)), check_trajectory(row, rule_ctx)[-1]
+    row = computed[0]
+    tampered = json.loads(json.dumps(row))
+    i = max(i for i, m in enumerate(tampered["messages"]) if m["name"] == NAME)
+    tampered["messages"][i]["content"] = answer("1 + 1")
+    assert check_trajectory(tampered, rule_ctx)[-1].reason == "replay_mismatch"
+    wrong = json.loads(json.dumps(row))
+    value = int(row["answer"]) + 10
+    wrong["messages"][-1]["content"] = re.sub(r"= \d+\.", f"= {value}.", wrong["messages"][-1]["content"])
+    assert check_trajectory(wrong, rule_ctx)[-1].reason == "think_unsupported_number"
+
+
+def test_no_calculator_means_no_computed_round_and_none_offered(world):
+    root = world[0]
+    inputs = load_inputs(root, "w")
+    for calculator in (True, False):
+        bank = build_bank(seed=3, variants_per_tool=0, calculator=calculator)
+        s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=calculator), bank)
+        plans = s.plans()
+        assert any(p.computed for p in plans) == calculator
+        assert (NAME in {t["name"] for t in bank}) == calculator
