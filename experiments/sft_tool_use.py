@@ -7,9 +7,9 @@ rollouts and exact match (all, and through tool use) before and after, and exact
 question type and hop count.
 
 What the 135M model needs to learn something it can use at evaluation time:
-- the SFT data offers the tools the evaluation offers: the seven base search tools and the
-  calculator (no paraphrased variants; `distractors 7` lists all of them), as compact one-line
-  signatures;
+- the SFT data offers the tools the evaluation offers: the seven base search tools, and the
+  calculator with `--calculator` (no paraphrased variants; every sample lists all of them), as
+  compact one-line signatures;
 - calls ask for one result (`top_k 1`), so every conversation fits in 2,048 tokens and none is
   dropped (with two results and a 1,600-token limit half were, all of them long sequential
   routes, and the model learned to answer after one tool turn);
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
-        reasoning: str = "brief", calculator: bool = True, log=print) -> dict:
+        reasoning: str = "brief", calculator: bool = False, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -66,7 +66,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     started = time.perf_counter()
     write(WorldConfig(seed=seed, entities=1000), data, "w")
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
-                        distractors_min=7, distractors_max=7, top_k_rate=1.0, top_k="1", texts="template",
+                        distractors_min=6 + calculator, distractors_max=6 + calculator, top_k_rate=1.0, top_k="1", texts="template",
                         case_mix="clean=0.85,wrong_args=0.15", reasoning=reasoning, calculator=calculator)
     synthesize(synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
@@ -126,8 +126,8 @@ def main() -> None:
     ap.add_argument("--train-seed", type=int, default=0, help="SFT's data order and torch seed")
     ap.add_argument("--reasoning", default="brief", choices=["brief", "evidence"],
                     help="what the synthesized thinks say (synthesize --reasoning)")
-    ap.add_argument("--no-calculator", dest="calculator", action="store_false",
-                    help="no calculator tool: a computed answer's arithmetic is left to the model")
+    ap.add_argument("--calculator", action="store_true",
+                    help="offer the calculator; a computed answer's trajectory calls it (synthesize --calculator)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)

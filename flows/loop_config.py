@@ -54,7 +54,7 @@ SECTIONS: dict[str, Section] = {
                                       "description": "import this corpus file instead of building the world "
                                                      "(forgeplay corpus import: HotpotQA, 2Wiki, JSONL, Parquet)"}}),
     "synthesize": Section((SynthConfig,), {"n": 32, "texts": "template", "chunk": 16, "top_k": "1", "top_k_rate": 1.0,
-                                          "variants_per_tool": 0, "distractors_min": 7, "distractors_max": 7}, ("dataset", "run_id", "tool_style")),
+                                          "variants_per_tool": 0, "distractors_min": 6, "distractors_max": 6}, ("dataset", "run_id", "tool_style")),
     "validate": Section((ValidateConfig,), {"layers": "schema,rules,dedup"},
                         ("dataset", "input", "out", "corpus", "run_id", "kind")),
     # a turn may take 160 new tokens: at 96 the thinks of a fine-tuned model were cut before the answer

@@ -50,7 +50,7 @@ def load_task(root: str, dataset: str):
 
 @task(name="build-tool-bank", cache_policy=NONE, retries=1)
 def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, imported: list,
-              backend=None, calculator: bool = True):
+              backend=None, calculator: bool = False):
     """The gated bank (written as this run's `tools`) plus the dataset's imported tools."""
     from generators.tools.bank import generate_bank
 

@@ -49,7 +49,7 @@ class SynthConfig:
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup; a final think whose answer is computed from numbers on the pages does the arithmetic) or evidence (also what each page said and what each next lookup is, and every final think states its facts and the comparison or arithmetic)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
-    calculator: bool = field(default=True, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think"})
+    calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
@@ -75,7 +75,7 @@ class SynthConfig:
 
 REASONING = ("brief", "evidence")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
-LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": True}
+LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False}
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The virtual tool bank: the base tools (generators.tools.base), the calculator
-(generators.tools.compute) and paraphrased variants of the search tools
+(generators.tools.compute) when asked for, and paraphrased variants of the search tools
 (generators.tools.variants) accepted by dual gating (generators.tools.gating).
 
     from generators.tools.bank import build_bank
@@ -43,7 +43,7 @@ class BankBuild:
 
 def generate_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_config=None,
                   domains: Sequence[str] = DOMAINS, candidates_per_tool: int | None = None,
-                  embedder=None, reserved_names: Sequence[str] = (), calculator: bool = True) -> BankBuild:
+                  embedder=None, reserved_names: Sequence[str] = (), calculator: bool = False) -> BankBuild:
     """Base tools (and the calculator) plus up to `variants_per_tool` gated paraphrases of each
     search tool.
 
@@ -73,7 +73,7 @@ def generate_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_
 
 
 def build_bank(seed: int = 0, variants_per_tool: int = 3, backend=None, gate_config=None,
-               calculator: bool = True) -> list[dict]:
+               calculator: bool = False) -> list[dict]:
     """Tool rows (bases and the calculator first, then accepted variants), deterministic for a
     seed on the rule path."""
     return generate_bank(seed, variants_per_tool, backend=backend, gate_config=gate_config, calculator=calculator).tools

@@ -1,9 +1,9 @@
 """The calculator: a virtual tool that evaluates arithmetic, so that a computed answer (the
 years between two dates) is read from a tool result instead of being worked out by the model.
 
-It is a `tools` row like the search tools (domain `math`, one `expression` argument), part of
-every bank (generators.tools.bank) and known to every simulator, which answers its calls
-here. Only numbers, + - * /, parentheses and unary minus are evaluated (through Python's
+It is a `tools` row like the search tools (domain `math`, one `expression` argument), in a
+bank built with it (generators.tools.bank; `synthesize --calculator`) and known to every
+simulator, which answers its calls here. Only numbers, + - * /, parentheses and unary minus are evaluated (through Python's
 `ast`, never `eval`); anything else is an error message, as a real tool would return:
 
     answer("1863 - 1783")   -> '{"expression": "1863 - 1783", "result": 80}'

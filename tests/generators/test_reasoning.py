@@ -29,8 +29,8 @@ def inputs(tmp_path_factory):
 
 
 def _session(inputs, reasoning: str) -> Session:
-    return Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning=reasoning),
-                   build_bank(seed=3, variants_per_tool=1))
+    return Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning=reasoning, calculator=True),
+                   build_bank(seed=3, variants_per_tool=1, calculator=True))
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ def world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("vdata")
     write(WorldConfig(seed=3, entities=200), root, "w")
-    bank = build_bank(seed=3, variants_per_tool=1)
-    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=40), bank)
+    bank = build_bank(seed=3, variants_per_tool=1, calculator=True)  # computed answers call it
+    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=40, calculator=True), bank)
     rows, _ = s.trajectories(s.plans(), ScriptedBackend(), "run")
     write_rows(root, "w", "tools", "run", bank)
     write_rows(root, "w", "trajectories", "run", rows)

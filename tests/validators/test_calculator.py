@@ -77,3 +77,8 @@ def test_no_calculator_means_no_computed_round_and_none_offered(world):
         plans = s.plans()
         assert any(p.computed for p in plans) == calculator
         assert (NAME in {t["name"] for t in bank}) == calculator
+        for p in plans:  # only a computed answer calls it, once, after the lookups it needs
+            program = json.loads(s.triples[p.triple_id]["meta"])["program"]
+            computes = calculator and isinstance(program, dict) and program.get("op") == "absdiff"
+            assert [h.compute for r in p.rounds for h in r] == [False] * len(p.hops[:-1]) + [True] if computes \
+                else not any(h.compute for h in p.hops)
