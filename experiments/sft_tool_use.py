@@ -66,8 +66,9 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     started = time.perf_counter()
     write(WorldConfig(seed=seed, entities=1000), data, "w")
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
-                        distractors_min=6 + calculator, distractors_max=6 + calculator, top_k_rate=1.0, top_k="1", texts="template",
-                        case_mix="clean=0.85,wrong_args=0.15", reasoning=reasoning, calculator=calculator)
+                        distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
+                        top_k_rate=1.0, top_k="1", texts="template", case_mix="clean=0.85,wrong_args=0.15",
+                        reasoning=reasoning, calculator=calculator)
     synthesize(synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started

@@ -5,7 +5,8 @@ It gives the before/after figures of a training run.
     forgeplay train eval --data demo --model runs/sft1/final --limit 64 --tool-style compact
 
 By default only held-out triples are used: those no trajectory of the dataset was built from.
-The tools offered are the dataset's base tools (one per domain, and the calculator if it has one; no paraphrased variants).
+The tools offered are the dataset's base tools (one per domain, and the calculator if it has
+one; no paraphrased variants).
 
 Per rollout: `called` (at least one tool call attempted), `well_formed` (at least one call,
 and every call parsed, named an offered tool and had valid arguments), `answered` (ended

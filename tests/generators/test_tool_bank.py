@@ -13,8 +13,8 @@ import pytest
 from generators.tools import base
 from generators.llm.toolcalls import render_tools_block
 from generators.tools.bank import generate_bank
-from generators.tools.compute import is_compute
 from generators.tools.base import BASE_TOOLS, DOMAINS, base_rows, to_openai
+from generators.tools.compute import is_compute
 from generators.tools.gating import Gate
 from generators.tools.variants import rule_candidates
 from storage.reader import load_table
