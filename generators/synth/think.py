@@ -136,6 +136,15 @@ def describe(slot: Slot) -> str:
     raise ValueError(f"unknown slot kind {slot.kind!r}")
 
 
+def _after_results(found: list[str], read: list[str] | None, then: str, skipped: str = "") -> str:
+    """'The result has the page about "A".{skipped} It says ..., so now I need to {then}.' (the
+    pages just found, what they say when `read`, and the next step)."""
+    many = len(found) > 1
+    says = f" {'They say' if many else 'It says'} {_clauses(read)}, so" if read else ""
+    return (f"The result{'s have the pages' if many else ' has the page'} about {_join(found)}.{skipped}{says} "
+            f"{'n' if says else 'N'}ow I need to {then}.")
+
+
 def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
@@ -143,17 +152,11 @@ def template(slot: Slot) -> str:
         them = "them" if len(f["queries"]) > 1 else "it"
         return f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. I will search for {them} first."
     if slot.kind == "next":
-        many = len(f["found"]) > 1
-        says = f" {'They say' if many else 'It says'} {_clauses(f['read'])}, so" if f.get("read") else ""
-        return (f"The result{'s have the pages' if many else ' has the page'} about {_join(f['found'])}.{says} "
-                f"{'n' if says else 'N'}ow I need to look up {_what(f['queries'], f.get('kinds'))}.")
+        return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}")
     if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it
         found = [x for x in f["found"] if x != f.get("skipped")]
-        many = len(found) > 1
         skipped = f" It already has the page about \"{f['skipped']}\" too." if f.get("skipped") else ""
-        says = f" {'They say' if many else 'It says'} {_clauses(f['read'])}, so" if f.get("read") else ""
-        return (f"The result{'s have the pages' if many else ' has the page'} about {_join(found)}.{skipped}{says} "
-                f"{'n' if says else 'N'}ow I need to compute {f['expression']} with the calculator.")
+        return _after_results(found, f.get("read"), f"compute {f['expression']} with the calculator", skipped)
     if slot.kind == "early_stop" and f.get("read"):
         rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}." if f["queries"] else ""
         return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "

@@ -3,8 +3,9 @@ years between two dates) is read from a tool result instead of being worked out 
 
 It is a `tools` row like the search tools (domain `math`, one `expression` argument), in a
 bank built with it (generators.tools.bank; `synthesize --calculator`) and known to every
-simulator, which answers its calls here. Only numbers, + - * /, parentheses and unary minus are evaluated (through Python's
-`ast`, never `eval`); anything else is an error message, as a real tool would return:
+simulator, which answers its calls here. Only numbers, + - * /, parentheses and unary minus
+are evaluated (through Python's `ast`, never `eval`); anything else is an error message, as a
+real tool would return:
 
     answer("1863 - 1783")   -> '{"expression": "1863 - 1783", "result": 80}'
     answer("1863 - x")      -> '{"error": "invalid_expression", "detail": "..."}'
