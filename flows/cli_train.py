@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         table = Table(title=f"tool-use eval of {s['model']} on {cfg.data} ({s['rollouts']} triples)")
         for col in ("metric", "value"):
             table.add_column(col)
-        for k in ("called", "well_formed", "answered", "em", "tool_em", "f1", "calls_per_rollout"):
+        for k in ("called", "well_formed", "answered", "em", "tool_em", "f1", "calls_per_rollout", "found_per_call"):
             table.add_row(k, f"{s[k]:.3f}")
         Console().print(table)
         kinds = Table(title="by question type / hops")

@@ -11,9 +11,13 @@ one; no paraphrased variants).
 Per rollout: `called` (at least one tool call attempted), `well_formed` (at least one call,
 and every call parsed, named an offered tool and had valid arguments), `answered` (ended
 with an `<answer>`), `em` (normalized exact match of the answer). Rates are over all rollouts;
-`tool_em` counts rollouts that both called a tool and answered exactly. `by_qtype` gives the
-same rates per question type and hop count (e.g. `bridge/2`): a small model can learn to follow
-a two-hop bridge long before it learns the arithmetic of a compositional question.
+`tool_em` counts rollouts that both called a tool and answered exactly. `calls_per_rollout`
+counts parsed calls, and `found_per_call` is the share of them whose results hold a page the
+question needs (one of its golden documents). The simulator answers in its "good" mode, which
+returns every needed page the tool's domain can see whatever the query, so this share measures
+the choice of tool: the person search for a city finds none. `by_qtype` gives the same rates
+per question type and hop count (e.g. `bridge/2`): a small model can learn to follow a two-hop
+bridge long before it learns the arithmetic of a compositional question.
 """
 
 from __future__ import annotations
@@ -74,7 +78,8 @@ def summarize(outs) -> dict:
     return {"rollouts": n, "called": sum(called) / n, "well_formed": sum(well) / n, "answered": sum(answered) / n,
             "em": sum(em) / n, "tool_em": sum(c and e for c, e in zip(called, em)) / n,
             "f1": sum(o.stats["f1"] for o in outs) / n,
-            "calls_per_rollout": sum(o.stats["calls"] for o in outs) / n}
+            "calls_per_rollout": sum(o.stats["calls"] for o in outs) / n,
+            "found_per_call": sum(o.stats["found"] for o in outs) / max(1, sum(o.stats["calls"] for o in outs))}
 
 
 def by_qtype(triples: list[dict], outs) -> dict:

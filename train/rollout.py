@@ -1,6 +1,7 @@
-"""Multi-turn tool-use rollouts: the policy writes until `</tool_call>` or `</answer>`, each
-call runs in the BM25 simulator, the tool message is appended, and the policy continues, up
-to `max_turns` assistant turns.
+"""Multi-turn tool-use rollouts: the policy writes a turn (until its end-of-turn token or
+`</answer>`), every `<tool_call>` of the turn runs in the BM25 simulator in order (parallel
+calls, as the synthesized data makes them, like verl's tool agent loop), their tool messages
+are appended, and the policy continues, up to `max_turns` assistant turns.
 
 Each rollout returns the conversation, its token ids (the conversation rendered with the
 chat template exactly as SFT renders it, train/sft.py: tool output as a user
@@ -32,7 +33,7 @@ from train.reward import score_answer
 from train.configs import RolloutConfig  # noqa: F401  (re-exported)
 from train.sft import IGNORE, tokenize
 
-STOPS = ["</tool_call>", "</answer>"]
+STOPS = ["</answer>"]  # not `</tool_call>`: that would cut a turn's second parallel call
 
 
 @dataclass
@@ -85,6 +86,7 @@ def _take(backend, simulator, prompt: Prompt, conv: list[dict], st: dict, c) -> 
         st["calls"] += 1
         result = simulator.call(call["name"], call["arguments"], golden_doc_ids=prompt.golden_doc_ids, mode="good")
         st["tool_errors"] += '"error"' in result[:40]
+        st["found"] += any(d in result for d in prompt.golden_doc_ids)  # a page the question needs
         conv.append({"role": "tool", "content": result, "name": call["name"]})
     return True
 
@@ -146,7 +148,7 @@ def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed:
     on its own; any other advances them in lockstep, one batch per turn. `logprobs=False`
     skips the teacher-forced scoring pass (`Rollout.logprobs` stays empty)."""
     convs = [list(p.messages) for p in prompts]
-    calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "turns": 0, "finish": "turn_limit",
+    calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "found": 0, "turns": 0, "finish": "turn_limit",
               "policy_versions": []} for _ in prompts]
     drive = _asynchronous if getattr(backend, "concurrent", False) else _lockstep
     drive(backend, simulator, prompts, convs, calls, cfg, seed, progress)

@@ -113,3 +113,24 @@ def test_grpo_steps_on_tiny_model(world, tiny_llama_dir, tmp_path):
     assert recs[0]["reward"] == pytest.approx((1.1 + 0.1) / 2)  # wrong answer: format bonus only
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert session.backend.lm is model
+
+
+def test_parallel_calls_of_a_turn_all_run_and_found_counts_those_with_a_needed_page(world, tiny_llama_dir):
+    """Two calls in one turn (as synthesized parallel routes make them) both run, in order; the
+    general search (it sees every page) finds one of the question's golden pages, the calculator
+    finds no page."""
+    from train.evaluate import summarize
+
+    _, triples, docs = world
+    tools = build_bank(seed=0, variants_per_tool=0, calculator=True)
+    tri = triples[0]
+    title = next(d["title"] for d in docs if d["doc_id"] == tri["golden_doc_ids"][0])
+    general = next(t["name"] for t in tools if t["domain"] == "general")
+    calls = [{"name": general, "arguments": {"query": title}}, {"name": "calculate", "arguments": {"expression": "2 - 1"}}]
+    turn = "<think>look</think>\n" + "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+    be = Scripted(tiny_llama_dir, [turn, "<think>done</think>\n<answer>x</answer>"])
+    [r] = rollout(be, Simulator(docs, seed=0, tools=tools), make_prompts([tri], tools), RolloutConfig())
+    assert any(d in r.messages[3]["content"] for d in tri["golden_doc_ids"])
+    assert r.messages[4]["content"] == '{"expression": "2 - 1", "result": 1}'
+    assert r.stats["calls"] == 2 and r.stats["found"] == 1
+    assert summarize([r])["found_per_call"] == 0.5
