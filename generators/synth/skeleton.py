@@ -198,7 +198,8 @@ class SkeletonBuilder:
             return [h.domain for h in rounds[i]] if shows and i < len(rounds) else []
 
         turns: list[Turn] = []
-        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0)})
+        # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
+        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {})})
         skipped = None
         ri = 0
         while ri < len(rounds):

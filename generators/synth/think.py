@@ -95,7 +95,8 @@ def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
     f = slot.facts
     if slot.kind == "plan":
-        return f"First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools."
+        last = " Last step: compute the answer with the calculator." if f.get("computes") else ""
+        return f"First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools.{last}"
     if slot.kind == "next":
         says = f" It says: {_reads(f)}" if f.get("read") else ""
         return (f"The last search found the page about {_join(f['found'])}.{says} "
@@ -150,7 +151,9 @@ def template(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         them = "them" if len(f["queries"]) > 1 else "it"
-        return f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. I will search for {them} first."
+        last = " At the end I will compute the answer with the calculator." if f.get("computes") else ""
+        return (f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. "
+                f"I will search for {them} first.{last}")
     if slot.kind == "next":
         return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}")
     if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it

@@ -82,3 +82,16 @@ def test_no_calculator_means_no_computed_round_and_none_offered(world):
             computes = calculator and isinstance(program, dict) and program.get("op") == "absdiff"
             assert [h.compute for r in p.rounds for h in r] == [False] * len(p.hops[:-1]) + [True] if computes \
                 else not any(h.compute for h in p.hops)
+
+
+def test_a_computed_answers_plan_says_the_calculator_comes_last(world):
+    """The first think of a trajectory that ends with the calculator says so (the model can
+    read its own plan when its last lookup is done); no other plan mentions the calculator."""
+    inputs = load_inputs(world[0], "w")
+    bank = build_bank(seed=3, variants_per_tool=0, calculator=True)
+    s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True, texts="template"), bank)
+    rows, _ = s.trajectories(s.plans(), None, "run")  # every text a template
+    plan = {r["traj_id"]: next(m["content"] for m in r["messages"] if m["role"] == "assistant") for r in rows}
+    said = {k: "compute the answer with the calculator" in text for k, text in plan.items()}
+    calls = {r["traj_id"]: any(c["name"] == NAME for c, _ in _calls(r)) for r in rows}
+    assert said == calls and any(calls.values()) and not all(calls.values())
