@@ -75,11 +75,11 @@ def summarize(outs) -> dict:
     well = [o.stats["calls"] > 0 and o.stats["bad_calls"] == 0 and o.stats["tool_errors"] == 0 for o in outs]
     answered = [o.stats["finish"] == "answer" for o in outs]
     em = [o.stats["em"] == 1.0 for o in outs]
+    calls = sum(o.stats["calls"] for o in outs)
     return {"rollouts": n, "called": sum(called) / n, "well_formed": sum(well) / n, "answered": sum(answered) / n,
             "em": sum(em) / n, "tool_em": sum(c and e for c, e in zip(called, em)) / n,
             "f1": sum(o.stats["f1"] for o in outs) / n,
-            "calls_per_rollout": sum(o.stats["calls"] for o in outs) / n,
-            "found_per_call": sum(o.stats["found"] for o in outs) / max(1, sum(o.stats["calls"] for o in outs))}
+            "calls_per_rollout": calls / n, "found_per_call": sum(o.stats["found"] for o in outs) / max(1, calls)}
 
 
 def by_qtype(triples: list[dict], outs) -> dict:
