@@ -226,11 +226,13 @@ class SkeletonBuilder:
                 skipped, ri = rounds[1][0].query, 2
                 slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
                                            "kinds": kinds(ri),
-                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else []})
+                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else [],
+                                           **({"computes": True} if computed and ri == len(rounds) - 1 else {})})
             else:
                 ri += 1
                 slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
-                                     "read": _read(ev, rounds[ri - 1]) if shows else []})
+                                     "read": _read(ev, rounds[ri - 1]) if shows else [],
+                                     **({"computes": True} if computed and ri == len(rounds) - 1 else {})})
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
             slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
                                     "operands": _operands([computed.query])})
@@ -250,6 +252,9 @@ class SkeletonBuilder:
             turn.slot.sources = list(sources)
             sources += [c.result for c in turn.calls]
         final.sources = sources
+        if computed:  # every think of a computed answer starts by saying so
+            for sl in [t.slot for t in turns] + [final]:
+                sl.facts["years"] = True
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])

@@ -22,7 +22,7 @@ from generators.llm.base import ChatRequest
 from generators.synth import plan as planning
 from generators.synth.assemble import to_row, traj_id_for
 from generators.synth.skeleton import Skeleton, SkeletonBuilder
-from generators.synth.think import clean_think, slot_prompt, template
+from generators.synth.think import clean_think, lead, slot_prompt, template
 
 
 @dataclass
@@ -189,7 +189,7 @@ class Session:
         texts: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(sks))}
         by_slot: dict[str, Counter] = {}
         for (i, slot), (text, source) in zip(slots, picked):
-            texts[i].append((text, source))
+            texts[i].append((lead(slot, text), source))
             by_slot.setdefault(slot.kind, Counter())[source] += 1
         rows = []
         for i, sk in enumerate(sks):

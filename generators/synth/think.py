@@ -9,14 +9,18 @@ final think whose answer is computed from numbers on the pages does the arithmet
 pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
 answer is 80."); with the calculator (generators/tools/compute.py) that arithmetic is first
 sent to it ("... Now I need to compute 1863 - 1783 with the calculator."), so the final think
-repeats a tool result. With `--reasoning evidence` every think after a lookup also states
-what the page said that leads to the next lookup and what that lookup is ("The result has
-the page about "Tranos". It says Tranos lies in Esia, so now I need to look up "Esia", a
-place."), and every final think states its facts and the comparison or arithmetic. The LLM
-is given those facts; its text is kept only if every number and name in it is grounded
-(generators/synth/grounding.py) in the question, an earlier tool result or the derivation
-(else "template:ungrounded"), and a final text that has facts must also mention every value
-of the derivation and the answer (else "template:missing_derivation").
+repeats a tool result; every think of such a trajectory starts with "The question asks for the
+number of years between two dates." (`lead`: a small model reads at the start of its own think
+what kind of question it answers, where it does not look back to the question), and the think
+before its last lookup ends ", then compute the answer with the calculator". With `--reasoning
+evidence` every think after a lookup also states what the page said that leads to the next
+lookup and what that lookup is ("The result has the page about "Tranos". It says Tranos lies
+in Esia, so now I need to look up "Esia", a place."), and every final think states its facts
+and the comparison or arithmetic. The LLM is given those facts; its text is kept only if
+every number and name in it is grounded (generators/synth/grounding.py) in the question, an
+earlier tool result or the derivation (else "template:ungrounded"), and a final text that has
+facts must also mention every value of the derivation and the answer (else
+"template:missing_derivation").
 
     prompts = [slot_prompt(question, slot) for slot in slots]
     texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
@@ -91,6 +95,11 @@ def _reads(f: dict) -> str:
     return " ".join(f.get("read") or [])
 
 
+def _then(f: dict) -> str:
+    """', then compute ...' when the lookup a slot announces is a computed answer's last one."""
+    return ", then compute the answer with the calculator" if f.get("computes") else ""
+
+
 def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
     f = slot.facts
@@ -100,7 +109,7 @@ def describe(slot: Slot) -> str:
     if slot.kind == "next":
         says = f" It says: {_reads(f)}" if f.get("read") else ""
         return (f"The last search found the page about {_join(f['found'])}.{says} "
-                f"Next step: look up {_what(f['queries'], f.get('kinds'))}.")
+                f"Next step: look up {_what(f['queries'], f.get('kinds'))}{_then(f)}.")
     if slot.kind == "fix_args":
         return (f"The call to {f['tool']} failed because its arguments were invalid ({_clip(f['error'], 120)}). "
                 f"Next step: call {f['tool']} again with a proper query for \"{f['query']}\".")
@@ -111,7 +120,7 @@ def describe(slot: Slot) -> str:
         return (f"{f['tool']} returned pages that do not contain the needed fact about \"{f['query']}\". "
                 f"Next step: try the general search {f['general']}.")
     if slot.kind == "early_stop":
-        rest = f" Next step: look up {_join(f['queries'])}." if f["queries"] else ""
+        rest = f" Next step: look up {_join(f['queries'])}{_then(f)}." if f["queries"] else ""
         says = f" It says: {_reads(f)}" if f.get("read") else ""
         return (f"I had planned to look up \"{f['skipped']}\" next, but the last result already contains that "
                 f"page, so that search is not needed.{says}{rest}")
@@ -146,22 +155,34 @@ def _after_results(found: list[str], read: list[str] | None, then: str, skipped:
             f"{'n' if says else 'N'}ow I need to {then}.")
 
 
+YEARS = "The question asks for the number of years between two dates."
+
+
+def lead(slot: Slot, text: str) -> str:
+    """A think as it goes into the trajectory: with the calculator, every think of a computed
+    answer starts with `YEARS`, whoever wrote the rest, so the turn after each lookup reads at
+    its own start what kind of question this is and that the calculator comes last."""
+    return f"{YEARS} {text}" if slot.facts.get("years") and slot.kind != "answer" else text
+
+
 def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
     if slot.kind == "plan":
         them = "them" if len(f["queries"]) > 1 else "it"
-        last = " At the end I will compute the answer with the calculator." if f.get("computes") else ""
+        if f.get("computes"):
+            return (f"I will search for {_what(f['queries'], f.get('kinds'))} first, "
+                    f"and at the end compute the answer with the calculator.")
         return (f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. "
-                f"I will search for {them} first.{last}")
+                f"I will search for {them} first.")
     if slot.kind == "next":
-        return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}")
+        return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}{_then(f)}")
     if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it
         found = [x for x in f["found"] if x != f.get("skipped")]
         skipped = f" It already has the page about \"{f['skipped']}\" too." if f.get("skipped") else ""
         return _after_results(found, f.get("read"), f"compute {f['expression']} with the calculator", skipped)
     if slot.kind == "early_stop" and f.get("read"):
-        rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}." if f["queries"] else ""
+        rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}{_then(f)}." if f["queries"] else ""
         return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
                 f"so I do not need to search for \"{f['skipped']}\".{rest}")
     if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic

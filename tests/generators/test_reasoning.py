@@ -120,7 +120,7 @@ def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(ske
     for sk in skeletons:
         if sk.plan.case != "clean" or sk.plan.route != "sequential":
             continue
-        for turn, nxt in zip(sk.turns, sk.turns[1:]):
+        for turn, nxt, after in zip(sk.turns, sk.turns[1:], sk.turns[2:] + [None]):
             query = nxt.calls[0].hop.query
             text, read = template(nxt.slot), nxt.slot.facts["read"]
             found = turn.calls[0].hop.query
@@ -133,7 +133,9 @@ def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(ske
                 computed += 1
             else:
                 kind = KIND[nxt.calls[0].hop.domain][0]  # what the next lookup is tells the tool that finds it
-                assert text.endswith(f'so now I need to look up "{query}", {kind}.')
+                last = after is not None and after.calls[0].hop.compute  # the calculator comes next
+                then = ", then compute the answer with the calculator" if last else ""
+                assert text.endswith(f'so now I need to look up "{query}", {kind}{then}.')
                 assert query.removeprefix("The ") in values  # the fact that leads to the next lookup
             page = Sources([c.result for c in turn.calls])  # the page just read, alone
             for sentence in read:

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
+from generators.synth.think import YEARS
 from generators.tools.bank import build_bank
 from generators.tools.compute import NAME, answer, evaluate
 from generators.tools.simulator import Simulator
@@ -84,14 +85,22 @@ def test_no_calculator_means_no_computed_round_and_none_offered(world):
                 else not any(h.compute for h in p.hops)
 
 
-def test_a_computed_answers_plan_says_the_calculator_comes_last(world):
-    """The first think of a trajectory that ends with the calculator says so (the model can
-    read its own plan when its last lookup is done); no other plan mentions the calculator."""
+def test_a_computed_answers_thinks_say_what_it_asks_and_that_the_calculator_comes_last(world):
+    """Every think of a trajectory that ends with the calculator starts by saying the question
+    asks for years between dates, its first think and the think before its last lookup say the
+    calculator comes last; no other trajectory says either."""
     inputs = load_inputs(world[0], "w")
     bank = build_bank(seed=3, variants_per_tool=0, calculator=True)
     s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True, texts="template"), bank)
-    rows, _ = s.trajectories(s.plans(), None, "run")  # every text a template
-    plan = {r["traj_id"]: next(m["content"] for m in r["messages"] if m["role"] == "assistant") for r in rows}
-    said = {k: "compute the answer with the calculator" in text for k, text in plan.items()}
-    calls = {r["traj_id"]: any(c["name"] == NAME for c, _ in _calls(r)) for r in rows}
-    assert said == calls and any(calls.values()) and not all(calls.values())
+    plans = {p.triple_id: p for p in s.plans()}
+    rows, _ = s.trajectories(list(plans.values()), None, "run")  # every text a template
+    for r in rows:
+        thinks = [m["content"].split("</think>")[0] for m in r["messages"] if m["role"] == "assistant"]
+        computes = NAME in [c["name"] for c, _ in _calls(r)]
+        assert all(t.startswith(f"<think>{YEARS} ") for t in thinks) if computes \
+            else not any(YEARS in t for t in thinks)
+        assert ("compute the answer with the calculator" in thinks[0]) == computes
+        then = sum("then compute the answer with the calculator" in t for t in thinks[1:])
+        p = plans[r["triple_id"]]  # said before the last lookup, unless the first turn makes it
+        assert then == (computes and len(p.lookups) > (2 if p.case == "early_stop" else 1))
+    assert any(NAME in [c["name"] for c, _ in _calls(r)] for r in rows)
