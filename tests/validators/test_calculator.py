@@ -104,3 +104,33 @@ def test_a_computed_answers_thinks_say_what_it_asks_and_that_the_calculator_come
         p = plans[r["triple_id"]]  # said before the last lookup, unless the first turn makes it
         assert then == (computes and len(p.lookups) > (2 if p.case == "early_stop" else 1))
     assert any(NAME in [c["name"] for c, _ in _calls(r)] for r in rows)
+
+
+class Situation:
+    """The expensive boundary, the model: it writes back each prompt's situation, a text that
+    mentions what its step is about and states nothing the step's facts do not give."""
+
+    name, model = "scripted", "situation"
+
+    def generate(self, requests, progress: bool = False):
+        from generators.llm.base import Completion
+
+        said = [r.messages[-1]["content"].split("Situation: ")[-1].split("\n")[0] for r in requests]
+        return [[Completion(text=s.replace("The answer is", "So the answer is"))] for s in said]
+
+
+def test_model_written_thinks_of_a_computed_answer_get_the_same_lead(world):
+    """The lead is the program's, like the calls: a kept model text gets it too."""
+    inputs = load_inputs(world[0], "w")
+    bank = build_bank(seed=3, variants_per_tool=0, calculator=True)
+    s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True), bank)
+    rows, stats = s.trajectories(s.plans(), Situation(), "run")
+    kept = 0
+    for r in rows:
+        computes = NAME in [c["name"] for c, _ in _calls(r)]
+        said = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
+        sources = (r["meta"] if isinstance(r["meta"], dict) else json.loads(r["meta"]))["text_sources"]
+        for text, source in zip(said, sources):
+            assert text.startswith(f"<think>{YEARS} ") == computes
+            kept += computes and source == "llm"
+    assert kept > 0, stats["fallbacks"]
