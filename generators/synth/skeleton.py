@@ -226,13 +226,13 @@ class SkeletonBuilder:
                 skipped, ri = rounds[1][0].query, 2
                 slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
                                            "kinds": kinds(ri),
-                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else [],
-                                           **({"computes": True} if computed and ri == len(rounds) - 1 else {})})
+                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else []})
             else:
                 ri += 1
                 slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
-                                     "read": _read(ev, rounds[ri - 1]) if shows else [],
-                                     **({"computes": True} if computed and ri == len(rounds) - 1 else {})})
+                                     "read": _read(ev, rounds[ri - 1]) if shows else []})
+            if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
+                slot.facts["computes"] = True
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
             slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
                                     "operands": _operands([computed.query])})

@@ -162,17 +162,17 @@ def lead(slot: Slot, text: str) -> str:
     """A think as it goes into the trajectory: with the calculator, every think of a computed
     answer starts with `YEARS`, whoever wrote the rest, so the turn after each lookup reads at
     its own start what kind of question this is and that the calculator comes last."""
-    return f"{YEARS} {text}" if slot.facts.get("years") and slot.kind != "answer" else text
+    return f"{YEARS} {text}" if slot.facts.get("years") else text
 
 
 def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
     if slot.kind == "plan":
-        them = "them" if len(f["queries"]) > 1 else "it"
         if f.get("computes"):
             return (f"I will search for {_what(f['queries'], f.get('kinds'))} first, "
                     f"and at the end compute the answer with the calculator.")
+        them = "them" if len(f["queries"]) > 1 else "it"
         return (f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. "
                 f"I will search for {them} first.")
     if slot.kind == "next":
