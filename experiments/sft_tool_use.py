@@ -18,7 +18,9 @@ What the 135M model needs to learn something it can use at evaluation time:
 SFT trains the last 10 transformer blocks (`--train-layers 10`, about twice as fast here);
 `--train-layers 0` trains every parameter, as `train sft` does by default (with activation
 checkpointing, to fit two runs at a time). Besides exact match it prints the tool calls per
-rollout and the share of them that found a page the question needs (`found_per_call`).
+rollout and the share of them that found a page the question needs (`found_per_call`), and
+with `--calculator`, per question type, how many rollouts called the calculator and how many
+got the gold answer back from it (`calculator_use`).
 
 `--backend vllm-server` evaluates through one vLLM server (from .venv-vllm): it is started
 once with the base model, and after SFT the fine-tuned weights are published to it, as GRPO
@@ -79,7 +81,8 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     seconds["data"] = time.perf_counter() - started
 
     ecfg = EvalConfig(data="w", limit=held_out, tool_style="compact", max_turns=5, max_new_tokens=160)
-    held = {t["triple_id"] for t in held_out_triples(data, "w", True, held_out)}
+    triples = held_out_triples(data, "w", True, held_out)  # what `evaluate` asks, in its order
+    held = {t["triple_id"] for t in triples}
     trained_on = set(load_table("w", "trajectories", data, columns=["triple_id"]).column("triple_id").to_pylist())
 
     t = time.perf_counter()
@@ -103,7 +106,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
             for r in rolls:
                 f.write(json.dumps({"messages": r.messages, "reward": r.reward, "stats": r.stats}, default=str) + "\n")
         log(name, json.dumps({k: v for k, v in out.items() if k not in ("by_qtype", "config")}))
-        return out
+        return {**out, "calculator": calculator_use(triples, rolls)}
 
     try:
         before = measure(model, "before")
@@ -154,9 +157,28 @@ def main() -> None:
         print(f"  em {q:18}{r['before']['by_qtype'][q]['em']:8.3f}{v['em']:8.3f}  ({v['rollouts']} triples)")
     for qtype, (before, after, n) in per_type(r["before"], r["after"]).items():
         print(f"  exact {qtype:15}{before:>4}/{n}{after:>5}/{n}")
+    if a.calculator:
+        for qtype, (called, right, n) in r["after"]["calculator"].items():
+            print(f"  calculator {qtype:15} called {called}/{n}, gave the gold answer {right}/{n}")
     if a.json:
         a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
                                      indent=1, default=str))
+
+
+def calculator_use(triples: list[dict], rolls) -> dict[str, tuple[int, int, int]]:
+    """Per question type: rollouts that called the calculator, rollouts where one of its results
+    was the gold answer, and rollouts (`rolls` are `evaluate`'s, in the order of `triples`)."""
+    from generators.tools.compute import NAME
+
+    out: dict[str, list[int]] = {}
+    for t, r in zip(triples, rolls, strict=True):
+        results = [json.loads(m["content"]).get("result") for m in r.messages
+                   if m.get("role") == "tool" and m.get("name") == NAME]
+        row = out.setdefault(t.get("qtype") or "other", [0, 0, 0])
+        row[0] += bool(results)
+        row[1] += any(str(v) == str(t["answer"]).replace(",", "") for v in results)
+        row[2] += 1
+    return {k: tuple(v) for k, v in sorted(out.items())}
 
 
 def per_type(before: dict, after: dict) -> dict[str, tuple[int, int, int]]:

@@ -43,4 +43,7 @@ def test_a_short_sft_teaches_the_answer_format_on_held_out_triples(embedded_dir,
     assert sft["counts"]["kept"] >= 0.9 * v["rows_out"], sft["counts"]
     assert sft["last"]["loss"] < sft["first"]["loss"]
     assert before["rollouts"] == after["rollouts"] == HELD_OUT
+    # no calculator offered: every rollout is counted once, none called it
+    assert sum(n for _, _, n in after["calculator"].values()) == HELD_OUT
+    assert all(called == right == 0 for called, right, _ in after["calculator"].values()), after["calculator"]
     assert after["answered"] >= before["answered"] + 0.5, (before, after)
