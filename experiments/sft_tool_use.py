@@ -167,7 +167,9 @@ def main() -> None:
 
 def calculator_use(triples: list[dict], rolls) -> dict[str, tuple[int, int, int]]:
     """Per question type: rollouts that called the calculator, rollouts where one of its results
-    was the gold answer, and rollouts (`rolls` are `evaluate`'s, in the order of `triples`)."""
+    was the gold answer (as the reward matches answers), and rollouts (`rolls` are `evaluate`'s,
+    in the order of `triples`)."""
+    from generators.answers import match
     from generators.tools.compute import NAME
 
     out: dict[str, list[int]] = {}
@@ -176,7 +178,7 @@ def calculator_use(triples: list[dict], rolls) -> dict[str, tuple[int, int, int]
                    if m.get("role") == "tool" and m.get("name") == NAME]
         row = out.setdefault(t.get("qtype") or "other", [0, 0, 0])
         row[0] += bool(results)
-        row[1] += any(str(v) == str(t["answer"]).replace(",", "") for v in results)
+        row[1] += any(match(str(v), str(t["answer"]), list(t.get("aliases") or [])).em for v in results if v is not None)
         row[2] += 1
     return {k: tuple(v) for k, v in sorted(out.items())}
 

@@ -48,9 +48,24 @@ def _calls(row: dict) -> list[tuple[dict, str]]:
             for j, c in enumerate(m["tool_calls"])]
 
 
+def _computes(row: dict) -> bool:
+    """Whether a trajectory calls the calculator."""
+    return any(c["name"] == NAME for c, _ in _calls(row))
+
+
+@pytest.fixture(scope="module")
+def inputs(world):
+    return load_inputs(world[0], "w")
+
+
+@pytest.fixture(scope="module")
+def calculator_bank():
+    return build_bank(seed=3, variants_per_tool=0, calculator=True)
+
+
 def test_computed_answers_call_the_calculator_last_and_pass_every_rule(world, rule_ctx):
     _, rows, _, _ = world
-    computed = [r for r in rows if any(c["name"] == NAME for c, _ in _calls(r))]
+    computed = [r for r in rows if _computes(r)]
     assert len(computed) >= 3, "the fixture's trajectories include computed answers"
     for row in computed:
         call, result = _calls(row)[-1]
@@ -70,9 +85,7 @@ def test_computed_answers_call_the_calculator_last_and_pass_every_rule(world, ru
     assert check_trajectory(wrong, rule_ctx)[-1].reason == "think_unsupported_number"
 
 
-def test_no_calculator_means_no_computed_round_and_none_offered(world):
-    root = world[0]
-    inputs = load_inputs(root, "w")
+def test_no_calculator_means_no_computed_round_and_none_offered(inputs):
     for calculator in (True, False):
         bank = build_bank(seed=3, variants_per_tool=0, calculator=calculator)
         s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=calculator), bank)
@@ -86,25 +99,23 @@ def test_no_calculator_means_no_computed_round_and_none_offered(world):
                 else not any(h.compute for h in p.hops)
 
 
-def test_a_computed_answers_thinks_say_what_it_asks_and_that_the_calculator_comes_last(world):
+def test_a_computed_answers_thinks_say_what_it_asks_and_that_the_calculator_comes_last(inputs, calculator_bank):
     """Every think of a trajectory that ends with the calculator starts by saying the question
     asks for years between dates, its first think and the think before its last lookup say the
     calculator comes last; no other trajectory says either."""
-    inputs = load_inputs(world[0], "w")
-    bank = build_bank(seed=3, variants_per_tool=0, calculator=True)
-    s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True, texts="template"), bank)
+    s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True, texts="template"), calculator_bank)
     plans = {p.triple_id: p for p in s.plans()}
     rows, _ = s.trajectories(list(plans.values()), None, "run")  # every text a template
     for r in rows:
         thinks = [m["content"].split("</think>")[0] for m in r["messages"] if m["role"] == "assistant"]
-        computes = NAME in [c["name"] for c, _ in _calls(r)]
+        computes = _computes(r)
         assert all(t.startswith(f"<think>{YEARS} ") for t in thinks) if computes \
             else not any(YEARS in t for t in thinks)
         assert ("compute the answer with the calculator" in thinks[0]) == computes
         then = sum("then compute the answer with the calculator" in t for t in thinks[1:])
         p = plans[r["triple_id"]]  # said before the last lookup, unless the first turn makes it
         assert then == (computes and len(p.lookups) > (2 if p.case == "early_stop" else 1))
-    assert any(NAME in [c["name"] for c, _ in _calls(r)] for r in rows)
+    assert any(_computes(r) for r in rows)
 
 
 class Situation:
@@ -118,15 +129,13 @@ class Situation:
         return [[Completion(text=s)] for s in said]
 
 
-def test_model_written_thinks_of_a_computed_answer_get_the_same_lead(world):
+def test_model_written_thinks_of_a_computed_answer_get_the_same_lead(inputs, calculator_bank):
     """The lead is the program's, like the calls: a kept model text gets it too."""
-    inputs = load_inputs(world[0], "w")
-    bank = build_bank(seed=3, variants_per_tool=0, calculator=True)
-    s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True), bank)
+    s = Session(inputs, SynthConfig(dataset="w", n=40, calculator=True), calculator_bank)
     rows, stats = s.trajectories(s.plans(), Situation(), "run")
     kept = 0
     for r in rows:
-        computes = NAME in [c["name"] for c, _ in _calls(r)]
+        computes = _computes(r)
         said = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
         sources = (r["meta"] if isinstance(r["meta"], dict) else json.loads(r["meta"]))["text_sources"]
         for text, source in zip(said, sources):
