@@ -3,6 +3,10 @@
 calls, as the synthesized data makes them, like verl's tool agent loop), their tool messages
 are appended, and the policy continues, up to `max_turns` assistant turns.
 
+A call is a search by its own arguments, as a real search tool answers it: the question's
+golden pages are not handed to the simulator (a call finds one only if its query does), they
+only count the calls that found one (`stats["found"]`).
+
 Each rollout returns the conversation, its token ids (the conversation rendered with the
 chat template exactly as SFT renders it, train/sft.py: tool output as a user
 `<tool_response>` turn), a mask (1 = token the policy wrote, 0 = prompt and tool tokens),
@@ -84,7 +88,7 @@ def _take(backend, simulator, prompt: Prompt, conv: list[dict], st: dict, c) -> 
         return False
     for call in parsed.calls:
         st["calls"] += 1
-        result = simulator.call(call["name"], call["arguments"], golden_doc_ids=prompt.golden_doc_ids, mode="good")
+        result = simulator.call(call["name"], call["arguments"])  # by its query alone (module docstring)
         st["tool_errors"] += '"error"' in result[:40]
         st["found"] += any(d in result for d in prompt.golden_doc_ids)  # a page the question needs
         conv.append({"role": "tool", "content": result, "name": call["name"]})

@@ -12,10 +12,11 @@ the export's tool config names it once per tool:
 A relative `corpus` is read from the top package's folder (forgeplay_verl/corpus). Per row,
 verl's tool agent passes `extra_info.tools_kwargs[<tool name>].create_kwargs` to `create`:
 {golden_doc_ids, seed}. `execute` returns the simulator's text for
-`Simulator(documents, seed, tools).call(<tool name>, arguments, golden_doc_ids=..., mode="good")`,
-as forgeplay's own GRPO rollouts call it (train/rollout.py), a tool reward of 0.0 (the answer
-reward is the custom reward function), and {"tool_error": 1.0 | 0.0}. One simulator (one BM25
-index) per corpus and seed per process.
+`Simulator(documents, seed, tools).call(<tool name>, arguments)`, a search by the call's own
+arguments as forgeplay's own GRPO rollouts make it (train/rollout.py: the golden pages are not
+handed out), a tool reward of 0.0 (the answer reward is the custom reward function), and
+{"tool_error": 1.0 | 0.0, "found": 1.0 | 0.0} (found: the result holds one of the row's golden
+pages). One simulator (one BM25 index) per corpus and seed per process.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class SimulatorTool(BaseTool):
         state = self._instances.get(instance_id) or {"golden_doc_ids": [], "seed": 0}
         sim = simulator(self.corpus, state["seed"])
         golden = [g for g in state["golden_doc_ids"] if g in sim.index_of]
-        text = sim.call(self.name, parameters, golden_doc_ids=golden, mode="good")
-        return ToolResponse(text=text), 0.0, {"tool_error": float(text.startswith('{"error"'))}
+        text = sim.call(self.name, parameters)  # by its query alone (module docstring)
+        return ToolResponse(text=text), 0.0, {"tool_error": float(text.startswith('{"error"')),
+                                              "found": float(any(g in text for g in golden))}
 
     async def release(self, instance_id: str, **kwargs) -> None:
         self._instances.pop(instance_id, None)

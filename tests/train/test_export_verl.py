@@ -178,5 +178,5 @@ def test_verl_loads_the_tools_rows_and_reward_of_the_export(root, exported, embe
         meta = json.loads(trajs[c["id"]]["meta"])
         sim = sims.get(meta["seed"]) or sims.setdefault(meta["seed"], Simulator(
             load_table("w", "documents", root), seed=meta["seed"], tools=load_table("w", "tools", root).to_pylist()))
-        assert text == sim.call(c["name"], c["arguments"], golden_doc_ids=meta["golden_doc_ids"], mode="good"), c
+        assert text == sim.call(c["name"], c["arguments"]), c  # a search by the call's query alone
     assert '"invalid_arguments"' in got["results"][-2] and '"results"' in got["results"][0]

@@ -62,7 +62,7 @@ def test_multi_turn_rollout_mask_logprobs_reward(world, tiny_llama_dir):
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
     assert r.messages[2]["content"] == call and r.messages[4]["content"] == final
     # the tool message is exactly what the simulator returns for that call (replayable)
-    assert r.messages[3]["content"] == sim.call(name, {"query": tri["question"]}, golden_doc_ids=tri["golden_doc_ids"])
+    assert r.messages[3]["content"] == sim.call(name, {"query": tri["question"]})
     assert r.stats["calls"] == 1 and r.stats["finish"] == "answer" and r.stats["em"] == 1.0
     assert r.reward == pytest.approx(1.1)
     # the mask covers exactly the two policy replies (+ end markers), not tool output
@@ -134,3 +134,24 @@ def test_parallel_calls_of_a_turn_all_run_and_found_counts_those_with_a_needed_p
     assert r.messages[4]["content"] == '{"expression": "2 - 1", "result": 1}'
     assert r.stats["calls"] == 2 and r.stats["found"] == 1
     assert summarize([r])["found_per_call"] == 0.5
+
+
+def test_a_call_finds_what_its_query_asks_for_not_the_questions_golden_pages(world, tiny_llama_dir):
+    """The simulator answers a rollout's call by its query alone: a search for another page
+    returns that page, not the question's golden pages (a search that is handed them finds a
+    page for any query), and only the call whose query names a golden page counts as found."""
+    _, triples, docs = world
+    tools = build_bank(seed=0, variants_per_tool=0)
+    tri = triples[0]
+    title = {d["doc_id"]: d["title"] for d in docs}
+    other = next(d for d in docs if d["doc_id"] not in tri["golden_doc_ids"]
+                 and not any(title[g] in d["text"] for g in tri["golden_doc_ids"]))
+    general = next(t["name"] for t in tools if t["domain"] == "general")
+    calls = [{"name": general, "arguments": {"query": q, "top_k": 1}}
+             for q in (other["title"], title[tri["golden_doc_ids"][0]])]
+    turn = "<think>look</think>\n" + "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+    be = Scripted(tiny_llama_dir, [turn, "<think>done</think>\n<answer>x</answer>"])
+    [r] = rollout(be, Simulator(docs, seed=0, tools=tools), make_prompts([tri], tools), RolloutConfig())
+    got = [[x["doc_id"] for x in json.loads(r.messages[i]["content"])["results"]] for i in (3, 4)]
+    assert got == [[other["doc_id"]], [tri["golden_doc_ids"][0]]]
+    assert r.stats["calls"] == 2 and r.stats["found"] == 1
