@@ -155,8 +155,9 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True) -> Skeleton:
-        """The skeleton of `plan`. With `evidence` and `every_step` (--reasoning evidence) the
-        slots carry what each next lookup is and what each page said, and the final slot every
+        """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
+        tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
+        (--reasoning evidence) the slots also carry what each page said, and the final slot every
         fact and the derivation; without `every_step` (brief) the final slot carries only the
         arithmetic of an answer computed from the facts, so that no think states a number that
         nothing before it gives."""
@@ -195,7 +196,7 @@ class SkeletonBuilder:
             return [h.query for h in rounds[i]] if i < len(rounds) else []
 
         def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
-            return [h.domain for h in rounds[i]] if shows and i < len(rounds) else []
+            return [h.domain for h in rounds[i]] if i < len(rounds) else []
 
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end

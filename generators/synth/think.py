@@ -4,6 +4,8 @@ carries tags or code, runs on, or does not mention what the step is about (the e
 looks up, the tool it fixes, the answer it gives) is replaced by a template written from
 the same facts, and the trajectory records which text came from where.
 
+Every think that announces lookups says what each one is ("Now I need to look up "Esia", a
+place."), which tells the tool that finds it: a domain tool sees only its kind of pages.
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
 pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
@@ -14,7 +16,7 @@ number of years between two dates." (`lead`: a small model reads at the start of
 what kind of question it answers, where it does not look back to the question), and the think
 before its last lookup ends ", then compute the answer with the calculator". With `--reasoning
 evidence` every think after a lookup also states what the page said that leads to the next
-lookup and what that lookup is ("The result has the page about "Tranos". It says Tranos lies
+lookup ("The result has the page about "Tranos". It says Tranos lies
 in Esia, so now I need to look up "Esia", a place."), and every final think states its facts
 and the comparison or arithmetic. The LLM is given those facts; its text is kept only if
 every number and name in it is grounded (generators/synth/grounding.py) in the question, an

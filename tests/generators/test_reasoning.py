@@ -95,13 +95,19 @@ def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, br
 
 def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
     """`--reasoning brief`: the intermediate thinks name the pages found and the next lookup
-    (no page's sentences); the final think concludes from the pages found, and where the
-    answer is computed (a number no page holds) it writes the arithmetic first, right."""
-    computed = 0
+    with what it is, which tells the tool that finds it (no page's sentences); the final think
+    concludes from the pages found, and where the answer is computed (a number no page holds)
+    it writes the arithmetic first, right."""
+    computed, named = 0, 0
     for sk in brief:
         for turn in sk.turns:
+            text = template(turn.slot)
             if turn.slot.kind == "next":
-                assert template(turn.slot).startswith("The result") and " says " not in template(turn.slot)
+                assert text.startswith("The result") and " says " not in text
+            if turn.slot.kind in ("plan", "next") and turn.slot.facts["queries"]:
+                hops = [c.hop for c in turn.calls if not c.hop.compute]
+                assert hops and all(any(w in text for w in KIND[h.domain]) for h in hops), text
+                named += 1
         text = template(sk.final)
         assert text.startswith("The pages about ") and text.endswith(f"Conclude that the answer is {sk.triple['answer']}.")
         program = json.loads(sk.triple["meta"])["program"]
@@ -111,7 +117,7 @@ def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
             computed += 1
         else:
             assert not re.search(r"\d+ - \d+ = ", text), text
-    assert computed >= 20
+    assert computed >= 20 and named >= len(brief)
 
 
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
