@@ -170,8 +170,8 @@ def test_verl_loads_the_tools_rows_and_reward_of_the_export(root, exported, embe
         seen = got["tool_rows"][x["extra_info"]["id"]]
         assert seen["agent_name"] == "tool_agent" and seen["roles"] == ["system", "user"]
         assert set(seen["tools_kwargs"]) == set(x["extra_info"]["tool_selection"])
-    sims = {}
-    for c, text in zip(calls, got["results"]):
+    sims, found = {}, []
+    for c, text, metrics in zip(calls, got["results"], got["metrics"], strict=True):
         if c["name"] == "no_such_tool":
             assert text.startswith("Unknown function 'no_such_tool'")
             continue
@@ -179,4 +179,8 @@ def test_verl_loads_the_tools_rows_and_reward_of_the_export(root, exported, embe
         sim = sims.get(meta["seed"]) or sims.setdefault(meta["seed"], Simulator(
             load_table("w", "documents", root), seed=meta["seed"], tools=load_table("w", "tools", root).to_pylist()))
         assert text == sim.call(c["name"], c["arguments"]), c  # a search by the call's query alone
+        # the golden pages only say whether the search found one
+        assert metrics["found"] == float(any(g in text for g in meta["golden_doc_ids"])), c
+        found.append(metrics["found"])
+    assert 0.0 in found and 1.0 in found  # the synthesized calls find their pages; a bad call finds none
     assert '"invalid_arguments"' in got["results"][-2] and '"results"' in got["results"][0]

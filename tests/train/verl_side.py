@@ -41,7 +41,7 @@ def dataset(export: str, tokenizer, max_prompt_length: int):
     return RLHFDataset([f"{export}/train.parquet", f"{export}/test.parquet"], tokenizer, cfg)
 
 
-async def call_tools(tools: dict, rows: dict, calls: list[dict]) -> list[str]:
+async def call_tools(tools: dict, rows: dict, calls: list[dict]) -> list[tuple[str, dict]]:
     from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
     from verl.experimental.agent_loop.tool_parser import FunctionCall
 
@@ -52,9 +52,9 @@ async def call_tools(tools: dict, rows: dict, calls: list[dict]) -> list[str]:
         row = rows[c["id"]]
         data = object.__new__(AgentData)
         data._active_tools = {n: tools[n] for n in row["extra_info"]["tool_selection"] if n in tools}
-        resp, _, _ = await loop._call_tool(FunctionCall(name=c["name"], arguments=json.dumps(c["arguments"])),
-                                           row["tools_kwargs"], data)
-        out.append(resp.text)
+        resp, _, metrics = await loop._call_tool(FunctionCall(name=c["name"], arguments=json.dumps(c["arguments"])),
+                                                 row["tools_kwargs"], data)
+        out.append((resp.text, metrics))
     return out
 
 
@@ -80,7 +80,8 @@ def main(export: str, tokenizer_dir: str, cases_path: str) -> None:
     out["tool_rows"] = {i: {"agent_name": r["agent_name"], "roles": [m["role"] for m in r["raw_prompt"]],
                             "tools_kwargs": {k: v for k, v in r["tools_kwargs"].items() if v}}
                         for i, r in by_id.items() if r["agent_name"] == "tool_agent"}
-    out["results"] = asyncio.run(call_tools(tools, by_id, cases["calls"]))
+    answered = asyncio.run(call_tools(tools, by_id, cases["calls"]))
+    out["results"], out["metrics"] = [t for t, _ in answered], [m for _, m in answered]
     print(json.dumps(out, default=str))
 
 
