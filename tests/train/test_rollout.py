@@ -48,6 +48,11 @@ class Scripted(TransformersBackend):
         return out
 
 
+def _turn(calls: list[dict]) -> str:
+    """A policy turn that makes `calls` in parallel, one `<tool_call>` block each."""
+    return "<think>look</think>\n" + "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+
+
 def test_multi_turn_rollout_mask_logprobs_reward(world, tiny_llama_dir):
     root, triples, docs = world
     tools = build_bank(seed=0, variants_per_tool=1)
@@ -127,7 +132,7 @@ def test_parallel_calls_of_a_turn_all_run_and_found_counts_those_with_a_needed_p
     title = next(d["title"] for d in docs if d["doc_id"] == tri["golden_doc_ids"][0])
     general = next(t["name"] for t in tools if t["domain"] == "general")
     calls = [{"name": general, "arguments": {"query": title}}, {"name": "calculate", "arguments": {"expression": "2 - 1"}}]
-    turn = "<think>look</think>\n" + "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+    turn = _turn(calls)
     be = Scripted(tiny_llama_dir, [turn, "<think>done</think>\n<answer>x</answer>"])
     [r] = rollout(be, Simulator(docs, seed=0, tools=tools), make_prompts([tri], tools), RolloutConfig())
     assert any(d in r.messages[3]["content"] for d in tri["golden_doc_ids"])
@@ -149,7 +154,7 @@ def test_a_call_finds_what_its_query_asks_for_not_the_questions_golden_pages(wor
     general = next(t["name"] for t in tools if t["domain"] == "general")
     calls = [{"name": general, "arguments": {"query": q, "top_k": 1}}
              for q in (other["title"], title[tri["golden_doc_ids"][0]])]
-    turn = "<think>look</think>\n" + "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+    turn = _turn(calls)
     be = Scripted(tiny_llama_dir, [turn, "<think>done</think>\n<answer>x</answer>"])
     [r] = rollout(be, Simulator(docs, seed=0, tools=tools), make_prompts([tri], tools), RolloutConfig())
     got = [[x["doc_id"] for x in json.loads(r.messages[i]["content"])["results"]] for i in (3, 4)]
