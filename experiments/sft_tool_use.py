@@ -20,9 +20,12 @@ SFT trains the last 10 transformer blocks (`--train-layers 10`, about twice as f
 checkpointing, to fit two runs at a time). Besides exact match it prints the tool calls per
 rollout and the share of them that found a page the question needs (`found_per_call`), and
 with `--calculator`, per question type, how many rollouts called the calculator and how many
-got the gold answer back from it (`calculator_use`). Each exact match comes with its 95%
-interval (Wilson): on 48 questions a figure near 0.25 spans about 0.15 to 0.39, so two runs
-that differ by less than that are not told apart.
+got the gold answer back from it (`calculator_use`). After SFT it reads the rollouts
+(experiments/reading.py): where the searches went (the page named, a tool that cannot see
+it, ...), whether the kind a think gives each lookup is the page's, and per question type how
+many rollouts found every page they need and how many answered before they had. Each exact
+match comes with its 95% interval (Wilson): on 48 questions a figure near 0.25 spans about
+0.15 to 0.39, so two runs that differ by less than that are not told apart.
 
 `--backend vllm-server` evaluates through one vLLM server (from .venv-vllm): it is started
 once with the base model, and after SFT the fine-tuned weights are published to it, as GRPO
@@ -68,7 +71,9 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     from generators.synth.synthesize import SynthConfig
     from storage import load_table
     from train.configs import SFTConfig, TrainConfig
-    from train.evaluate import EvalConfig, eval_backend, evaluate, held_out_triples
+    from experiments.reading import chains, kinds, searches
+    from generators.tools.simulator import Simulator
+    from train.evaluate import EvalConfig, base_tools, eval_backend, evaluate, held_out_triples
     from validators.runner import ValidateConfig
 
     data, seconds = root / "data", {}
@@ -85,6 +90,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     ecfg = EvalConfig(data="w", limit=held_out, tool_style="compact", max_turns=5, max_new_tokens=160)
     triples = held_out_triples(data, "w", True, held_out)  # what `evaluate` asks, in its order
     held = {t["triple_id"] for t in triples}
+    sim = Simulator(load_table("w", "documents", data).to_pylist(), seed=ecfg.tool_seed, tools=base_tools(data, "w"))
     trained_on = set(load_table("w", "trajectories", data, columns=["triple_id"]).column("triple_id").to_pylist())
 
     t = time.perf_counter()
@@ -108,7 +114,10 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
             for r in rolls:
                 f.write(json.dumps({"messages": r.messages, "reward": r.reward, "stats": r.stats}, default=str) + "\n")
         log(name, json.dumps({k: v for k, v in out.items() if k not in ("by_qtype", "config")}))
-        return {**out, "calculator": calculator_use(triples, rolls)}
+        said = [r.messages for r in rolls]
+        return {**out, "calculator": calculator_use(triples, rolls), "searches": dict(searches(said, sim)),
+                "kinds": dict(kinds(said, sim)),
+                "chains": {q: dict(c) for q, c in chains(triples, said, [r.stats["finish"] for r in rolls]).items()}}
 
     try:
         before = measure(model, "before")
@@ -166,6 +175,11 @@ def main() -> None:
     if a.calculator:
         for qtype, (called, right, n) in r["after"]["calculator"].items():
             print(f"  calculator {qtype:15} called {called}/{n}, gave the gold answer {right}/{n}")
+    after = r["after"]
+    print("searches after SFT: " + ", ".join(f"{k} {v}" for k, v in after["searches"].items()))
+    print("lookups announced with a kind after SFT: " + ", ".join(f"{k} {v}" for k, v in after["kinds"].items()))
+    for qtype, c in after["chains"].items():
+        print(f"  {qtype:15} " + ", ".join(f"{k} {v}" for k, v in c.items()))
     if a.json:
         a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
                                      indent=1, default=str))

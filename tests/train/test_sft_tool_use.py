@@ -47,3 +47,9 @@ def test_a_short_sft_teaches_the_answer_format_on_held_out_triples(embedded_dir,
     assert sum(n for _, _, n in after["calculator"].values()) == HELD_OUT
     assert all(called == right == 0 for called, right, _ in after["calculator"].values()), after["calculator"]
     assert after["answered"] >= before["answered"] + 0.5, (before, after)
+    # what the experiment reads back from the rollouts (experiments/reading.py) agrees with their stats
+    for out in (before, after):
+        chains = out["chains"].values()
+        assert sum(c["rollouts"] for c in chains) == HELD_OUT
+        assert sum(c["answered"] for c in chains) == round(out["answered"] * HELD_OUT)
+        assert out["searches"].get("searches", 0) <= round(out["calls_per_rollout"] * HELD_OUT)
