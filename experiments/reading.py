@@ -77,7 +77,7 @@ def searches(conversations: list[list[dict]], sim) -> Counter:
             page = page_of(query)
             try:
                 got = {r["doc_id"] for r in json.loads(answer["content"]).get("results", [])}
-            except (ValueError, AttributeError):
+            except (ValueError, TypeError, AttributeError):  # not a search result
                 got = set()
             if page is None:
                 out["its query is no page's title"] += 1
