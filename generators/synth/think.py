@@ -18,11 +18,10 @@ before its last lookup ends ", then compute the answer with the calculator". Wit
 evidence` every think after a lookup also states what the page said that leads to the next
 lookup ("The result has the page about "Tranos". It says Tranos lies in Esia, so now I need
 to look up "Esia", a place."), and every final think states its facts and the comparison or
-arithmetic. The LLM is given those facts; its text is kept only if
-every number and name in it is grounded (generators/synth/grounding.py) in the question, an
-earlier tool result or the derivation (else "template:ungrounded"), and a final text that has
-facts must also mention every value of the derivation and the answer (else
-"template:missing_derivation").
+arithmetic. The LLM is given those facts; its text is kept only if every number and name in
+it is grounded (generators/synth/grounding.py) in the question, an earlier tool result or the
+derivation (else "template:ungrounded"), and a final text that has facts must also mention
+every value of the derivation and the answer (else "template:missing_derivation").
 
     prompts = [slot_prompt(question, slot) for slot in slots]
     texts = backend.generate([ChatRequest(messages=p, ...) for p in prompts])
