@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--train-seed", type=int, default=0, help="SFT's data order and torch seed")
     ap.add_argument("--train-layers", type=int, default=10,
                     help="train only the last N transformer blocks (0 = every parameter, as `train sft` does)")
-    ap.add_argument("--reasoning", default="brief", choices=["brief", "evidence"],
+    ap.add_argument("--reasoning", default="brief", choices=["brief", "evidence", "plan"],
                     help="what the synthesized thinks say (synthesize --reasoning)")
     ap.add_argument("--calculator", action="store_true",
                     help="offer the calculator; a computed answer's trajectory calls it (synthesize --calculator)")

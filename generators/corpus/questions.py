@@ -12,6 +12,12 @@ Four question types (2WikiMultihopQA-style names):
                  rule (same birth country, same employer, same university, worked for the
                  publisher, same headquarters country, event held in a country)
 
+Bridge, comparison, compositional and native-country questions record in `extra["phrases"]`
+how they name every entity they read, by name ("the founder of the publisher of X"; an entity
+the question reads without naming it, a compared entity's founder or the birthplace of the
+native-country rule, gets "the founder of A" or "the birthplace of X"), which a plan of
+lookups copies (generators/synth/think.py).
+
 Every relation is functional, names are unique, and every hop reads a new document, so a
 question has exactly one answer. `make_question(QuestionMaker(world, rng), qtype)`
 (generators/corpus/inference.py) returns a `Question` or None when the random draw could
@@ -74,12 +80,16 @@ class QuestionMaker:
     def np(self, rel: str, subject: Entity, x: str) -> str:
         return self.rng.choice(pick(NP, rel, subject.subtype, subject.type)).format(x=x)
 
-    def chain_np(self, start: Entity, rels: list[str]) -> tuple[str, Entity]:
-        """Noun phrase for the entity reached from `start` by entity relations `rels`."""
+    def chain_np(self, start: Entity, rels: list[str], said: dict | None = None) -> tuple[str, Entity]:
+        """Noun phrase for the entity reached from `start` by entity relations `rels`; `said` gets
+        the phrase of every entity on the way, by name (the first one kept), as the question says it."""
         x, cur = self.mention(start), start
+        said = {} if said is None else said
+        said.setdefault(start.name, x)
         for rel in rels:
             x = self.np(rel, cur, x)
             cur = self.w.by_id[cur.facts[rel]]
+            said.setdefault(cur.name, x)
         return x, cur
 
     def answer_of(self, subject: Entity, rel: str) -> tuple[str, list[str]]:
@@ -145,7 +155,8 @@ class QuestionMaker:
         path = self.random_path(start, hops - 1, [start.id])
         if path is None:
             return None
-        x, last = self.chain_np(start, path)
+        said: dict[str, str] = {}
+        x, last = self.chain_np(start, path, said)
         visited = [start.id] + [s for s, _ in self.walk(start, path)] + [last.id]
         finals = [rel for rel in last.facts if rel not in NOT_ASKED
                   and not (REL[rel].is_entity and last.facts[rel] in visited)]
@@ -156,7 +167,7 @@ class QuestionMaker:
         question = capitalise(r.choice(pick(ASK, rel, last.subtype, last.type)).format(x=x))
         answer, aliases = self.answer_of(last, rel)
         return Question("bridge", question, answer, aliases, steps, self.program_chain(steps),
-                        {"relations": path + [rel]})
+                        {"relations": path + [rel], "phrases": said})
 
     def _two(self, pool: list[Entity], key, differ=lambda a, b: True) -> tuple[Entity, Entity] | None:
         for _ in range(20):
@@ -199,7 +210,9 @@ class QuestionMaker:
             chains = [[rel], [rel]]
             forms = COMPARE[(rel, op)]
             forms = forms.get(pair[0].type, forms.get("*")) if isinstance(forms, dict) else forms
-            q = r.choice(forms).format(a=self.mention(pair[0]), b=self.mention(pair[1]))
+            form = r.choice(forms)
+            said = {e.name: self.mention(e) for e in pair}
+            q = form.format(a=said[pair[0].name], b=said[pair[1].name])
         else:  # through one relation each: "whose founder was born earlier"
             via, rel, pool = r.choice(self.via_groups())
             pair = self._two(pool, lambda e: self.w.by_id[e.facts[via]].facts[rel],
@@ -212,14 +225,17 @@ class QuestionMaker:
             pred = PRED[(rel, op)]
             if REL[via].kind == "country":
                 pred = pred.replace("founded", "established")
-            q = form.format(a=self.mention(pair[0]), b=self.mention(pair[1]), noun=noun, pred=pred)
+            said = {e.name: self.mention(e) for e in pair}
+            q = form.format(a=said[pair[0].name], b=said[pair[1].name], noun=noun, pred=pred)
+            said.update({self.w.by_id[e.facts[via]].name: f"the {noun} of {said[e.name]}" for e in pair})
         values = [self.value_at(e, c)[1] for e, c in zip(pair, chains)]
         winner = pair[values.index((min if op == "min" else max)(values))]
         steps = [s for e, c in zip(pair, chains) for s in self.walk(e, c)]
         answer, aliases = self.entity_answer(winner)
         program = {"op": "arg" + op, "candidates": [
             {"answer": e.name, "chain": self.program_chain(self.walk(e, c))} for e, c in zip(pair, chains)]}
-        return Question("comparison", capitalise(q), answer, aliases, steps, program, {"relation": rel})
+        return Question("comparison", capitalise(q), answer, aliases, steps, program,
+                        {"relation": rel, "phrases": said})
 
     def compositional(self) -> Question | None:
         r = self.rng
@@ -241,9 +257,9 @@ class QuestionMaker:
         steps = self.walk(start, a) + self.walk(start, b)
         if ea.id == eb.id or va == vb or len(dict.fromkeys(s for s, _ in steps)) > MAX_HOPS:
             return None
-        phrases = []
+        phrases, said = [], {}
         for path, end in ((a, ea), (b, eb)):
-            x, _ = self.chain_np(start, path[:-1])
+            x, _ = self.chain_np(start, path[:-1], said)
             phrases.append(r.choice(pick(WHEN, path[-1], end.subtype, end.type)).format(x=x))
         form = r.choice(["How many years passed between {a} and {b}?", "How many years separate {a} and {b}?",
                          "What is the number of years between {a} and {b}?"])
@@ -251,4 +267,4 @@ class QuestionMaker:
         program = {"op": "absdiff", "args": [self.program_chain(self.walk(start, a)),
                                              self.program_chain(self.walk(start, b))]}
         return Question("compositional", capitalise(form.format(a=phrases[0], b=phrases[1])), str(n),
-                        years_aliases(n), steps, program, {"relations": [a, b]})
+                        years_aliases(n), steps, program, {"relations": [a, b], "phrases": said})

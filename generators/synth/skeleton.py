@@ -89,6 +89,16 @@ def _read(ev: Evidence, hops: list[Hop]) -> list[str]:
     return [s for h in hops for s in ev.read.get(h.doc_id, [])]
 
 
+def _phrases(triple: dict, rounds: list[list[Hop]]) -> dict[str, str]:
+    """How the question names each lookup ("the founder of Dasta"), by lookup, from the world
+    triple's meta "phrases"; empty unless every lookup has one (imported triples have none, nor do
+    the yes/no inference rules)."""
+    meta = json.loads(triple.get("meta") or "{}")
+    said = {k.lower(): v for k, v in ((meta.get("phrases") if isinstance(meta, dict) else None) or {}).items()}
+    hops = [h.query for r in rounds for h in r]
+    return {q: said[q.lower()] for q in hops} if all(q.lower() in said for q in hops) else {}
+
+
 def _operands(steps: list[str]) -> list[str]:
     """The numbers of an arithmetic step ("1863 - 1783 = 80." -> 1863, 1783, 80)."""
     return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
@@ -154,13 +164,16 @@ class SkeletonBuilder:
                 args[k] = value
         return args
 
-    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True) -> Skeleton:
+    def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
+              phrased: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
         fact and the derivation; without `every_step` (brief) the final slot carries only the
         arithmetic of an answer computed from the facts, so that no think states a number that
-        nothing before it gives."""
+        nothing before it gives. With `phrased` (--reasoning plan) and a world triple's phrases, the
+        plan slot lists every lookup as the question names it, and every slot after a result the
+        phrases of what it read (`was`) and of what comes next (`said`; the final slot `last`)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -198,11 +211,22 @@ class SkeletonBuilder:
         def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
             return [h.domain for h in rounds[i]] if i < len(rounds) else []
 
+        phrases = _phrases(triple, rounds) if phrased and len(rounds) > 1 else {}
+
+        def said(i: int) -> dict:
+            """How the question names the lookups of round i, which the think announces (`said`), and
+            those of round i - 1, whose pages it just read (`was`; the first round's are its names)."""
+            if not phrases:
+                return {}
+            return {"said": [phrases[q] for q in queries(i)] if i < len(rounds) else [],
+                    "was": [phrases[q] for q in queries(i - 1)] if i > 1 else []}
+
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
-        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {})})
+        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
+                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
         skipped = None
-        ri = 0
+        ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):
             t, calls = len(turns), []
             for j, hop in enumerate(rounds[ri]):
@@ -230,7 +254,8 @@ class SkeletonBuilder:
                                            "read": _read(ev, rounds[0] + rounds[1]) if shows else []})
             else:
                 ri += 1
-                slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri),
+                last = ri
+                slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri), **said(ri),
                                      "read": _read(ev, rounds[ri - 1]) if shows else []})
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
@@ -242,7 +267,8 @@ class SkeletonBuilder:
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
-        final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"],
+        ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
+        final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,
                                "skipped": skipped, "question": triple["question"],
                                **({"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
                                   if shows else {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed

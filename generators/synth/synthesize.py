@@ -47,7 +47,7 @@ class SynthConfig:
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
-    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic) or evidence (also what each page said, and every final think states its facts and the comparison or arithmetic)"})
+    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic) or evidence (also what each page said, and every final think states its facts and the comparison or arithmetic), or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
@@ -73,7 +73,7 @@ class SynthConfig:
         return ks
 
 
-REASONING = ("brief", "evidence")
+REASONING = ("brief", "evidence", "plan")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False}
 
@@ -165,7 +165,7 @@ class Session:
         for p in plans:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
-                                          every_step=self.cfg.reasoning == "evidence"))
+                                          every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

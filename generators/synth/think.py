@@ -6,6 +6,17 @@ the same facts, and the trajectory records which text came from where.
 
 Every think that announces lookups says what each one is ("Now I need to look up "Esia", a
 place."), which tells the tool that finds it: a domain tool sees only its kind of pages.
+With `--reasoning plan` the first think of a world question of several rounds lists every
+lookup in order, each after the first as the question names it ("To answer this I need
+"Dasta", then the author of the novel Dasta, then the city where the author of the novel
+Dasta was born. First I will search for "Dasta", a creative work."), and every think after a
+result names what it read as the plan did, then the plan's next item and the entity it is
+("The result has the page about "Ilo Varn", the author of the novel Dasta. Next is the city
+where the author of the novel Dasta was born, which is "Gaiwick", so now I need to look up
+"Gaiwick", a place."), or "Next is the calculator", or "That was the last lookup" before it
+concludes: how many lookups a question takes is read off the question (a world triple's meta
+"phrases", generators/corpus/questions.py).
+
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
 pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
@@ -101,15 +112,39 @@ def _then(f: dict) -> str:
     return ", then compute the answer with the calculator" if f.get("computes") else ""
 
 
+def _path(f: dict) -> str:
+    """', then the founder of Dasta and ..., then the calculator': the lookups after the first
+    round, as the question names them (the plan's `path`), then the calculator if it computes."""
+    end = ", then the calculator" if f.get("computes") else ""
+    return "".join(f", then {_names(r)}" for r in f.get("path") or []) + end
+
+
+def _was(f: dict) -> str:
+    """', the founder of Dasta': what the question calls the pages just read (after the first round)."""
+    return f", {_names(f['was'])}" if f.get("was") else ""
+
+
+def _said(f: dict) -> str:
+    """'Next is the founder of Dasta, which is "Ilo Varn"': the plan's next item and the entity it
+    is; 'Next is the calculator' or 'That was the last lookup' when the plan has no lookup left."""
+    if "said" not in f:
+        return ""
+    if f["said"]:
+        items = [f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
+        return f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
+    return "Next is the calculator" if f.get("expression") else "That was the last lookup"
+
+
 def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
     f = slot.facts
     if slot.kind == "plan":
         last = " Last step: compute the answer with the calculator." if f.get("computes") else ""
-        return f"First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools.{last}"
+        path = f"The question needs {_join(f['queries'])}{_path(f)}. " if f.get("path") else ""
+        return f"{path}First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools.{last}"
     if slot.kind == "next":
-        says = f" It says: {_reads(f)}" if f.get("read") else ""
-        return (f"The last search found the page about {_join(f['found'])}.{says} "
+        says = f" It says: {_reads(f)}" if f.get("read") else f" {_said(f)}." if f.get("said") else ""
+        return (f"The last search found the page about {_join(f['found'])}{_was(f)}.{says} "
                 f"Next step: look up {_what(f['queries'], f.get('kinds'))}{_then(f)}.")
     if slot.kind == "fix_args":
         return (f"The call to {f['tool']} failed because its arguments were invalid ({_clip(f['error'], 120)}). "
@@ -147,13 +182,20 @@ def describe(slot: Slot) -> str:
     raise ValueError(f"unknown slot kind {slot.kind!r}")
 
 
-def _after_results(found: list[str], read: list[str] | None, then: str, skipped: str = "") -> str:
+def _after_results(found: list[str], read: list[str] | None, then: str, skipped: str = "", plan: dict | None = None) -> str:
     """'The result has the page about "A".{skipped} It says ..., so now I need to {then}.' (the
-    pages just found, what they say when `read`, and the next step)."""
-    many = len(found) > 1
-    says = f" {'They say' if many else 'It says'} {_clauses(read)}, so" if read else ""
-    return (f"The result{'s have the pages' if many else ' has the page'} about {_join(found)}.{skipped}{says} "
-            f"{'n' if says else 'N'}ow I need to {then}.")
+    pages just found, what they say when `read`, and the next step). With a `plan` of phrases (a
+    slot's facts): 'The result has the page about "B", the founder of A. Next is the city where the
+    founder of A was born, which is "C", so now I need to {then}.'"""
+    plan = plan or {}
+    says = (f" {'They say' if len(found) > 1 else 'It says'} {_clauses(read)}, so" if read
+            else f" {_said(plan)}, so" if _said(plan) else "")
+    return f"{_result(found, plan)}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
+
+
+def _result(found: list[str], plan: dict) -> str:
+    """'The result has the page about "B", the founder of A.' (what the question calls it, if known)."""
+    return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {_join(found)}{_was(plan)}."
 
 
 YEARS = "The question asks for the number of years between two dates."
@@ -170,6 +212,9 @@ def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
     if slot.kind == "plan":
+        if f.get("path"):
+            return (f"To answer this I need {_join(f['queries'])}{_path(f)}. "
+                    f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
         if f.get("computes"):
             return (f"I will search for {_what(f['queries'], f.get('kinds'))} first, "
                     f"and at the end compute the answer with the calculator.")
@@ -177,15 +222,20 @@ def template(slot: Slot) -> str:
         return (f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. "
                 f"I will search for {them} first.")
     if slot.kind == "next":
-        return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}{_then(f)}")
+        return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}{_then(f)}",
+                              plan=f)
     if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it
         found = [x for x in f["found"] if x != f.get("skipped")]
         skipped = f" It already has the page about \"{f['skipped']}\" too." if f.get("skipped") else ""
-        return _after_results(found, f.get("read"), f"compute {f['expression']} with the calculator", skipped)
+        return _after_results(found, f.get("read"), f"compute {f['expression']} with the calculator", skipped,
+                              plan=f if not skipped else None)
     if slot.kind == "early_stop" and f.get("read"):
         rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}{_then(f)}." if f["queries"] else ""
         return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
                 f"so I do not need to search for \"{f['skipped']}\".{rest}")
+    if slot.kind == "final" and f.get("last") and not f.get("facts") and not f.get("steps"):  # brief, planned
+        return (f"{_result(f['last'], f)} {_said(f)}, so the pages about {_join(f['found'])} give everything needed. "
+                f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")

@@ -50,6 +50,13 @@ def brief(inputs):
     return s.skeletons(s.plans())
 
 
+@pytest.fixture(scope="module")
+def planned(inputs):
+    """`--reasoning plan`: brief, and the plans name every lookup as the question does."""
+    s = _session(inputs, "plan")
+    return s.skeletons(s.plans())
+
+
 def stated_facts(text: str) -> FactBase:
     """The facts a text states, read back with the corpus's own parser."""
     return FactBase([f for s in split_sentences(text) for f in EXTRACTOR.sentence_facts(s, "")])
@@ -78,10 +85,10 @@ def test_final_derivation_reexecuted_from_its_facts_gives_the_gold_answer(skelet
     assert set(per_type) == set(QTYPES) and min(per_type.values()) >= 20, per_type
 
 
-@pytest.mark.parametrize("mode", ["evidence", "brief"])
-def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, brief):
+@pytest.mark.parametrize("mode", ["evidence", "brief", "plan"])
+def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, brief, planned):
     kinds = Counter()
-    for sk in skeletons if mode == "evidence" else brief:
+    for sk in {"evidence": skeletons, "brief": brief, "plan": planned}[mode]:
         for slot in [t.slot for t in sk.turns] + [sk.final]:
             assert slot.sources and slot.sources[0] == sk.triple["question"]
             text = template(slot)
@@ -148,6 +155,57 @@ def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(ske
                 assert sentence[:-1].removeprefix("The ") in text and page.ungrounded(sentence) == []
             seen += 1
     assert seen >= 20 and computed >= 5, (seen, computed)
+
+
+def names(xs: list[str]) -> str:
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+def test_plans_name_every_lookup_as_the_question_does(planned, brief):
+    """A plan of several rounds lists every lookup in order, each after the first as the question
+    names it ("then the founder of Dasta, then the city where the founder of Dasta was born"), then
+    the calculator if the answer is computed. Every think after a result names what it read as the
+    plan did, then the plan's next item and the entity it is ("Next is the city where the founder
+    of Dasta was born, which is "Gaiwick""), or "Next is the calculator", or "That was the last
+    lookup" before it concludes. For bridge and compositional questions every phrase is the
+    question's own, and each one nests the one before."""
+    seen, ended = Counter(), 0
+    for sk in planned:
+        rounds, said = sk.plan.lookups, json.loads(sk.triple["meta"]).get("phrases")
+        plan = template(sk.turns[0].slot)
+        if len(rounds) < 2 or not said:
+            assert ", then " not in plan and "Next is" not in template(sk.final), plan
+            continue
+        phrases = [[said[h.query] for h in r] for r in rounds]
+        items = [names([f'"{h.query}"' for h in rounds[0]])] + [names(r) for r in phrases[1:]]
+        items += ["the calculator"] if sk.plan.computed else []
+        assert plan.startswith(f"To answer this I need {', then '.join(items)}. First I will search for "), plan
+        assert all(p in plan for r in phrases[1:] for p in r), plan
+        if sk.triple["qtype"] in ("bridge", "compositional"):
+            assert all(p.lower() in sk.triple["question"].lower() for r in phrases for p in r)
+        if sk.triple["qtype"] == "bridge":  # one lookup a round, each phrase wraps the last
+            assert all(len(r) == 1 for r in rounds)
+            assert all(a[0] in b[0] for a, b in zip(phrases, phrases[1:])), phrases
+        for turn in sk.turns[1:]:
+            f, text = turn.slot.facts, template(turn.slot)
+            if turn.slot.kind not in ("next", "compute") or sk.plan.case == "early_stop":
+                continue
+            read = f["found"]
+            if read[0] not in [h.query for h in rounds[0]]:  # what it read, as the plan named it
+                assert f"about {names([chr(34) + q + chr(34) for q in read])}, {names([said[q] for q in read])}." in text
+            if turn.slot.kind == "compute":
+                assert "Next is the calculator, so now I need to compute" in text, text
+            for query in f["queries"]:
+                assert f'{said[query]}, which is "{query}"' in text, text
+        if "last" in sk.final.facts:
+            text = template(sk.final)
+            last = names([said[q] for q in sk.final.facts["last"]])
+            assert f"{last}. That was the last lookup, so the pages about" in text, text
+            ended += 1
+        seen[sk.triple["qtype"]] += 1
+    assert min(seen[q] for q in ("bridge", "compositional", "comparison", "inference")) >= 3, seen
+    assert ended >= 20, ended
+    assert not any(", then " in template(sk.turns[0].slot) for sk in brief)  # brief plans name only the first
 
 
 ISSUE_SOURCES = [
