@@ -71,8 +71,7 @@ def native_country(qm: QuestionMaker) -> Question | None:
     said: dict[str, str] = {}
     x, person = qm.chain_np(start, prefix, said)
     steps = qm.walk(start, prefix + ["birthplace", "country"])
-    if "birthplace" in person.facts:
-        said.setdefault(qm.w.name(person.facts["birthplace"]), f"the birthplace of {x}")
+    said.setdefault(qm.w.name(person.facts["birthplace"]), f"the birthplace of {x}")
     form = r.choice(["Which country is {x} a native of?", "What is the native country of {x}?",
                      "In which country was {x} born?"])
     answer, aliases = qm.entity_answer(qm.w.by_id[qm.value_at(start, prefix + ["birthplace", "country"])[1]])

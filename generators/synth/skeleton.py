@@ -36,6 +36,7 @@ from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
 from generators.tools.compute import COMPUTE
 from generators.tools.fill import check_arguments, fill_arguments, roles_of
+from storage.schema import meta_of
 
 
 @dataclass
@@ -93,8 +94,7 @@ def _phrases(triple: dict, rounds: list[list[Hop]]) -> dict[str, str]:
     """How the question names each lookup ("the founder of Dasta"), by lookup, from the world
     triple's meta "phrases"; empty unless every lookup has one (imported triples have none, nor do
     the yes/no inference rules)."""
-    meta = json.loads(triple.get("meta") or "{}")
-    said = {k.lower(): v for k, v in ((meta.get("phrases") if isinstance(meta, dict) else None) or {}).items()}
+    said = {k.lower(): v for k, v in (meta_of(triple).get("phrases") or {}).items()}
     hops = [h.query for r in rounds for h in r]
     return {q: said[q.lower()] for q in hops} if all(q.lower() in said for q in hops) else {}
 
@@ -218,7 +218,7 @@ class SkeletonBuilder:
             those of round i - 1, whose pages it just read (`was`; the first round's are its names)."""
             if not phrases:
                 return {}
-            return {"said": [phrases[q] for q in queries(i)] if i < len(rounds) else [],
+            return {"said": [phrases[q] for q in queries(i)],
                     "was": [phrases[q] for q in queries(i - 1)] if i > 1 else []}
 
         turns: list[Turn] = []

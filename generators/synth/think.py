@@ -188,8 +188,9 @@ def _after_results(found: list[str], read: list[str] | None, then: str, skipped:
     slot's facts): 'The result has the page about "B", the founder of A. Next is the city where the
     founder of A was born, which is "C", so now I need to {then}.'"""
     plan = plan or {}
+    said = _said(plan)
     says = (f" {'They say' if len(found) > 1 else 'It says'} {_clauses(read)}, so" if read
-            else f" {_said(plan)}, so" if _said(plan) else "")
+            else f" {said}, so" if said else "")
     return f"{_result(found, plan)}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
 
 
