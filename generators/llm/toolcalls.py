@@ -203,7 +203,7 @@ def compact_signature(tool: dict) -> str:
             typ = "|".join(map(str, spec["enum"]))
         args.append(f"{name}{'' if name in required else '?'}: {typ}")
     desc = (fn.get("description") or "").strip()
-    first = re.split(r"(?<=[.!?])\s", desc, maxsplit=1)[0] if desc else ""
+    first = re.split(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s", desc, maxsplit=1)[0] if desc else ""  # "e.g." ends no sentence
     return f"{fn['name']}({', '.join(args)})" + (f" - {first}" if first else "")
 
 

@@ -16,6 +16,8 @@ def test_compact_signature_marks_optional_args_enums_and_first_sentence():
                 "query": {"type": "string"}, "top_k": {"type": "integer"},
                 "kind": {"type": "string", "enum": ["city", "river"]}}}}
     assert compact_signature(tool) == "find(query: string, top_k?: integer, kind?: city|river) - Find a place."
+    calc = next(t for t in build_bank(seed=1, variants_per_tool=0, calculator=True) if t["name"] == "calculate")
+    assert compact_signature(calc).endswith("its value, e.g. the number of years between two dates.")  # not cut at "e.g."
     bank = build_bank(seed=1, variants_per_tool=1)
     full, compact = render_tools_block(bank), render_tools_block(bank, "compact")
     assert compact.count("\n") == full.count("\n") == len(bank) + 1
