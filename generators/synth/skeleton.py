@@ -173,7 +173,9 @@ class SkeletonBuilder:
         arithmetic of an answer computed from the facts, so that no think states a number that
         nothing before it gives. With `phrased` (--reasoning plan) and a world triple's phrases, the
         plan slot lists every lookup as the question names it, and every slot after a result the
-        phrases of what it read (`was`) and of what comes next (`said`; the final slot `last`)."""
+        phrases of what it read (`was`) and of what comes next (`said`; the final slot `last`).
+        With `phrased` the final slot of an answer that is not computed also carries the facts and
+        the derivation: what the last pages say after such a plan (`last`), else every fact."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -268,11 +270,17 @@ class SkeletonBuilder:
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
         ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
+        if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
+            facts = ev.facts
+            if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer
+                facts = _read(ev, rounds[last - 1])
+            told = {"facts": facts, "steps": ev.steps, "required": ev.required if facts is ev.facts else
+                    [x for x in ev.required if any(x in fact for fact in facts)] + [triple["answer"]],
+                    "quoted": ev.quoted}
+        else:  # brief: only a computed answer's arithmetic
+            told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,
-                               "skipped": skipped, "question": triple["question"],
-                               **({"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
-                                  if shows else {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed
-                                  else {})})
+                               "skipped": skipped, "question": triple["question"], **told})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
         sources = [triple["question"]]
         for turn in turns:

@@ -13,9 +13,12 @@ Dasta was born. First I will search for "Dasta", a creative work."), and every t
 result names what it read as the plan did, then the plan's next item and the entity it is
 ("The result has the page about "Ilo Varn", the author of the novel Dasta. Next is the city
 where the author of the novel Dasta was born, which is "Gaiwick", so now I need to look up
-"Gaiwick", a place."), or "Next is the calculator", or "That was the last lookup" before it
-concludes: how many lookups a question takes is read off the question (a world triple's meta
-"phrases", generators/corpus/questions.py).
+"Gaiwick", a place."), or "Next is the calculator", or "That was the last lookup": how many
+lookups a question takes is read off the question (a world triple's meta "phrases",
+generators/corpus/questions.py). The final think of an answer that is not computed then says
+what the last pages say and any comparison ("... That was the last lookup. It says Gaiwick was
+founded in 988, so the answer is 988."); without such a plan (a comparison of one round) it
+states every fact and the comparison, as `--reasoning evidence` does.
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
@@ -240,6 +243,11 @@ def template(slot: Slot) -> str:
     if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
+    if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
+        says = f"{_result(f['last'], f)} {_said(f)}. {'They say' if len(f['last']) > 1 else 'It says'} {_clauses(f['facts'])}"
+        if f.get("steps"):  # a comparison of what they say
+            return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
+        return f"{says}, so the answer is {f['answer']}."
     if slot.kind == "final" and f.get("facts"):
         said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
         return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,

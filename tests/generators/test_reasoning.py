@@ -200,7 +200,10 @@ def test_plans_name_every_lookup_as_the_question_does(planned, brief):
         if "last" in sk.final.facts:
             text = template(sk.final)
             last = names([said[q] for q in sk.final.facts["last"]])
-            assert f"{last}. That was the last lookup, so the pages about" in text, text
+            assert f"{last}. That was the last lookup. " in text, text
+            says, _, concluded = text.partition("That was the last lookup. ")[2].rpartition("o the answer is ")
+            assert concluded == f"{sk.triple['answer']}." and sk.triple["answer"] in says, text  # read off the last pages
+            assert says.startswith("They say " if len(sk.final.facts["last"]) > 1 else "It says "), text
             ended += 1
         seen[sk.triple["qtype"]] += 1
     assert min(seen[q] for q in ("bridge", "compositional", "comparison", "inference")) >= 3, seen
