@@ -27,6 +27,11 @@ many rollouts found every page they need and how many answered before they had. 
 match comes with its 95% interval (Wilson): on 48 questions a figure near 0.25 spans about
 0.15 to 0.39, so two runs that differ by less than that are not told apart.
 
+The 48 held-out questions are the first by id that synthesis leaves unused when it draws
+triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).
+`--rounds-weight X` favours long questions in the training data (synthesize --rounds-weight);
+synthesis then holds that file's triples out, so the run is scored on the same questions.
+
 `--backend vllm-server` evaluates through one vLLM server (from .venv-vllm): it is started
 once with the base model, and after SFT the fine-tuned weights are published to it, as GRPO
 publishes its policy after each step; `transformers` evaluates in this process.
@@ -59,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
-        reasoning: str = "brief", calculator: bool = False, log=print) -> dict:
+        reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -82,13 +87,15 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
                         top_k_rate=1.0, top_k="1", texts="template", case_mix="clean=0.85,wrong_args=0.15",
-                        reasoning=reasoning, calculator=calculator)
-    synthesize(synth, BackendConfig(), data, progress=False)
+                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight)
+    split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
+    split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
+    synthesize(replace(synth, hold_out=str(split)) if rounds_weight else synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
 
-    ecfg = EvalConfig(data="w", limit=held_out, tool_style="compact", max_turns=5, max_new_tokens=160)
-    triples = held_out_triples(data, "w", True, held_out)  # what `evaluate` asks, in its order
+    ecfg = EvalConfig(data="w", limit=held_out, tool_style="compact", max_turns=5, max_new_tokens=160, hold_out=str(split))
+    triples = held_out_triples(data, "w", True, held_out, str(split))  # what `evaluate` asks, in its order
     held = {t["triple_id"] for t in triples}
     sim = Simulator(load_table("w", "documents", data).to_pylist(), seed=ecfg.tool_seed, tools=base_tools(data, "w"))
     trained_on = set(load_table("w", "trajectories", data, columns=["triple_id"]).column("triple_id").to_pylist())
@@ -151,6 +158,9 @@ def main() -> None:
                     help="what the synthesized thinks say (synthesize --reasoning)")
     ap.add_argument("--calculator", action="store_true",
                     help="offer the calculator; a computed answer's trajectory calls it (synthesize --calculator)")
+    ap.add_argument("--rounds-weight", type=float, default=0.0,
+                    help="favour long questions in the training data (synthesize --rounds-weight); the held-out "
+                         "questions stay those of uniform draws (synthesis holds them out)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
@@ -158,7 +168,8 @@ def main() -> None:
     from generators.llm.model_store import resolve_model
 
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
-              train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator)
+              train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
+              rounds_weight=a.rounds_weight)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     print(f"{'':18}{'before':>8}{'after':>8}")
@@ -183,6 +194,20 @@ def main() -> None:
     if a.json:
         a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
                                      indent=1, default=str))
+
+
+def uniform_held_out(data: Path, synth, n: int) -> list[str]:
+    """The first n triple ids (by id) that synthesis leaves unused when it draws uniformly
+    (`rounds_weight` 0, no hold-out): the held-out set of every run on this world, the one
+    the figures before `--rounds-weight` existed were measured on."""
+    from generators.synth.synthesize import Session, load_inputs
+    from generators.tools.bank import generate_bank
+
+    uniform = replace(synth, rounds_weight=0.0, hold_out="")
+    tools = generate_bank(seed=uniform.seed, variants_per_tool=uniform.variants_per_tool, calculator=uniform.calculator).tools
+    inputs = load_inputs(data, uniform.dataset)
+    used = {p.triple_id for p in Session(inputs, uniform, tools).plans()}
+    return sorted(t["triple_id"] for t in inputs.triples if t["triple_id"] not in used)[:n]
 
 
 def interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

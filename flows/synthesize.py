@@ -93,6 +93,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
              "backend": bcfg.config_hash()}
     if imported:  # new imports make a new run; without any, run ids stay what they were
         keyed["imported_tools"] = [t["tool_id"] for t in imported]
+    if cfg.hold_out:  # the ids make the run too: the same file with other ids is another split
+        keyed["held_out"] = sorted(cfg.held_out())
     run_id = cfg.run_id or f"synth-{config_hash(keyed)}"
     stages, t0 = Stages(), time.perf_counter()
     with stages.stage("load") as st:
@@ -113,7 +115,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         committed = load_table(cfg.dataset, "trajectories", root, run_id=run_id, columns=["traj_id"])
         todo = pending(plans, run_id, committed.column("traj_id").to_pylist())
         st.rows_out = len(plans)
-        st.notes = f"{len(plans) - len(todo)} already committed; unplannable: {dict(session.rejected)}"
+        st.notes = (f"{len(plans) - len(todo)} already committed; held out: {len(session.held_out)}; "
+                    f"unplannable: {dict(session.rejected)}")
 
     triple_ids = {tr["triple_id"]: tr["id"] for tr in inputs.triples}
     tally, in_flight = Tally(), deque()  # (size, stats or their future) of chunks not added yet

@@ -1,6 +1,7 @@
 """Read the files users bring (records as JSON Lines, a JSON array, or Parquet), one record
 at a time, with the place of every bad record: the one reader behind `corpus import`,
-`validate --input`, held-out files and `generate`'s prompts.
+`validate --input`, held-out files and `generate`'s prompts; `read_ids` reads a file of ids,
+one per line (the test split of `synthesize --hold-out` and `train eval --hold-out`).
 
 Each record comes back as `RawRecord(where, record, error, raw_id, value, text)`: `where`
 is "line N" (JSON Lines, 1-based), "index N" (JSON array, 0-based) or "row N" (Parquet,
@@ -182,3 +183,17 @@ def read_records(path: str | Path) -> list[dict]:
             raise ValueError(f"{path} {rec.where}: {rec.error}")
         out.append(rec.record)
     return out
+
+
+def read_ids(path: str | Path, option: str) -> list[str]:
+    """The ids of a plain-text file, one per line (blank lines and lines starting with # are
+    skipped), in the file's order without repeats; ValueError naming `option` when the file
+    cannot be read or holds no id."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ValueError(f"{option} {str(path)!r} cannot be read: {e.strerror}") from None
+    ids = [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith("#")]
+    if not ids:
+        raise ValueError(f"{option} {str(path)!r} holds no id (one per line)")
+    return list(dict.fromkeys(ids))

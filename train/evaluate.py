@@ -5,6 +5,9 @@ It gives the before/after figures of a training run.
     forgeplay train eval --data demo --model runs/sft1/final --limit 64 --tool-style compact
 
 By default only held-out triples are used: those no trajectory of the dataset was built from.
+That set moves when the training data picks other triples; `--hold-out FILE` (triple ids, one
+per line, the split `synthesize --hold-out FILE` kept out) asks exactly the file's triples,
+so runs whose data differ are scored on the same questions.
 The tools offered are the dataset's base tools (one per domain, and the calculator if it has
 one; no paraphrased variants).
 
@@ -38,6 +41,7 @@ class EvalConfig(RolloutConfig):
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
     limit: int = field(default=64, metadata={"help": "triples to ask at most (0 = all)"})
     held_out: bool = field(default=True, metadata={"help": "skip triples that the dataset's trajectories were built from"})
+    hold_out: str = field(default="", metadata={"help": "ask exactly the triples of this file of ids (one per line; the split of synthesize --hold-out), by id"})
     tool_seed: int = field(default=0, metadata={"help": "seed of the simulator"})
     batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
     seed: int = field(default=0, metadata={"help": "sampling seed (when temperature > 0)"})
@@ -49,11 +53,26 @@ class EvalConfig(RolloutConfig):
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
 
 
-def held_out_triples(root, dataset: str, held_out: bool = True, limit: int = 0) -> list[dict]:
-    """The dataset's triples, minus those its trajectories use when `held_out`; sorted by id."""
+def held_out_triples(root, dataset: str, held_out: bool = True, limit: int = 0, hold_out: str = "") -> list[dict]:
+    """The dataset's triples, minus those its trajectories use when `held_out`; sorted by id.
+    With `hold_out` (a file of triple ids): exactly those, by id; ValueError when the dataset
+    lacks one or a trajectory was built from one (the split leaked into training)."""
+    from storage import load_table
+    from storage.userfiles import read_ids
     from train.triples import select_triples
 
-    return select_triples(root, dataset, False if held_out else None, limit, by_id=True)
+    if not hold_out:
+        return select_triples(root, dataset, False if held_out else None, limit, by_id=True)
+    ids = set(read_ids(hold_out, "--hold-out"))
+    triples = [t for t in select_triples(root, dataset, None, 0, by_id=True) if t["triple_id"] in ids]
+    if len(triples) < len(ids):
+        missing = sorted(ids - {t["triple_id"] for t in triples})
+        raise ValueError(f"--hold-out names {len(missing)} triple ids that dataset {dataset!r} does not hold, e.g. {missing[0]!r}")
+    used = ids & set(load_table(dataset, "trajectories", root, columns=["triple_id"]).column("triple_id").to_pylist())
+    if used:
+        raise ValueError(f"--hold-out: trajectories of dataset {dataset!r} were built from {len(used)} of its triples, "
+                         f"e.g. {sorted(used)[0]!r}; synthesize with the same --hold-out")
+    return triples[:limit] if limit else triples
 
 
 def base_tools(root, dataset: str) -> list[dict]:
@@ -97,7 +116,7 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
     from train.grpo import make_prompts
     from train.rollout import rollout
 
-    triples = held_out_triples(root, cfg.data, cfg.held_out, cfg.limit)
+    triples = held_out_triples(root, cfg.data, cfg.held_out, cfg.limit, cfg.hold_out)
     tools = base_tools(root, cfg.data)
     docs = load_table(cfg.data, "documents", root).to_pylist()
     sim = Simulator(docs, seed=cfg.tool_seed, tools=tools)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -196,10 +197,20 @@ def parse_mix(text: str | dict, known: tuple[str, ...]) -> dict[str, float]:
     return mix
 
 
-def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed: int) -> list[Plan]:
-    """Pick n plans so routes follow `route_mix` as far as the pool allows; deterministic."""
+def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed: int,
+                    rounds_weight: float = 0.0) -> list[Plan]:
+    """Pick n plans so routes follow `route_mix` as far as the pool allows; deterministic.
+    Within a route, plans are drawn without replacement with weight (tool rounds) **
+    `rounds_weight`: 0 draws uniformly, a larger value favours plans of more rounds (a
+    calculator call is a round)."""
+    if rounds_weight < 0:
+        raise ValueError(f"rounds weight must be >= 0, not {rounds_weight}")
+
+    def order(p: Plan, salt: str) -> float:  # an exponential clock: a heavier plan tends to come first
+        return -math.log1p(-_unit(seed, p.triple_id, salt)) / len(p.rounds) ** rounds_weight
+
     pools: dict[str, list[Plan]] = {r: [] for r in ROUTES}
-    for p in sorted(plans, key=lambda p: _unit(seed, p.triple_id, "pick")):
+    for p in sorted(plans, key=lambda p: order(p, "pick")):
         pools[p.route].append(p)
     total = sum(route_mix.get(r, 0.0) for r in ROUTES) or 1.0
     want = {r: int(round(n * route_mix.get(r, 0.0) / total)) for r in ROUTES}
@@ -207,6 +218,6 @@ def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed
     for r in ROUTES:
         picked += pools[r][: want[r]]
     leftovers = [p for r in ROUTES for p in pools[r][want[r]:] if route_mix.get(r, 0.0) > 0]
-    leftovers.sort(key=lambda p: _unit(seed, p.triple_id, "fill"))
+    leftovers.sort(key=lambda p: order(p, "fill"))
     picked += leftovers[: max(0, n - len(picked))]
     return picked[:n]

@@ -36,6 +36,8 @@ class SynthConfig:
                           metadata={"help": "weights of the reflection cases, e.g. clean=0.4,wrong_args=0.2"})
     route_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_ROUTE_MIX.items()),
                            metadata={"help": "target weights of routes when picking triples"})
+    rounds_weight: float = field(default=0.0, metadata={"help": "favour long questions: within a route, triples are drawn with weight (tool rounds) ** this; 0 draws uniformly"})
+    hold_out: str = field(default="", metadata={"help": "file of triple ids (one per line) that no trajectory uses: a test split that stays the same whatever the mixes pick"})
     variants_per_tool: int = field(default=3, metadata={"help": "paraphrased variants per base tool (dual-gated)"})
     llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
     distractors_min: int = field(default=3, metadata={"help": "fewest distractor tools offered per sample"})
@@ -47,7 +49,7 @@ class SynthConfig:
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
-    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next)"})
+    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
@@ -62,6 +64,14 @@ class SynthConfig:
         if self.reasoning not in REASONING:
             raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
         self.top_k_choices()
+        if self.rounds_weight < 0:
+            raise ValueError(f"--rounds-weight must be >= 0, not {self.rounds_weight}")
+
+    def held_out(self) -> set[str]:
+        """The triple ids of the `hold_out` file (none without one)."""
+        from storage.userfiles import read_ids
+
+        return set(read_ids(self.hold_out, "--hold-out")) if self.hold_out else set()
 
     def top_k_choices(self) -> tuple[int, ...]:
         try:
@@ -75,7 +85,8 @@ class SynthConfig:
 
 REASONING = ("brief", "evidence", "plan")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
-LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False}
+LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
+                  "hold_out": ""}
 
 
 @dataclass
@@ -115,6 +126,11 @@ class Session:
         self.rejected: Counter = Counter()
         self.computes = cfg.calculator and any(is_compute(t) for t in tools)  # plans end with a calculator call
         self._fact_cache: dict = {}  # facts per document, shared by planning and evidence
+        self.held_out = cfg.held_out()
+        unknown = self.held_out - set(self.triples)
+        if unknown:
+            raise ValueError(f"--hold-out names {len(unknown)} triple ids that dataset {cfg.dataset!r} does not hold, "
+                             f"e.g. {sorted(unknown)[0]!r}")
 
     def _docs_of(self, triple: dict) -> dict[str, tuple[str, str]]:
         """(title, text) of the triple's golden documents, by doc_id."""
@@ -131,12 +147,12 @@ class Session:
         return planning.structural_rounds(triple, self.docs, self.sim.domain_of)
 
     def plans(self) -> list[planning.Plan]:
-        """One plan per usable triple (route from structure, case from the mix); triples
-        that cannot be planned are counted in `rejected` by reason."""
+        """One plan per usable triple that is not held out (route from structure, case from
+        the mix); triples that cannot be planned are counted in `rejected` by reason."""
         from generators.synth.evidence import evidence_for
 
         out, cache = [], self._fact_cache
-        for tid in sorted(self.triples):
+        for tid in sorted(set(self.triples) - self.held_out):
             triple = self.triples[tid]
             if any(d not in self.docs for d in triple["golden_doc_ids"]):
                 self.rejected["golden_doc_missing"] += 1
@@ -156,7 +172,7 @@ class Session:
             p.allowed = planning.allowed_cases(p)
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
             out.append(p)
-        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed)
+        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight)
 
     def skeletons(self, plans: list[planning.Plan]) -> list[Skeleton]:
         from generators.synth.evidence import evidence_for

@@ -1,0 +1,81 @@
+"""Which triples synthesis picks: `--rounds-weight` favours long questions within each
+route's quota, and `--hold-out` keeps a test split out of every trajectory. A real world
+corpus, tool bank and planner; no model (plans only)."""
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from generators.corpus.build import WorldConfig, write
+from generators.synth import plan as planning
+from generators.synth.synthesize import Session, SynthConfig, load_inputs
+from generators.tools.bank import build_bank
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write(WorldConfig(seed=11, entities=400), root, "w")
+    return load_inputs(root, "w")
+
+
+@pytest.fixture(scope="module")
+def tools():
+    return build_bank(seed=3, variants_per_tool=0, calculator=True)
+
+
+CFG = SynthConfig(dataset="w", n=80, seed=5, calculator=True)
+
+
+def picked(inputs, tools, **changes) -> list[planning.Plan]:
+    return Session(inputs, replace(CFG, **changes), tools).plans()
+
+
+def test_rounds_weight_favours_long_plans_within_each_routes_quota(inputs, tools):
+    every = Session(inputs, replace(CFG, n=10_000), tools).plans()
+    uniform, weighted = picked(inputs, tools), picked(inputs, tools, rounds_weight=4)
+    assert len(uniform) == len(weighted) == 80
+    pool, routes = Counter(p.route for p in every), Counter(p.route for p in weighted)
+    for route, share in planning.DEFAULT_ROUTE_MIX.items():  # each route gets its quota as far as its pool allows
+        assert routes[route] >= min(round(80 * share), pool[route])
+
+    def long(plans):
+        return sum(len(p.rounds) >= 3 for p in plans)
+
+    assert long(every) > 80 and long(weighted) > long(uniform)  # there are long plans to favour
+    assert picked(inputs, tools, rounds_weight=4) == weighted  # deterministic
+    same_length = replace(CFG, route_mix="single=1")  # every single plan has one round: weights change nothing
+    assert Session(inputs, replace(same_length, rounds_weight=4), tools).plans() == Session(inputs, same_length, tools).plans()
+
+
+def test_negative_rounds_weight_is_refused():
+    with pytest.raises(ValueError, match="--rounds-weight must be >= 0"):
+        SynthConfig(rounds_weight=-1)
+    with pytest.raises(ValueError, match="rounds weight must be >= 0"):
+        planning.select_by_route([], 1, planning.DEFAULT_ROUTE_MIX, 0, rounds_weight=-0.5)
+
+
+def test_held_out_triples_are_never_planned(inputs, tools, tmp_path):
+    uniform = picked(inputs, tools)
+    held = sorted(p.triple_id for p in uniform)[:20]  # triples the uniform draw would use
+    split = tmp_path / "held.txt"
+    split.write_text("# the test split\n" + "\n".join(held) + "\n\n")
+    s = Session(inputs, replace(CFG, hold_out=str(split)), tools)
+    plans = s.plans()
+    assert s.held_out == set(held) and len(plans) == 80
+    assert not {p.triple_id for p in plans} & set(held)
+    assert not {p.triple_id for p in picked(inputs, tools, rounds_weight=4, hold_out=str(split))} & set(held)
+
+
+def test_a_bad_hold_out_file_is_a_clear_error(inputs, tools, tmp_path):
+    with pytest.raises(ValueError, match="cannot be read"):
+        Session(inputs, replace(CFG, hold_out=str(tmp_path / "missing.txt")), tools)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n# nothing\n")
+    with pytest.raises(ValueError, match="holds no id"):
+        Session(inputs, replace(CFG, hold_out=str(empty)), tools)
+    stray = tmp_path / "stray.txt"
+    stray.write_text(inputs.triples[0]["triple_id"] + "\ntri-not-in-this-world\n")
+    with pytest.raises(ValueError, match="1 triple ids that dataset 'w' does not hold, e.g. 'tri-not-in-this-world'"):
+        Session(inputs, replace(CFG, hold_out=str(stray)), tools)
