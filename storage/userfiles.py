@@ -1,7 +1,8 @@
 """Read the files users bring (records as JSON Lines, a JSON array, or Parquet), one record
 at a time, with the place of every bad record: the one reader behind `corpus import`,
 `validate --input`, held-out files and `generate`'s prompts; `read_ids` reads a file of ids,
-one per line (the test split of `synthesize --hold-out` and `train eval --hold-out`).
+one per line, and `read_split` the test split of `synthesize --hold-out` and `train eval
+--hold-out` (ids the dataset must hold).
 
 Each record comes back as `RawRecord(where, record, error, raw_id, value, text)`: `where`
 is "line N" (JSON Lines, 1-based), "index N" (JSON array, 0-based) or "row N" (Parquet,
@@ -197,3 +198,14 @@ def read_ids(path: str | Path, option: str) -> list[str]:
     if not ids:
         raise ValueError(f"{option} {str(path)!r} holds no id (one per line)")
     return list(dict.fromkeys(ids))
+
+
+def read_split(path: str | Path, option: str, triple_ids, dataset: str) -> list[str]:
+    """The triple ids of a split file (`read_ids`); ValueError when `dataset`, whose ids are
+    `triple_ids`, does not hold one of them."""
+    ids = read_ids(path, option)
+    unknown = sorted(set(ids) - set(triple_ids))
+    if unknown:
+        raise ValueError(f"{option} names {len(unknown)} triple ids that dataset {dataset!r} does not hold, "
+                         f"e.g. {unknown[0]!r}")
+    return ids

@@ -58,16 +58,14 @@ def held_out_triples(root, dataset: str, held_out: bool = True, limit: int = 0, 
     With `hold_out` (a file of triple ids): exactly those, by id; ValueError when the dataset
     lacks one or a trajectory was built from one (the split leaked into training)."""
     from storage import load_table
-    from storage.userfiles import read_ids
+    from storage.userfiles import read_split
     from train.triples import select_triples
 
     if not hold_out:
         return select_triples(root, dataset, False if held_out else None, limit, by_id=True)
-    ids = set(read_ids(hold_out, "--hold-out"))
-    triples = [t for t in select_triples(root, dataset, None, 0, by_id=True) if t["triple_id"] in ids]
-    if len(triples) < len(ids):
-        missing = sorted(ids - {t["triple_id"] for t in triples})
-        raise ValueError(f"--hold-out names {len(missing)} triple ids that dataset {dataset!r} does not hold, e.g. {missing[0]!r}")
+    every = select_triples(root, dataset, None, 0, by_id=True)
+    ids = set(read_split(hold_out, "--hold-out", [t["triple_id"] for t in every], dataset))
+    triples = [t for t in every if t["triple_id"] in ids]
     used = ids & set(load_table(dataset, "trajectories", root, columns=["triple_id"]).column("triple_id").to_pylist())
     if used:
         raise ValueError(f"--hold-out: trajectories of dataset {dataset!r} were built from {len(used)} of its triples, "

@@ -271,12 +271,11 @@ class SkeletonBuilder:
             turns.append(Turn([call], slot))
         ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
         if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
-            facts = ev.facts
+            told = {"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
             if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer
                 facts = _read(ev, rounds[last - 1])
-            told = {"facts": facts, "steps": ev.steps, "required": ev.required if facts is ev.facts else
-                    [x for x in ev.required if any(x in fact for fact in facts)] + [triple["answer"]],
-                    "quoted": ev.quoted}
+                told |= {"facts": facts, "required": [x for x in ev.required if any(x in fact for fact in facts)]
+                         + [triple["answer"]]}
         else:  # brief: only a computed answer's arithmetic
             told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,

@@ -67,11 +67,16 @@ class SynthConfig:
         if self.rounds_weight < 0:
             raise ValueError(f"--rounds-weight must be >= 0, not {self.rounds_weight}")
 
-    def held_out(self) -> set[str]:
-        """The triple ids of the `hold_out` file (none without one)."""
-        from storage.userfiles import read_ids
+    def held_out(self, triple_ids=None) -> set[str]:
+        """The triple ids of the `hold_out` file (none without one), each checked to be one of
+        `triple_ids` when they are given."""
+        from storage.userfiles import read_ids, read_split
 
-        return set(read_ids(self.hold_out, "--hold-out")) if self.hold_out else set()
+        if not self.hold_out:
+            return set()
+        if triple_ids is None:
+            return set(read_ids(self.hold_out, "--hold-out"))
+        return set(read_split(self.hold_out, "--hold-out", triple_ids, self.dataset))
 
     def top_k_choices(self) -> tuple[int, ...]:
         try:
@@ -126,11 +131,7 @@ class Session:
         self.rejected: Counter = Counter()
         self.computes = cfg.calculator and any(is_compute(t) for t in tools)  # plans end with a calculator call
         self._fact_cache: dict = {}  # facts per document, shared by planning and evidence
-        self.held_out = cfg.held_out()
-        unknown = self.held_out - set(self.triples)
-        if unknown:
-            raise ValueError(f"--hold-out names {len(unknown)} triple ids that dataset {cfg.dataset!r} does not hold, "
-                             f"e.g. {sorted(unknown)[0]!r}")
+        self.held_out = cfg.held_out(self.triples)
 
     def _docs_of(self, triple: dict) -> dict[str, tuple[str, str]]:
         """(title, text) of the triple's golden documents, by doc_id."""

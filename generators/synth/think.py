@@ -192,9 +192,13 @@ def _after_results(found: list[str], read: list[str] | None, then: str, skipped:
     founder of A was born, which is "C", so now I need to {then}.'"""
     plan = plan or {}
     said = _said(plan)
-    says = (f" {'They say' if len(found) > 1 else 'It says'} {_clauses(read)}, so" if read
-            else f" {said}, so" if said else "")
+    says = f" {_says(found, read)}, so" if read else f" {said}, so" if said else ""
     return f"{_result(found, plan)}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
+
+
+def _says(pages: list[str], facts: list[str]) -> str:
+    """'It says A is in B' ('They say ...' for several pages): what the pages just read state."""
+    return f"{'They say' if len(pages) > 1 else 'It says'} {_clauses(facts)}"
 
 
 def _result(found: list[str], plan: dict) -> str:
@@ -244,7 +248,7 @@ def template(slot: Slot) -> str:
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
-        says = f"{_result(f['last'], f)} {_said(f)}. {'They say' if len(f['last']) > 1 else 'It says'} {_clauses(f['facts'])}"
+        says = f"{_result(f['last'], f)} {_said(f)}. {_says(f['last'], f['facts'])}"
         if f.get("steps"):  # a comparison of what they say
             return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
         return f"{says}, so the answer is {f['answer']}."
