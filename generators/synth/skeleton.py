@@ -99,6 +99,13 @@ def _phrases(triple: dict, rounds: list[list[Hop]]) -> dict[str, str]:
     return {q: said[q.lower()] for q in hops} if all(q.lower() in said for q in hops) else {}
 
 
+def _asks(question: str, phrase: str, name: str) -> str:
+    """The question about the last page read, by its name: "When was the capital of Gromora founded?"
+    with the capital read as "Valor" is "When was Valor founded?"; "" when the question does not
+    name it by `phrase`."""
+    return question.replace(phrase, name, 1) if phrase and phrase in question else ""
+
+
 def _operands(steps: list[str]) -> list[str]:
     """The numbers of an arithmetic step ("1863 - 1783 = 80." -> 1863, 1783, 80)."""
     return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
@@ -270,6 +277,8 @@ class SkeletonBuilder:
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
         ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
+        if ended and len(ended["last"]) == 1 and ended.get("was"):  # what the question asks of the last page
+            ended["asks"] = _asks(triple["question"], ended["was"][0], ended["last"][0])
         if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
             told = {"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
             if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer

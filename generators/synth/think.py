@@ -47,6 +47,7 @@ from __future__ import annotations
 import re
 
 from generators.answers import match
+from generators.corpus.templates import TEMPLATES
 from generators.synth.grounding import Sources, missing
 from generators.synth.skeleton import Slot
 
@@ -70,13 +71,19 @@ def _join(xs: list[str]) -> str:
     return _names([f'"{x}"' for x in xs])
 
 
+# the words a page sentence starts with when it does not start with its subject ("As of the last
+# census, ...", "Notable people born in ..."): lower-cased when the sentence becomes a clause
+_OPENERS = {"The"} | {t.text.split()[0] for t in TEMPLATES if not t.text.startswith("{")}
+
+
 def _clauses(sentences: list[str]) -> str:
     """Fact sentences as clauses of one sentence ("A is in B and B has 16 provinces")."""
     out = []
     for s in sentences:
         s = s.strip()
         s = s[:-1] if s.endswith(".") and not s.endswith('."') else s
-        out.append("the" + s[3:] if s.startswith("The ") else s)
+        first = s.split(" ", 1)[0]
+        out.append(first.lower() + s[len(first):] if first in _OPENERS else s)
     return _names(out)
 
 
@@ -138,6 +145,12 @@ def _said(f: dict) -> str:
     return "Next is the calculator" if f.get("expression") else "That was the last lookup"
 
 
+def _now(f: dict) -> str:
+    """' The question is now: When was Valor founded?': the question asked of the last page read,
+    by its name, which points at the sentence of that page that answers it."""
+    return f" The question is now: {f['asks']}" if f.get("asks") else ""
+
+
 def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
     f = slot.facts
@@ -172,7 +185,8 @@ def describe(slot: Slot) -> str:
     if slot.kind == "final":
         if f.get("facts"):
             how = " ".join(f.get("steps") or [])
-            return (f"The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
+            return (f"{_now(f)[1:] + ' ' if f.get('asks') else ''}"
+                    f"The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
                     f"State these facts{', then the comparison or calculation' if how else ''}, then the answer.")
         if f.get("steps"):  # brief: a computed answer
             return (f"The pages about {_join(f['found'])} give everything needed. The answer is computed: "
@@ -248,7 +262,7 @@ def template(slot: Slot) -> str:
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
-        says = f"{_result(f['last'], f)} {_said(f)}. {_says(f['last'], f['facts'])}"
+        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {_says(f['last'], f['facts'])}"
         if f.get("steps"):  # a comparison of what they say
             return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
         return f"{says}, so the answer is {f['answer']}."
