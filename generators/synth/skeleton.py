@@ -182,7 +182,8 @@ class SkeletonBuilder:
         plan slot lists every lookup as the question names it, and every slot after a result the
         phrases of what it read (`was`) and of what comes next (`said`; the final slot `last`).
         With `phrased` the final slot of an answer that is not computed also carries the facts and
-        the derivation: what the last pages say after such a plan (`last`), else every fact."""
+        the derivation: what the last pages say after such a plan (`last`), and the question asked
+        of a single last page by its name (`asks`), else every fact."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)

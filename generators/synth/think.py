@@ -16,8 +16,10 @@ where the author of the novel Dasta was born, which is "Gaiwick", so now I need 
 "Gaiwick", a place."), or "Next is the calculator", or "That was the last lookup": how many
 lookups a question takes is read off the question (a world triple's meta "phrases",
 generators/corpus/questions.py). The final think of an answer that is not computed then says
-what the last pages say and any comparison ("... That was the last lookup. It says Gaiwick was
-founded in 988, so the answer is 988."); without such a plan (a comparison of one round) it
+what the last pages say and any comparison; a question that names the last page by a phrase (a
+bridge) is first asked again of that page by its name, which points at the sentence that answers
+it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
+was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
 states every fact and the comparison, as `--reasoning evidence` does.
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a

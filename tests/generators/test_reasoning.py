@@ -13,6 +13,7 @@ import pytest
 from generators.corpus.build import WorldConfig, write
 from generators.corpus.derive import EXTRACTOR, FactBase, run_program, split_sentences
 from generators.corpus.questions import QTYPES
+from generators.corpus.templates import TEMPLATES
 from generators.llm.scripted import ScriptedBackend
 from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
@@ -155,6 +156,16 @@ def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(ske
                 assert sentence[:-1].removeprefix("The ") in text and page.ungrounded(sentence) == []
             seen += 1
     assert seen >= 20 and computed >= 5, (seen, computed)
+
+
+def test_fact_clauses_lower_case_the_words_a_page_sentence_opens_with(skeletons, planned):
+    """A fact sentence that opens with a word of the page templates rather than its subject ("As of the
+    last census, ...") reads as a clause: "It says as of the last census, ...", not "It says As of"."""
+    openers = {t.text.split()[0] for t in TEMPLATES if not t.text.startswith("{")} | {"The"}
+    texts = [template(sl) for sk in skeletons + planned for sl in [t.slot for t in sk.turns] + [sk.final]]
+    said = [m for t in texts for m in re.findall(r"\b(?:says|say|and) (\w+) ", t)]
+    assert not [w for w in said if w in openers], Counter(w for w in said if w in openers)
+    assert sum(w in {o.lower() for o in openers} for w in said) >= 5, Counter(said).most_common(20)
 
 
 def names(xs: list[str]) -> str:
