@@ -223,13 +223,23 @@ class SkeletonBuilder:
 
         phrases = _phrases(triple, rounds) if phrased and len(rounds) > 1 else {}
 
+        def local(q: str, i: int) -> str:
+            """How the question names lookup `q`, with the names of the round i pages read before it in
+            place of their phrases: "the capital of the country that contains Thelesk" after the page
+            about "Gromora" (the country that contains Thelesk) is "the capital of Gromora"."""
+            out = phrases[q]
+            for x in sorted(queries(i), key=lambda x: -len(phrases[x])) if i >= 0 else []:
+                out = out.replace(phrases[x], x)
+            return out
+
         def said(i: int) -> dict:
             """How the question names the lookups of round i, which the think announces (`said`), and
-            those of round i - 1, whose pages it just read (`was`; the first round's are its names)."""
+            those of round i - 1, whose pages it just read (`was`; the first round's are its names),
+            each by the pages read just before it."""
             if not phrases:
                 return {}
-            return {"said": [phrases[q] for q in queries(i)],
-                    "was": [phrases[q] for q in queries(i - 1)] if i > 1 else []}
+            return {"said": [local(q, i - 1) for q in queries(i)],
+                    "was": [local(q, i - 2) for q in queries(i - 1)] if i > 1 else []}
 
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
@@ -278,8 +288,8 @@ class SkeletonBuilder:
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
         ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
-        if ended and len(ended["last"]) == 1 and ended.get("was"):  # what the question asks of the last page
-            ended["asks"] = _asks(triple["question"], ended["was"][0], ended["last"][0])
+        if ended and len(ended["last"]) == 1 and last > 1:  # what the question asks of the last page
+            ended["asks"] = _asks(triple["question"], phrases[ended["last"][0]], ended["last"][0])
         if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
             told = {"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
             if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer

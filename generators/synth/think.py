@@ -10,10 +10,11 @@ With `--reasoning plan` the first think of a world question of several rounds li
 lookup in order, each after the first as the question names it ("To answer this I need
 "Dasta", then the author of the novel Dasta, then the city where the author of the novel
 Dasta was born. First I will search for "Dasta", a creative work."), and every think after a
-result names what it read as the plan did, then the plan's next item and the entity it is
-("The result has the page about "Ilo Varn", the author of the novel Dasta. Next is the city
-where the author of the novel Dasta was born, which is "Gaiwick", so now I need to look up
-"Gaiwick", a place."), or "Next is the calculator", or "That was the last lookup": how many
+result names what it read as the plan did, then the plan's next item and the entity it is, each
+by the name of the page read before it rather than the question's nested phrase ("The result has
+the page about "Ilo Varn", the author of Dasta. Next is the city where Ilo Varn was
+born, which is "Gaiwick", so now I need to look up "Gaiwick", a place."; it names one relation of
+the page just read), or "Next is the calculator", or "That was the last lookup": how many
 lookups a question takes is read off the question (a world triple's meta "phrases",
 generators/corpus/questions.py). The final think of an answer that is not computed then says
 what the last pages say and any comparison; a question that names the last page by a phrase (a

@@ -176,9 +176,10 @@ def test_plans_name_every_lookup_as_the_question_does(planned, brief):
     """A plan of several rounds lists every lookup in order, each after the first as the question
     names it ("then the founder of Dasta, then the city where the founder of Dasta was born"), then
     the calculator if the answer is computed. Every think after a result names what it read as the
-    plan did, then the plan's next item and the entity it is ("Next is the city where the founder
-    of Dasta was born, which is "Gaiwick""), or "Next is the calculator", or "That was the last
-    lookup" before it concludes. For bridge and compositional questions every phrase is the
+    plan did, then the plan's next item and the entity it is, each by the name of the page read
+    before it ("Next is the city where Ilo Varn was born, which is "Gaiwick"" after the page about
+    "Ilo Varn", the founder of Dasta), or "Next is the calculator", or "That was the last lookup"
+    before it concludes. For bridge and compositional questions every phrase is the
     question's own, and each one nests the one before."""
     seen, ended = Counter(), 0
     for sk in planned:
@@ -197,20 +198,33 @@ def test_plans_name_every_lookup_as_the_question_does(planned, brief):
         if sk.triple["qtype"] == "bridge":  # one lookup a round, each phrase wraps the last
             assert all(len(r) == 1 for r in rounds)
             assert all(a[0] in b[0] for a, b in zip(phrases, phrases[1:])), phrases
+        queries = [[h.query for h in r] for r in rounds]
+
+        def local(q: str) -> str:  # the phrase of q by the names of the round read just before it
+            i = next(i for i, r in enumerate(queries) if q in r)
+            out = said[q]
+            for x in sorted(queries[i - 1] if i else [], key=lambda x: -len(said[x])):
+                out = out.replace(said[x], x)
+            if i > 1 and sk.triple["qtype"] == "bridge":
+                assert len(out) < len(said[q]) and out.startswith(said[q].split(said[queries[i - 1][0]])[0]), out
+            return out
+
         for turn in sk.turns[1:]:
             f, text = turn.slot.facts, template(turn.slot)
             if turn.slot.kind not in ("next", "compute") or sk.plan.case == "early_stop":
                 continue
             read = f["found"]
-            if read[0] not in [h.query for h in rounds[0]]:  # what it read, as the plan named it
-                assert f"about {names([chr(34) + q + chr(34) for q in read])}, {names([said[q] for q in read])}." in text
+            if read[0] not in queries[0]:  # what it read, as the plan named it, by the pages read before
+                assert f"about {names([chr(34) + q + chr(34) for q in read])}, {names([local(q) for q in read])}." in text
             if turn.slot.kind == "compute":
                 assert "Next is the calculator, so now I need to compute" in text, text
             for query in f["queries"]:
-                assert f'{said[query]}, which is "{query}"' in text, text
+                assert f'{local(query)}, which is "{query}"' in text, text
+                if query not in queries[1] and sk.triple["qtype"] == "bridge":  # the nested phrase is not repeated
+                    assert said[query] not in text, text
         if "last" in sk.final.facts:
             text = template(sk.final)
-            last = names([said[q] for q in sk.final.facts["last"]])
+            last = names([local(q) for q in sk.final.facts["last"]])
             assert f"{last}. That was the last lookup. " in text, text
             says, _, concluded = text.partition("That was the last lookup. ")[2].rpartition("o the answer is ")
             assert concluded == f"{sk.triple['answer']}." and sk.triple["answer"] in says, text  # read off the last pages
