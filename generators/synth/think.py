@@ -187,9 +187,8 @@ def describe(slot: Slot) -> str:
                 f"Next step: compute {f['expression']} with the calculator.")
     if slot.kind == "final":
         if f.get("facts"):
-            how = " ".join(f.get("steps") or [])
-            return (f"{_now(f)[1:] + ' ' if f.get('asks') else ''}"
-                    f"The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
+            how, asks = " ".join(f.get("steps") or []), _now(f).lstrip()
+            return (f"{asks + ' ' if asks else ''}The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
                     f"State these facts{', then the comparison or calculation' if how else ''}, then the answer.")
         if f.get("steps"):  # brief: a computed answer
             return (f"The pages about {_join(f['found'])} give everything needed. The answer is computed: "

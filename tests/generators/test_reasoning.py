@@ -18,7 +18,7 @@ from generators.llm.scripted import ScriptedBackend
 from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
-from generators.synth.think import KIND, clean_think, template, ungrounded
+from generators.synth.think import KIND, clean_think, describe, template, ungrounded
 from generators.tools.bank import build_bank
 
 
@@ -233,6 +233,7 @@ def test_plans_name_every_lookup_as_the_question_does(planned, brief):
                 asks = sk.triple["question"].replace(phrase, page)
                 assert phrase not in asks and page in asks, asks
                 assert says.startswith(f"The question is now: {asks} It says "), text
+                assert describe(sk.final).startswith(f"The question is now: {asks} The pages say: ")  # the model's prompt
             else:
                 assert says.startswith("They say " if len(sk.final.facts["last"]) > 1 else "It says "), text
             ended += 1
