@@ -228,7 +228,7 @@ class SkeletonBuilder:
             place of their phrases: "the capital of the country that contains Thelesk" after the page
             about "Gromora" (the country that contains Thelesk) is "the capital of Gromora"."""
             out = phrases[q]
-            for x in sorted(queries(i), key=lambda x: -len(phrases[x])) if i >= 0 else []:
+            for x in sorted(queries(i), key=lambda x: -len(phrases[x])):
                 out = out.replace(phrases[x], x)
             return out
 

@@ -255,7 +255,7 @@ def template(slot: Slot) -> str:
                               plan=f if not skipped else None)
     if slot.kind == "early_stop" and f.get("read"):
         rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}{_then(f)}." if f["queries"] else ""
-        return (f"The result already has the page about \"{f['skipped']}\" too. It says {_clauses(f['read'])}, "
+        return (f"The result already has the page about \"{f['skipped']}\" too. {_says([f['skipped']], f['read'])}, "
                 f"so I do not need to search for \"{f['skipped']}\".{rest}")
     if slot.kind == "final" and f.get("last") and not f.get("facts") and not f.get("steps"):  # brief, planned
         return (f"{_result(f['last'], f)} {_said(f)}, so the pages about {_join(f['found'])} give everything needed. "
