@@ -5,7 +5,8 @@
   cannot see that page (wrong domain), or saw it but ranked another first, or no page has
   that name;
 - `kinds`: whether the kind a think gives a lookup ('look up "Gaiwick", a place') is the
-  kind of the page of that name, which names the domain tool that can see it;
+  kind of the page of that name, which names the domain tool that can see it, and whether the
+  call of that turn for that name took the tool of that kind;
 - `chains`: per question type, how many rollouts found every page the question needs, and
   how many answered before they had.
 
@@ -90,16 +91,33 @@ def searches(conversations: list[list[dict]], sim) -> Counter:
     return out
 
 
+def _tools_for(content: str, sim) -> dict[str, set[str]]:
+    """The domains of the tools a turn's calls took, by the name each call looks up."""
+    out: dict[str, set[str]] = {}
+    for call in parse_tool_calls(content).calls:
+        tool = sim.tools.get(call["name"])
+        if tool is not None and tool[0] in sim.masks:
+            query = (call.get("arguments") or {}).get(roles_of(parameters_of(tool[1])).lookup)
+            if isinstance(query, str):
+                out.setdefault(query.strip().lower(), set()).add(tool[0])
+    return out
+
+
 def kinds(conversations: list[list[dict]], sim) -> Counter:
     """Lookups announced in the model's thinks with a kind, by whether the kind is the one of
-    the page of that name (its domain tool's)."""
+    the page of that name (its domain tool's), and, where the same turn calls a search for
+    that name, whether the call took the tool of the kind the think gave."""
     out, page_of = Counter(), _pages(sim)
     for messages in conversations:
         for m in messages:
             if m.get("role") != "assistant":
                 continue
             think = (m.get("content") or "").split("</think>")[0]
+            took = _tools_for(m.get("content") or "", sim)
             for name, kind in announced(think):
+                tools = took.get(name.strip().lower())
+                if tools:
+                    out["its call took the tool of that kind" if kind in tools else "its call took another tool"] += 1
                 out["announced with a kind"] += 1
                 page = page_of(name)
                 if page is None:

@@ -60,6 +60,16 @@ def test_the_kind_a_think_gives_a_lookup_is_checked_against_the_page(sim):
                                           "no page has that name": 1}
 
 
+def test_a_call_is_checked_against_the_kind_its_think_gave(sim):
+    """After '"A" and "B", both people' the second call may take another tool than the think's kind."""
+    person, other = _page(sim, "person"), [t for d, t in zip(sim.doc_ids, sim.titles) if sim.domain_of(d) == "person"][1]
+    turn = _turn(sim, f'I will search for "{person}" and "{other}", both people.',
+                 [(_tool(sim, "person"), person), (_tool(sim, "organisation"), other)])
+    got = kinds([turn], sim)
+    assert got["its call took the tool of that kind"] == 1 and got["its call took another tool"] == 1, got
+    assert got["announced with a kind"] == 2 and got["the right kind"] == 2
+
+
 def test_a_chain_counts_as_found_only_when_every_needed_page_came_back(sim):
     general = _tool(sim, "general")
     both = _turn(sim, "look", [(general, sim.titles[0]), (general, sim.titles[1])])
