@@ -57,11 +57,25 @@ def calls(messages: list[dict]) -> list[tuple[dict, dict]]:
     return out
 
 
+def _key(name: str) -> str:
+    """A name as titles are matched: case and outer spaces ignored."""
+    return name.strip().lower()
+
+
 def _pages(sim):
-    """The simulator's document index by title (case and outer spaces ignored), as a lookup
-    of a name: None when no page has it."""
-    by_title = {t.strip().lower(): i for i, t in enumerate(sim.titles)}
-    return lambda name: by_title.get(name.strip().lower()) if isinstance(name, str) else None
+    """The simulator's document index by title (`_key`), as a lookup of a name: None when no
+    page has it."""
+    by_title = {_key(t): i for i, t in enumerate(sim.titles)}
+    return lambda name: by_title.get(_key(name)) if isinstance(name, str) else None
+
+
+def _search(call: dict, sim) -> tuple[str, object] | None:
+    """(domain of its tool, the name it looks up) of a search call; None for the calculator
+    or a tool the simulator does not have."""
+    tool = sim.tools.get(call["name"])
+    if tool is None or tool[0] not in sim.masks:
+        return None
+    return tool[0], (call.get("arguments") or {}).get(roles_of(parameters_of(tool[1])).lookup)
 
 
 def searches(conversations: list[list[dict]], sim) -> Counter:
@@ -70,11 +84,11 @@ def searches(conversations: list[list[dict]], sim) -> Counter:
     out, page_of = Counter(), _pages(sim)
     for messages in conversations:
         for call, answer in calls(messages):
-            tool = sim.tools.get(call["name"])
-            if tool is None or tool[0] not in sim.masks:  # unknown, or the calculator
+            search = _search(call, sim)
+            if search is None:
                 continue
             out["searches"] += 1
-            query = (call.get("arguments") or {}).get(roles_of(parameters_of(tool[1])).lookup)
+            domain, query = search
             page = page_of(query)
             try:
                 got = {r["doc_id"] for r in json.loads(answer["content"]).get("results", [])}
@@ -84,7 +98,7 @@ def searches(conversations: list[list[dict]], sim) -> Counter:
                 out["its query is no page's title"] += 1
             elif sim.doc_ids[page] in got:
                 out["found the page it named"] += 1
-            elif not sim.masks[tool[0]][page]:
+            elif not sim.masks[domain][page]:
                 out["its tool cannot see the page"] += 1
             else:
                 out["the page was not ranked first"] += 1
@@ -94,12 +108,9 @@ def searches(conversations: list[list[dict]], sim) -> Counter:
 def _tools_for(content: str, sim) -> dict[str, set[str]]:
     """The domains of the tools a turn's calls took, by the name each call looks up."""
     out: dict[str, set[str]] = {}
-    for call in parse_tool_calls(content).calls:
-        tool = sim.tools.get(call["name"])
-        if tool is not None and tool[0] in sim.masks:
-            query = (call.get("arguments") or {}).get(roles_of(parameters_of(tool[1])).lookup)
-            if isinstance(query, str):
-                out.setdefault(query.strip().lower(), set()).add(tool[0])
+    for domain, query in filter(None, (_search(call, sim) for call in parse_tool_calls(content).calls)):
+        if isinstance(query, str):
+            out.setdefault(_key(query), set()).add(domain)
     return out
 
 
@@ -115,7 +126,7 @@ def kinds(conversations: list[list[dict]], sim) -> Counter:
             think = (m.get("content") or "").split("</think>")[0]
             took = _tools_for(m.get("content") or "", sim)
             for name, kind in announced(think):
-                tools = took.get(name.strip().lower())
+                tools = took.get(_key(name))
                 if tools:
                     out["its call took the tool of that kind" if kind in tools else "its call took another tool"] += 1
                 out["announced with a kind"] += 1
