@@ -7,8 +7,9 @@
 - `kinds`: whether the kind a think gives a lookup ('look up "Gaiwick", a place') is the
   kind of the page of that name, which names the domain tool that can see it, and whether the
   call of that turn for that name took the tool of that kind;
-- `chains`: per question type, how many rollouts found every page the question needs, and
-  how many answered before they had.
+- `chains`: per question type, how many rollouts found every page the question needs, how
+  many answered before they had, and how many first thinks planned the calculator (only an
+  answer computed from two dates takes it: the arithmetic questions).
 
     sim = Simulator(documents, seed=0, tools=tools)
     searches([r.messages for r in rolls], sim)  # {"searches": 120, "found the page it named": 89, ...}
@@ -142,8 +143,9 @@ def kinds(conversations: list[list[dict]], sim) -> Counter:
 
 def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[str]) -> dict[str, Counter]:
     """Per question type: rollouts, those whose tool results held every golden page, those
-    that answered, and those that answered before holding every golden page (`finishes` are
-    the rollouts' `stats["finish"]`, all three lists in the same order)."""
+    that answered, those that answered before holding every golden page, and those whose first
+    think names the calculator (`finishes` are the rollouts' `stats["finish"]`, all three lists in
+    the same order)."""
     out: dict[str, Counter] = {}
     for t, messages, finish in zip(triples, conversations, finishes, strict=True):
         seen = " ".join(m.get("content") or "" for m in messages if m.get("role") == "tool")
@@ -153,4 +155,6 @@ def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[
         row["found every needed page"] += every
         row["answered"] += finish == "answer"
         row["answered before finding every needed page"] += finish == "answer" and not every
+        first = next((m.get("content") or "" for m in messages if m.get("role") == "assistant"), "")
+        row["first think plans the calculator"] += "calculator" in first.split("</think>")[0]
     return dict(sorted(out.items()))

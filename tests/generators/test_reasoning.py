@@ -128,6 +128,36 @@ def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
     assert computed >= 20 and named >= len(brief)
 
 
+def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(inputs, planned):
+    """`--first-search general`: the first round's lookups go to the general search and the first
+    think gives them no kind (no page has said yet what they are); every later lookup takes the
+    tool of its page's kind, which its think names, as with the domain tools. Only the first turn
+    and its think differ from `--first-search domain`; an escalation keeps its domain tools."""
+    with pytest.raises(ValueError, match="--first-search must be one of domain, general"):
+        SynthConfig(first_search="web")
+    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
+                                    first_search="general"), build_bank(seed=3, variants_per_tool=1, calculator=True))
+    general = s.skeletons(s.plans())
+    same = 0
+    for g, d in zip(general, planned, strict=True):
+        assert g.plan.triple_id == d.plan.triple_id and g.plan.case == d.plan.case
+        first, later = g.turns[0], g.turns[1:]
+        if g.plan.case == "escalation":
+            assert template(first.slot) == template(d.turns[0].slot)
+            continue
+        injected = [c for c in first.calls if c.injected_error == "wrong_tool"]
+        assert all(c.tool["domain"] == "general" for c in first.calls if c not in injected), g.plan.case
+        assert not any(one in template(first.slot) or many in template(first.slot) for one, many in KIND.values())
+        for turn in later:
+            for c in turn.calls:
+                if not c.injected_error and not c.hop.compute and turn.slot.kind == "next":
+                    assert c.tool["domain"] == c.hop.domain and any(w in template(turn.slot) for w in KIND[c.hop.domain])
+        if g.plan.case == "clean" and len(g.turns) > 1:
+            assert [template(t.slot) for t in g.turns[1:]] == [template(t.slot) for t in d.turns[1:]]
+            same += 1
+    assert same >= 50, same
+
+
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
     """... or before the calculator call, whose numbers are then facts the page stated."""
     seen, computed = 0, 0
