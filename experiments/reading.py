@@ -21,7 +21,7 @@ import json
 import re
 from collections import Counter
 
-from generators.llm.toolcalls import parse_tool_calls
+from generators.llm.toolcalls import parse_tool_calls, split_think
 from generators.synth.think import KIND
 from generators.tools.base import GENERAL, parameters_of
 from generators.tools.fill import roles_of
@@ -124,9 +124,9 @@ def kinds(conversations: list[list[dict]], sim) -> Counter:
         for m in messages:
             if m.get("role") != "assistant":
                 continue
-            think = (m.get("content") or "").split("</think>")[0]
-            took = _tools_for(m.get("content") or "", sim)
-            for name, kind in announced(think):
+            content = m.get("content") or ""
+            took = _tools_for(content, sim)
+            for name, kind in announced(split_think(content).think or ""):
                 tools = took.get(_key(name))
                 if tools:
                     out["its call took the tool of that kind" if kind in tools else "its call took another tool"] += 1
@@ -155,6 +155,6 @@ def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[
         row["found every needed page"] += every
         row["answered"] += finish == "answer"
         row["answered before finding every needed page"] += finish == "answer" and not every
-        first = next((m.get("content") or "" for m in messages if m.get("role") == "assistant"), "")
-        row["first think plans the calculator"] += "calculator" in first.split("</think>")[0]
+        first = next((m.get("content") for m in messages if m.get("role") == "assistant"), "")
+        row["first think plans the calculator"] += "calculator" in (split_think(first).think or "")
     return dict(sorted(out.items()))
