@@ -179,7 +179,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, restate: bool = False,
+              phrased: bool = False, first_general: bool = False,
               operand_facts: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
@@ -194,10 +194,8 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `restate` a final slot that has facts asks the question again (`asks`): of the
-        single last page by its name where the question names it by a phrase, else as it was asked.
-        With `operand_facts` the think before the calculator call states the facts its numbers come
-        from (`dates`), read on pages of earlier turns too."""
+        short). With `operand_facts` the think before the calculator call states the facts its
+        numbers come from (`dates`), read on pages of earlier turns too."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -316,8 +314,6 @@ class SkeletonBuilder:
                          + [triple["answer"]]}
         else:  # brief: only a computed answer's arithmetic
             told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
-        if restate and told.get("facts") and not ended.get("asks"):  # the question, as it was asked
-            ended = {**ended, "asks": triple["question"]}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,
                                "skipped": skipped, "question": triple["question"], **told})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})

@@ -21,11 +21,7 @@ what the last pages say and any comparison; a question that names the last page 
 bridge) is first asked again of that page by its name, which points at the sentence that answers
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
 was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
-states every fact and the comparison, as `--reasoning evidence` does. With `--restate-question`
-every final think that states facts first asks the question again: of the last page by its name
-as above where the question names it by a phrase, else as it was asked ("The question is now:
-Which novel has fewer chapters, the novel A or the novel B? ..."), so the facts it states next are
-those the question asks about.
+states every fact and the comparison, as `--reasoning evidence` does.
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
@@ -284,7 +280,7 @@ def template(slot: Slot) -> str:
         return f"{says}, so the answer is {f['answer']}."
     if slot.kind == "final" and f.get("facts"):
         said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
-        return " ".join([f"The pages about {_join(f['found'])} give everything needed.{_now(f)}", said,
+        return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,
                          *(f.get("steps") or []), f"So the answer is {f['answer']}."])
     if slot.kind == "answer":
         return f["answer"]

@@ -158,32 +158,6 @@ def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(
     assert same >= 50, same
 
 
-@pytest.mark.parametrize("reasoning", ["plan", "evidence"])
-def test_a_final_think_that_states_facts_can_ask_the_question_again(inputs, planned, skeletons, reasoning):
-    """`--restate-question`: every final think that states the facts first asks the question again,
-    of the last page by its name where the question names it by a phrase (as the plan texts already
-    did for a bridge) and else as it was asked; the rest of the trajectory is the same."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning=reasoning, calculator=True,
-                                    restate_question=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    restated, before = s.skeletons(s.plans()), planned if reasoning == "plan" else skeletons
-    asked = renamed = 0
-    for r, b in zip(restated, before, strict=True):
-        assert [template(t.slot) for t in r.turns] == [template(t.slot) for t in b.turns]
-        old, new, question = template(b.final), template(r.final), r.triple["question"]
-        if not r.final.facts.get("facts"):
-            assert new == old
-            continue
-        now = new.split("The question is now: ", 1)[1]
-        if b.final.facts.get("asks"):  # a bridge's last page by its name: as before
-            assert new == old and now.startswith(b.final.facts["asks"])
-            renamed += 1
-        else:
-            assert now.startswith(question) and new.replace(f" The question is now: {question}", "", 1) == old
-            asked += 1
-        assert not ungrounded(new, r.final)
-    assert asked >= 50 and (renamed >= 20 or reasoning == "evidence"), (asked, renamed)
-
-
 def test_the_think_before_the_calculator_can_state_where_its_numbers_come_from(inputs, planned):
     """`--operand-facts`: the think before the calculator call states, for each number of the
     arithmetic in order, the fact that gives it (read back by the corpus's parser to that number),

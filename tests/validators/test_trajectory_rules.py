@@ -32,18 +32,18 @@ def test_every_clean_trajectory_passes_schema_and_rules(world, rule_ctx):
         assert vs[6].detail["thinks"] == sum(m["role"] == "assistant" for m in r["messages"])  # every think read
 
 
-@pytest.mark.parametrize("first_search,restate", [("domain", False), ("general", False), ("general", True)])
-def test_plan_reasoning_passes_every_rule_layer(world, rule_ctx, first_search, restate):
+@pytest.mark.parametrize("first_search,operand_facts", [("domain", False), ("general", False), ("general", True)])
+def test_plan_reasoning_passes_every_rule_layer(world, rule_ctx, first_search, operand_facts):
     """`--reasoning plan` texts (the question's own phrases for every lookup) are grounded too, also
     with the first round's lookups through the general search (`--first-search general`) and with
-    every final think asking the question again (`--restate-question`) and the think before the
-    calculator stating the facts its numbers come from (`--operand-facts`), in every case."""
+    the think before the calculator stating the facts its numbers come from (`--operand-facts`), in
+    every case."""
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
 
     root, _, _, bank = world
     s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=40, calculator=True, reasoning="plan",
                                                     texts="template", first_search=first_search,
-                                                    restate_question=restate, operand_facts=restate), bank)
+                                                    operand_facts=operand_facts), bank)
     rows, _ = s.trajectories(s.plans(), None, "run")
     planned = [r for r in rows if "Next is" in json.dumps(r["messages"])]
     assert len(planned) >= 10, len(planned)
