@@ -111,13 +111,6 @@ def _operands(steps: list[str]) -> list[str]:
     return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
 
 
-def _stating(facts: list[str], numbers: list[str]) -> list[str]:
-    """The first fact that states each number, in the numbers' order ("1863" -> "Tranos was founded
-    in 1863."); a number no fact states is left out."""
-    out = [next((f for f in facts if re.search(rf"(?<![\d,]){re.escape(n)}(?![\d,])", f)), "") for n in numbers]
-    return list(dict.fromkeys(f for f in out if f))
-
-
 def _rng(seed: int, *parts) -> random.Random:
     h = hashlib.sha256(json.dumps([seed, *parts], sort_keys=True).encode()).hexdigest()
     return random.Random(int(h[:16], 16))
@@ -179,8 +172,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False,
-              operand_facts: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -194,8 +186,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `operand_facts` the think before the calculator call states the facts its
-        numbers come from (`dates`), read on pages of earlier turns too."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -295,9 +286,8 @@ class SkeletonBuilder:
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
-            operands = _operands([computed.query])
-            slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [], "operands": operands,
-                                    **({"dates": _stating(ev.facts, operands)} if operand_facts else {})})
+            slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
+                                    "operands": _operands([computed.query])})
             tool = chosen[COMPUTE]
             call = Call(id=f"call_{sk_id[:8]}_{len(turns)}_0", tool=tool, hop=computed, golden=[],
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})

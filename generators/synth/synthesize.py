@@ -52,7 +52,6 @@ class SynthConfig:
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
-    operand_facts: bool = field(default=False, metadata={"help": "with the calculator, the think before its call states the facts its numbers come from, read on earlier pages too (\"Tranos was founded in 1863 and Esia was established in 1783, so now I need to compute 1863 - 1783\")"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
@@ -96,7 +95,7 @@ REASONING = ("brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
-                  "hold_out": "", "first_search": "domain", "operand_facts": False}
+                  "hold_out": "", "first_search": "domain"}
 
 
 @dataclass
@@ -188,8 +187,7 @@ class Session:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan",
-                                          first_general=self.cfg.first_search == "general",
-                                          operand_facts=self.cfg.operand_facts))
+                                          first_general=self.cfg.first_search == "general"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

@@ -31,10 +31,7 @@ sent to it ("... Now I need to compute 1863 - 1783 with the calculator."), so th
 repeats a tool result; every think of such a trajectory starts with "The question asks for the
 number of years between two dates." (`lead`: a small model reads at the start of its own think
 what kind of question it answers, where it does not look back to the question), and the think
-before its last lookup ends ", then compute the answer with the calculator". With `--operand-facts`
-the think before the calculator call states the fact each number comes from, also those read on
-earlier pages ("Next is the calculator: Tranos was founded in 1863 and Esia became independent in
-1783, so now I need to compute 1863 - 1783 with the calculator."). With `--reasoning
+before its last lookup ends ", then compute the answer with the calculator". With `--reasoning
 evidence` every think after a lookup also states what the page said that leads to the next
 lookup ("The result has the page about "Tranos". It says Tranos lies in Esia, so now I need
 to look up "Esia", a place."), and every final think states its facts and the comparison or
@@ -186,8 +183,7 @@ def describe(slot: Slot) -> str:
         says = f" It says: {_reads(f)}" if f.get("read") else ""
         skipped = f" It already covers \"{f['skipped']}\", so that search is not needed." if f.get("skipped") else ""
         found = [x for x in f["found"] if x != f.get("skipped")]
-        dates = f" The numbers come from: {' '.join(f['dates'])}" if f.get("dates") else ""
-        return (f"The last search found the page about {_join(found)}.{skipped}{says}{dates} "
+        return (f"The last search found the page about {_join(found)}.{skipped}{says} "
                 f"Next step: compute {f['expression']} with the calculator.")
     if slot.kind == "final":
         if f.get("facts"):
@@ -255,12 +251,6 @@ def template(slot: Slot) -> str:
     if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it
         found = [x for x in f["found"] if x != f.get("skipped")]
         skipped = f" It already has the page about \"{f['skipped']}\" too." if f.get("skipped") else ""
-        if f.get("dates"):  # the facts the numbers come from
-            said = _said(f) if not skipped else ""
-            dates = _clauses(f["dates"])
-            dates = f"{said}: {dates}" if said else dates[:1].upper() + dates[1:]
-            return (f"{_result(found, f if not skipped else {})}{skipped} {dates}, so now I need to compute "
-                    f"{f['expression']} with the calculator.")
         return _after_results(found, f.get("read"), f"compute {f['expression']} with the calculator", skipped,
                               plan=f if not skipped else None)
     if slot.kind == "early_stop" and f.get("read"):

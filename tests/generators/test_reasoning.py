@@ -158,30 +158,6 @@ def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(
     assert same >= 50, same
 
 
-def test_the_think_before_the_calculator_can_state_where_its_numbers_come_from(inputs, planned):
-    """`--operand-facts`: the think before the calculator call states, for each number of the
-    arithmetic in order, the fact that gives it (read back by the corpus's parser to that number),
-    all of them from pages read before; every other think is as without the option."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    operand_facts=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    stated = 0
-    for sk, b in zip(s.skeletons(s.plans()), planned, strict=True):
-        slots = [t.slot for t in sk.turns] + [sk.final]
-        others = [template(x) for x in slots if x.kind != "compute"]
-        assert others == [template(x) for x in [t.slot for t in b.turns] + [b.final] if x.kind != "compute"]
-        for slot in slots:
-            if slot.kind != "compute":
-                continue
-            text, (a, minus) = template(slot), slot.facts["expression"].split(" - ")
-            dates = slot.facts["dates"]
-            values = [str(f.value) for d in dates for fs in stated_facts(d).facts.values() for f in fs]
-            assert values == [a, minus], (dates, slot.facts["expression"])
-            assert all(d.rstrip(".")[-8:] in text for d in dates) and not ungrounded(text, slot)
-            assert text.endswith(f"so now I need to compute {a} - {minus} with the calculator.")
-            stated += 1
-    assert stated >= 20, stated
-
-
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
     """... or before the calculator call, whose numbers are then facts the page stated."""
     seen, computed = 0, 0

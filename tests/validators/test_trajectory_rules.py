@@ -32,18 +32,16 @@ def test_every_clean_trajectory_passes_schema_and_rules(world, rule_ctx):
         assert vs[6].detail["thinks"] == sum(m["role"] == "assistant" for m in r["messages"])  # every think read
 
 
-@pytest.mark.parametrize("first_search,operand_facts", [("domain", False), ("general", False), ("general", True)])
-def test_plan_reasoning_passes_every_rule_layer(world, rule_ctx, first_search, operand_facts):
+@pytest.mark.parametrize("first_search", ["domain", "general"])
+def test_plan_reasoning_passes_every_rule_layer(world, rule_ctx, first_search):
     """`--reasoning plan` texts (the question's own phrases for every lookup) are grounded too, also
-    with the first round's lookups through the general search (`--first-search general`) and with
-    the think before the calculator stating the facts its numbers come from (`--operand-facts`), in
-    every case."""
+    with the first round's lookups through the general search (`--first-search general`), in every
+    case."""
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
 
     root, _, _, bank = world
     s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=40, calculator=True, reasoning="plan",
-                                                    texts="template", first_search=first_search,
-                                                    operand_facts=operand_facts), bank)
+                                                    texts="template", first_search=first_search), bank)
     rows, _ = s.trajectories(s.plans(), None, "run")
     planned = [r for r in rows if "Next is" in json.dumps(r["messages"])]
     assert len(planned) >= 10, len(planned)
