@@ -145,6 +145,8 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 
 def main() -> None:
+    from generators.synth.synthesize import FIRST_SEARCH, REASONING
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, required=True, help="work folder (created)")
     ap.add_argument("--model", default=None, help="model to fine-tune (default: the embedded one)")
@@ -155,14 +157,14 @@ def main() -> None:
     ap.add_argument("--train-seed", type=int, default=0, help="SFT's data order and torch seed")
     ap.add_argument("--train-layers", type=int, default=10,
                     help="train only the last N transformer blocks (0 = every parameter, as `train sft` does)")
-    ap.add_argument("--reasoning", default="brief", choices=["brief", "evidence", "plan"],
+    ap.add_argument("--reasoning", default="brief", choices=REASONING,
                     help="what the synthesized thinks say (synthesize --reasoning)")
     ap.add_argument("--calculator", action="store_true",
                     help="offer the calculator; a computed answer's trajectory calls it (synthesize --calculator)")
     ap.add_argument("--rounds-weight", type=float, default=0.0,
                     help="favour long questions in the training data (synthesize --rounds-weight); the held-out "
                          "questions stay those of uniform draws (synthesis holds them out)")
-    ap.add_argument("--first-search", default="domain", choices=["domain", "general"],
+    ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
