@@ -172,7 +172,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, marks: str = "none") -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -186,10 +186,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). `marks` (with phrases, for an answer read off a single last page the question names
-        by a phrase: a bridge) marks in the plan the page that answers the question: "first" starts
-        the plan with its phrase (`about`), "last" ends the plan's list with the question asked of it
-        (`answers`: "Who founded it?")."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -250,17 +247,10 @@ class SkeletonBuilder:
             return {"said": [local(q, i - 1) for q in queries(i)],
                     "was": [local(q, i - 2) for q in queries(i - 1)] if i > 1 else []}
 
-        target_facts = {}
-        if phrases and marks != "none" and not computed and len(rounds[-1]) == 1:
-            phrase = phrases[rounds[-1][0].query]
-            if phrase in triple["question"]:
-                target_facts = ({"about": phrase} if marks == "first"
-                                else {"answers": _asks(triple["question"], phrase, "it")})
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
-                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {}),
-                             **target_facts})
+                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
         skipped = None
         ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):

@@ -52,7 +52,6 @@ class SynthConfig:
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
-    plan_target: str = field(default="none", metadata={"help": "with --reasoning plan, how the first think of an answer read off one last page the question names by a phrase (a bridge) marks that page: none, first (the plan starts with its phrase: \"The question is about the alma mater of Tomis Nourrov.\") or last (the plan's list ends with the question asked of it: \"..., then the alma mater of Tomis Nourrov, whose page answers 'Who founded it?'\")"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
@@ -67,8 +66,6 @@ class SynthConfig:
             raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
         if self.first_search not in FIRST_SEARCH:
             raise ValueError(f"--first-search must be one of {', '.join(FIRST_SEARCH)}, not {self.first_search!r}")
-        if self.plan_target not in PLAN_TARGET:
-            raise ValueError(f"--plan-target must be one of {', '.join(PLAN_TARGET)}, not {self.plan_target!r}")
         self.top_k_choices()
         if self.rounds_weight < 0:
             raise ValueError(f"--rounds-weight must be >= 0, not {self.rounds_weight}")
@@ -96,10 +93,9 @@ class SynthConfig:
 
 REASONING = ("brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
-PLAN_TARGET = ("none", "first", "last")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
-                  "hold_out": "", "first_search": "domain", "plan_target": "none"}
+                  "hold_out": "", "first_search": "domain"}
 
 
 @dataclass
@@ -191,8 +187,7 @@ class Session:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan",
-                                          first_general=self.cfg.first_search == "general",
-                                          marks=self.cfg.plan_target))
+                                          first_general=self.cfg.first_search == "general"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

@@ -237,9 +237,7 @@ def template(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         if f.get("path"):
-            about = f"The question is about {f['about']}. " if f.get("about") else ""
-            answers = f", whose page answers \"{f['answers']}\"" if f.get("answers") else ""
-            return (f"{about}To answer this I need {_join(f['queries'])}{_path(f)}{answers}. "
+            return (f"To answer this I need {_join(f['queries'])}{_path(f)}. "
                     f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
         if f.get("computes"):
             return (f"I will search for {_what(f['queries'], f.get('kinds'))} first, "

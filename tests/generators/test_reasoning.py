@@ -158,38 +158,6 @@ def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(
     assert same >= 50, same
 
 
-@pytest.mark.parametrize("marks", ["first", "last"])
-def test_a_bridge_plan_can_mark_the_page_that_answers_the_question(inputs, planned, marks):
-    """`--plan-target`: the first think of an answer read off one last page the question names by
-    a phrase starts with that phrase (first) or ends its list with the question asked of that page
-    (last: the final think's question by the page's name, with "it" for the name); every other
-    think, and every other plan, is as without the option."""
-    with pytest.raises(ValueError, match="--plan-target must be one of none, first, last"):
-        SynthConfig(plan_target="end")
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    plan_target=marks), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    marked = asks = 0
-    for m, p in zip(s.skeletons(s.plans()), planned, strict=True):
-        slots, before = [t.slot for t in m.turns] + [m.final], [t.slot for t in p.turns] + [p.final]
-        assert [template(x) for x in slots[1:]] == [template(x) for x in before[1:]]
-        new, old, question = template(slots[0]), template(before[0]), m.triple["question"]
-        path = slots[0].facts.get("path")
-        if not path or m.plan.computed or len(path[-1]) != 1 or path[-1][0] not in question:
-            assert new == old
-            continue
-        if marks == "first":
-            assert new == f"The question is about {path[-1][0]}. {old}"
-        else:
-            asked = question.replace(path[-1][0], "it", 1)
-            assert new == old.replace(". First I will", f', whose page answers "{asked}". First I will', 1)
-            if m.final.facts.get("asks"):  # the final think asks the same of the page by its name
-                assert m.final.facts["asks"] == question.replace(path[-1][0], m.final.facts["last"][0], 1)
-                asks += 1
-        assert not ungrounded(new, slots[0])
-        marked += 1
-    assert marked >= 30 and (asks >= 20 or marks == "first"), (marked, asks)
-
-
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
     """... or before the calculator call, whose numbers are then facts the page stated."""
     seen, computed = 0, 0
