@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        question_now: str = "off", log=print) -> dict:
+        log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -88,8 +88,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
                         top_k_rate=1.0, top_k="1", texts="template", case_mix="clean=0.85,wrong_args=0.15",
-                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search,
-                        question_now=question_now)
+                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
     synthesize(replace(synth, hold_out=str(split)) if rounds_weight else synth, BackendConfig(), data, progress=False)
@@ -146,7 +145,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 
 def main() -> None:
-    from generators.synth.synthesize import FIRST_SEARCH, QUESTION_NOW, REASONING
+    from generators.synth.synthesize import FIRST_SEARCH, REASONING
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, required=True, help="work folder (created)")
@@ -167,8 +166,6 @@ def main() -> None:
                          "questions stay those of uniform draws (synthesis holds them out)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
-    ap.add_argument("--question-now", default="off", choices=QUESTION_NOW,
-                    help="thinks that announce a later lookup ask the question as it now stands (synthesize --question-now)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
@@ -177,8 +174,7 @@ def main() -> None:
 
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
-              rounds_weight=a.rounds_weight, first_search=a.first_search,
-              question_now=a.question_now)
+              rounds_weight=a.rounds_weight, first_search=a.first_search)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     print(f"{'':18}{'before':>8}{'after':>8}")

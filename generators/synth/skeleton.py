@@ -172,7 +172,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, now: str = "off") -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -186,10 +186,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `now` ("with_plan" or "without_plan": the plan then lists no later lookups) and
-        phrases, every think that announces a later lookup also asks the question as it now stands,
-        with the names read so far in place of their phrases (`now`: "How many people live in
-        Hakia?"), where the question names that lookup by its phrase."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -241,31 +238,19 @@ class SkeletonBuilder:
                 out = out.replace(phrases[x], x)
             return out
 
-        def asked(i: int) -> str:
-            """The question with the names of the lookups of rounds 0 to i in place of their phrases."""
-            out = triple["question"]
-            for j in range(i + 1):
-                for q in queries(j):
-                    out = out.replace(local(q, j - 1) if j else phrases[q], q, 1)
-            return out
-
         def said(i: int) -> dict:
             """How the question names the lookups of round i, which the think announces (`said`), and
             those of round i - 1, whose pages it just read (`was`; the first round's are its names),
-            each by the pages read just before it; with `now`, the question as it stands once round i's
-            names are known, where they change it."""
+            each by the pages read just before it."""
             if not phrases:
                 return {}
-            stands = asked(i) if now != "off" and 0 < i < len(rounds) else ""
             return {"said": [local(q, i - 1) for q in queries(i)],
-                    "was": [local(q, i - 2) for q in queries(i - 1)] if i > 1 else [],
-                    **({"now": stands} if stands and stands != asked(i - 1) else {})}
+                    "was": [local(q, i - 2) for q in queries(i - 1)] if i > 1 else []}
 
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
-                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]}
-                                if phrases and now != "without_plan" else {})})
+                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
         skipped = None
         ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):

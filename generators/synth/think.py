@@ -208,8 +208,7 @@ def _after_results(found: list[str], read: list[str] | None, then: str, skipped:
     founder of A was born, which is "C", so now I need to {then}.'"""
     plan = plan or {}
     said = _said(plan)
-    now = f". The question is now: {plan['now']} So" if plan.get("now") else ", so"
-    says = f" {_says(found, read)}, so" if read else f" {said}{now}" if said else ""
+    says = f" {_says(found, read)}, so" if read else f" {said}, so" if said else ""
     return f"{_result(found, plan)}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
 
 

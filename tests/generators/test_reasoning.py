@@ -20,7 +20,6 @@ from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
 from generators.synth.think import KIND, clean_think, describe, template, ungrounded
 from generators.tools.bank import build_bank
-from storage.schema import meta_of
 
 
 @pytest.fixture(scope="module")
@@ -157,52 +156,6 @@ def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(
             assert [template(t.slot) for t in g.turns[1:]] == [template(t.slot) for t in d.turns[1:]]
             same += 1
     assert same >= 50, same
-
-
-@pytest.mark.parametrize("mode", ["with_plan", "without_plan"])
-def test_a_think_that_announces_a_lookup_can_ask_the_question_as_it_now_stands(inputs, planned, mode):
-    """`--question-now`: a think that announces a later lookup the question names by a phrase asks
-    the question with every name known so far in place of its phrase; each such question is the one
-    before with the announced phrase (by the names read before it) replaced by the name, and the
-    last one of a bridge is the final think's. Nothing else changes, but the plan's list of later
-    lookups, which `without_plan` leaves out."""
-    with pytest.raises(ValueError, match="--question-now must be one of off, with_plan, without_plan"):
-        SynthConfig(question_now="always")
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    question_now=mode), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    asked = chains = 0
-    for m, p in zip(s.skeletons(s.plans()), planned, strict=True):
-        slots, before = [t.slot for t in m.turns] + [m.final], [t.slot for t in p.turns] + [p.final]
-        stands = m.triple["question"]
-        named = {k.lower(): v for k, v in (meta_of(m.triple).get("phrases") or {}).items()}
-        for q in slots[0].facts["queries"]:  # the first round's names, as the question words them
-            stands = stands.replace(named.get(q.lower(), q), q, 1)
-        for new, old in zip(slots, before, strict=True):
-            text, was = template(new), template(old)
-            if new.kind == "plan":
-                if mode == "with_plan" or not old.facts.get("path"):
-                    assert text == was
-                else:
-                    assert "path" not in new.facts and text.startswith("To answer this I need to look up ") | \
-                        text.startswith("I will search for ")
-                continue
-            if not new.facts.get("now"):
-                assert text == was
-                continue
-            assert new.kind == "next", new.kind
-            expected = stands
-            for phrase, name in zip(new.facts["said"], new.facts["queries"], strict=True):
-                expected = expected.replace(phrase, name, 1)
-            if m.plan.case != "early_stop":  # (an early stop's think names the page it skipped otherwise)
-                assert expected != stands and new.facts["now"] == expected
-            stands = new.facts["now"]
-            assert text == was.replace(", so now I need", f". The question is now: {stands} So now I need", 1)
-            assert not ungrounded(text, new)
-            asked += 1
-        if m.final.facts.get("asks") and m.plan.case == "clean":
-            assert m.final.facts["asks"] == stands
-            chains += 1
-    assert asked >= 100 and chains >= 20, (asked, chains)
 
 
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
