@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        log=print) -> dict:
+        lr: float = 3e-4, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -131,7 +131,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         before = measure(model, "before")
         t = time.perf_counter()
         sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers)
-        summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=3e-4,
+        summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=lr,
                                                 warmup_steps=min(3, steps // 4), checkpoint_every=0, seed=train_seed,
                                                 activation_checkpointing="off" if train_layers else "auto"),
                         data, progress=False)
@@ -166,6 +166,7 @@ def main() -> None:
                          "questions stay those of uniform draws (synthesis holds them out)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
+    ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
@@ -174,7 +175,7 @@ def main() -> None:
 
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
-              rounds_weight=a.rounds_weight, first_search=a.first_search)
+              rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     print(f"{'':18}{'before':>8}{'after':>8}")
