@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        lr: float = 3e-4, log=print) -> dict:
+        lr: float = 3e-4, max_new_tokens: int = 256, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -95,7 +95,8 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
 
-    ecfg = EvalConfig(data="w", limit=held_out, tool_style="compact", max_turns=5, max_new_tokens=160, hold_out=str(split))
+    ecfg = EvalConfig(data="w", limit=held_out, tool_style="compact", max_turns=5, max_new_tokens=max_new_tokens,
+                      hold_out=str(split))
     triples = held_out_triples(data, "w", True, held_out, str(split))  # what `evaluate` asks, in its order
     held = {t["triple_id"] for t in triples}
     sim = Simulator(load_table("w", "documents", data).to_pylist(), seed=ecfg.tool_seed, tools=base_tools(data, "w"))
@@ -141,6 +142,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         if served is not None:
             served.close()
     return {"before": before, "after": after, "validated": validated, "held_out": sorted(held),
+            "long_turns": long_turns(data, "w", model, max_new_tokens),
             "overlap": len(held & trained_on), "sft": summary, "seconds": seconds}
 
 
@@ -167,6 +169,8 @@ def main() -> None:
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
+    ap.add_argument("--max-new-tokens", type=int, default=256,
+                    help="tokens an evaluated turn may take (figures before this option used 160)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what evaluates (module docstring)")
     ap.add_argument("--json", type=Path, default=None)
@@ -175,9 +179,13 @@ def main() -> None:
 
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
-              rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr)
+              rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
+              max_new_tokens=a.max_new_tokens)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
+    lt = r["long_turns"]
+    print(f"assistant turns of the synthesized trajectories longer than {a.max_new_tokens} tokens: {lt['over']} of "
+          f"{lt['turns']} (longest {lt['longest']}), per question type {lt['by_qtype']}")
     print(f"{'':18}{'before':>8}{'after':>8}")
     for k in ("well_formed", "answered", "em", "tool_em", "f1", "calls_per_rollout", "found_per_call"):
         print(f"{k:18}{r['before'][k]:8.3f}{r['after'][k]:8.3f}")
@@ -214,6 +222,29 @@ def uniform_held_out(data: Path, synth, n: int) -> list[str]:
     inputs = load_inputs(data, uniform.dataset)
     used = {p.triple_id for p in Session(inputs, uniform, tools).plans()}
     return sorted(t["triple_id"] for t in inputs.triples if t["triple_id"] not in used)[:n]
+
+
+def long_turns(data: Path, dataset: str, model: str, budget: int) -> dict:
+    """How many assistant turns of the synthesized trajectories the evaluation could not write
+    whole: longer than `budget` new tokens (content and end-of-turn marker, as the rollouts
+    count them). Such a turn is cut at evaluation, mid-call when it makes parallel calls."""
+    from transformers import AutoTokenizer
+
+    from storage import load_table
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    out = {"turns": 0, "over": 0, "longest": 0, "by_qtype": {}}
+    for row in load_table(dataset, "trajectories", data, columns=["messages", "meta"]).to_pylist():
+        qtype = (json.loads(row["meta"]) if isinstance(row["meta"], str) else row["meta"] or {}).get("qtype") or "other"
+        for m in row["messages"]:
+            if m["role"] == "assistant":
+                n = len(tokenizer(m["content"] + tokenizer.eos_token)["input_ids"])
+                out["turns"] += 1
+                out["longest"] = max(out["longest"], n)
+                if n > budget:
+                    out["over"] += 1
+                    out["by_qtype"][qtype] = out["by_qtype"].get(qtype, 0) + 1
+    return out
 
 
 def interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
