@@ -13,7 +13,10 @@ What the 135M model needs to learn something it can use at evaluation time:
 - calls ask for one result (`top_k 1`), so every conversation fits in 2,048 tokens and none is
   dropped (with two results and a 1,600-token limit half were, all of them long sequential
   routes, and the model learned to answer after one tool turn);
-- a turn may take 160 new tokens (at 80, calls with long names were cut off).
+- a turn may take 256 new tokens (`--max-new-tokens`; at 80, calls with long names were cut
+  off; at 160, used before, a round of parallel calls whose think states a plan or facts was
+  cut mid-call: 54 of the 958 assistant turns of `--reasoning plan --calculator` data are
+  longer). SFT's counts give the longest trained turn (`longest_turn`).
 
 SFT trains the last 10 transformer blocks (`--train-layers 10`, about twice as fast here);
 `--train-layers 0` trains every parameter, as `train sft` does by default (with activation
@@ -142,7 +145,6 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         if served is not None:
             served.close()
     return {"before": before, "after": after, "validated": validated, "held_out": sorted(held),
-            "long_turns": long_turns(data, "w", model, max_new_tokens),
             "overlap": len(held & trained_on), "sft": summary, "seconds": seconds}
 
 
@@ -183,9 +185,9 @@ def main() -> None:
               max_new_tokens=a.max_new_tokens)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
-    lt = r["long_turns"]
-    print(f"assistant turns of the synthesized trajectories longer than {a.max_new_tokens} tokens: {lt['over']} of "
-          f"{lt['turns']} (longest {lt['longest']}), per question type {lt['by_qtype']}")
+    if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:
+        print(f"the longest trained turn ({r['sft']['counts']['longest_turn']} tokens) does not fit an evaluated "
+              f"turn ({a.max_new_tokens}, --max-new-tokens)")
     print(f"{'':18}{'before':>8}{'after':>8}")
     for k in ("well_formed", "answered", "em", "tool_em", "f1", "calls_per_rollout", "found_per_call"):
         print(f"{k:18}{r['before'][k]:8.3f}{r['after'][k]:8.3f}")
@@ -222,29 +224,6 @@ def uniform_held_out(data: Path, synth, n: int) -> list[str]:
     inputs = load_inputs(data, uniform.dataset)
     used = {p.triple_id for p in Session(inputs, uniform, tools).plans()}
     return sorted(t["triple_id"] for t in inputs.triples if t["triple_id"] not in used)[:n]
-
-
-def long_turns(data: Path, dataset: str, model: str, budget: int) -> dict:
-    """How many assistant turns of the synthesized trajectories the evaluation could not write
-    whole: longer than `budget` new tokens (content and end-of-turn marker, as the rollouts
-    count them). Such a turn is cut at evaluation, mid-call when it makes parallel calls."""
-    from transformers import AutoTokenizer
-
-    from storage import load_table
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    out = {"turns": 0, "over": 0, "longest": 0, "by_qtype": {}}
-    for row in load_table(dataset, "trajectories", data, columns=["messages", "meta"]).to_pylist():
-        qtype = (json.loads(row["meta"]) if isinstance(row["meta"], str) else row["meta"] or {}).get("qtype") or "other"
-        for m in row["messages"]:
-            if m["role"] == "assistant":
-                n = len(tokenizer(m["content"] + tokenizer.eos_token)["input_ids"])
-                out["turns"] += 1
-                out["longest"] = max(out["longest"], n)
-                if n > budget:
-                    out["over"] += 1
-                    out["by_qtype"][qtype] = out["by_qtype"].get(qtype, 0) + 1
-    return out
 
 
 def interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -103,7 +103,19 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
             break
     counts["kept"] = len(out)
     counts["trained_tokens"] = sum(sum(1 for x in e["labels"] if x != IGNORE) for e in out)
+    counts["longest_turn"] = max((longest_turn(e["labels"]) for e in out), default=0)
     return out, dict(counts)
+
+
+def longest_turn(labels: list[int]) -> int:
+    """Tokens of the longest assistant turn (its end marker included) of a tokenized example:
+    the longest run of trained labels. A rollout whose `max_new_tokens` is below it cannot
+    write that turn whole (a turn of parallel calls is cut mid-call)."""
+    best = run = 0
+    for x in labels:
+        run = run + 1 if x != IGNORE else 0
+        best = max(best, run)
+    return best
 
 
 def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:

@@ -11,7 +11,7 @@ from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import write_rows
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
-from train.sft import IGNORE, SFTConfig, load_examples, make_step, template_messages, tokenize
+from train.sft import IGNORE, SFTConfig, load_examples, longest_turn, make_step, template_messages, tokenize
 from train.trainer import Trainer, TrainConfig
 
 
@@ -60,6 +60,21 @@ def test_template_messages_tool_as_user_turn():
                              {"role": "tool", "content": "{\"r\": 1}", "tool_call_id": "c1", "name": "f"}])
     assert out == [{"role": "assistant", "content": "x"},
                    {"role": "user", "content": "<tool_response>\n{\"r\": 1}\n</tool_response>"}]
+
+
+def test_longest_turn_counts_the_longest_assistant_reply(traj_root, tiny_llama_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+
+    def longest(words: int) -> int:
+        msgs = [{"role": "user", "content": "Which?"}, {"role": "assistant", "content": "look " * 5},
+                {"role": "tool", "content": "{}", "name": "f"}, {"role": "assistant", "content": "look " * words}]
+        return longest_turn(tokenize(tok, msgs)["labels"])
+
+    assert longest(60) - longest(20) == 40  # one token per " look": the long reply, not the short one
+    assert longest_turn([IGNORE, 5, 6, IGNORE, 7, 8, 9, IGNORE]) == 3 and longest_turn([IGNORE]) == 0
+    root, _ = traj_root
+    examples, counts = load_examples(root, "w", tok, SFTConfig(data="w", max_len=4096))
+    assert counts["longest_turn"] == max(longest_turn(e["labels"]) for e in examples) > 0
 
 
 def test_few_sft_steps_lower_loss_on_assistant_tokens(traj_root, tiny_llama_dir, tmp_path):
