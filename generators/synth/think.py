@@ -236,6 +236,11 @@ def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
     if slot.kind == "plan":
+        if f.get("path") and f.get("outside_in"):  # the question's outermost phrase first
+            items = [_names(r) for r in reversed(f["path"])] + [_join(f["queries"])]
+            head = "the calculator, which needs " if f.get("computes") else ""
+            return (f"To answer this I need {head}{', which needs '.join(items)}. "
+                    f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
         if f.get("path"):
             return (f"To answer this I need {_join(f['queries'])}{_path(f)}. "
                     f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
