@@ -22,6 +22,9 @@ bridge) is first asked again of that page by its name, which points at the sente
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
 was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
 states every fact and the comparison, as `--reasoning evidence` does.
+With `--plan-order outside_in` the plan's list runs from the question's outermost phrase in
+("To answer this I need the city where the author of the novel Dasta was born, which needs the
+author of the novel Dasta, which needs "Dasta".").
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
