@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        lr: float = 3e-4, max_new_tokens: int = 256, plan_order: str = "inside_out", log=print) -> dict:
+        lr: float = 3e-4, max_new_tokens: int = 256, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -91,8 +91,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
                         top_k_rate=1.0, top_k="1", texts="template", case_mix="clean=0.85,wrong_args=0.15",
-                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search,
-                        plan_order=plan_order)
+                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
     synthesize(replace(synth, hold_out=str(split)) if rounds_weight else synth, BackendConfig(), data, progress=False)
@@ -150,7 +149,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 
 def main() -> None:
-    from generators.synth.synthesize import FIRST_SEARCH, PLAN_ORDER, REASONING
+    from generators.synth.synthesize import FIRST_SEARCH, REASONING
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, required=True, help="work folder (created)")
@@ -171,8 +170,6 @@ def main() -> None:
                          "questions stay those of uniform draws (synthesis holds them out)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
-    ap.add_argument("--plan-order", default="inside_out", choices=PLAN_ORDER,
-                    help="the order of a plan's list of lookups (synthesize --plan-order)")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
     ap.add_argument("--max-new-tokens", type=int, default=256,
                     help="tokens an evaluated turn may take (figures before this option used 160)")
@@ -185,7 +182,7 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
-              max_new_tokens=a.max_new_tokens, plan_order=a.plan_order)
+              max_new_tokens=a.max_new_tokens)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

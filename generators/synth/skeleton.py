@@ -172,7 +172,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, outside_in: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -186,8 +186,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `outside_in` the plan lists the lookups from the question's outermost phrase in
-        to the names searched first (`outside_in` in the plan slot)."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -251,8 +250,7 @@ class SkeletonBuilder:
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
-                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {}),
-                             **({"outside_in": True} if phrases and outside_in else {})})
+                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
         skipped = None
         ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):

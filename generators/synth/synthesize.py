@@ -52,7 +52,6 @@ class SynthConfig:
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
-    plan_order: str = field(default="inside_out", metadata={"help": "with --reasoning plan, the order of the first think's list: inside_out (the names searched first, then each later lookup as the question names it: \"To answer this I need 'Thelesk', then the country that contains Thelesk, then ...\") or outside_in (the question's outermost phrase first, down to the names searched first: \"To answer this I need the capital city of the country that contains Thelesk, which needs the country that contains Thelesk, which needs 'Thelesk'.\")"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
@@ -67,8 +66,6 @@ class SynthConfig:
             raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
         if self.first_search not in FIRST_SEARCH:
             raise ValueError(f"--first-search must be one of {', '.join(FIRST_SEARCH)}, not {self.first_search!r}")
-        if self.plan_order not in PLAN_ORDER:
-            raise ValueError(f"--plan-order must be one of {', '.join(PLAN_ORDER)}, not {self.plan_order!r}")
         self.top_k_choices()
         if self.rounds_weight < 0:
             raise ValueError(f"--rounds-weight must be >= 0, not {self.rounds_weight}")
@@ -96,10 +93,9 @@ class SynthConfig:
 
 REASONING = ("brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
-PLAN_ORDER = ("inside_out", "outside_in")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
-                  "hold_out": "", "first_search": "domain", "plan_order": "inside_out"}
+                  "hold_out": "", "first_search": "domain"}
 
 
 @dataclass
@@ -191,8 +187,7 @@ class Session:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan",
-                                          first_general=self.cfg.first_search == "general",
-                                          outside_in=self.cfg.plan_order == "outside_in"))
+                                          first_general=self.cfg.first_search == "general"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

@@ -22,9 +22,6 @@ bridge) is first asked again of that page by its name, which points at the sente
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
 was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
 states every fact and the comparison, as `--reasoning evidence` does.
-With `--plan-order outside_in` the plan's list runs from the question's outermost phrase in
-("To answer this I need the city where the author of the novel Dasta was born, which needs the
-author of the novel Dasta, which needs "Dasta".").
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
@@ -239,11 +236,6 @@ def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
     f = slot.facts
     if slot.kind == "plan":
-        if f.get("path") and f.get("outside_in"):  # the question's outermost phrase first
-            items = [_names(r) for r in reversed(f["path"])] + [_join(f["queries"])]
-            head = "the calculator, which needs " if f.get("computes") else ""
-            return (f"To answer this I need {head}{', which needs '.join(items)}. "
-                    f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
         if f.get("path"):
             return (f"To answer this I need {_join(f['queries'])}{_path(f)}. "
                     f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
