@@ -15,8 +15,9 @@ What the 135M model needs to learn something it can use at evaluation time:
   routes, and the model learned to answer after one tool turn);
 - a turn may take 256 new tokens (`--max-new-tokens`; at 80, calls with long names were cut
   off; at 160, used before, a round of parallel calls whose think states a plan or facts was
-  cut mid-call: 54 of the 958 assistant turns of `--reasoning plan --calculator` data are
-  longer). SFT's counts give the longest trained turn (`longest_turn`).
+  cut mid-call: 54 of the 958 assistant turns of `--reasoning plan --first-search general
+  --rounds-weight 5 --calculator` data are longer). SFT's counts give the longest trained turn
+  (`longest_turn`).
 
 SFT trains the last 10 transformer blocks (`--train-layers 10`, about twice as fast here);
 `--train-layers 0` trains every parameter, as `train sft` does by default (with activation
