@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        lr: float = 3e-4, max_new_tokens: int = 256, log=print) -> dict:
+        kinds_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -92,10 +92,11 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
                         top_k_rate=1.0, top_k="1", texts="template", case_mix="clean=0.85,wrong_args=0.15",
-                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search)
+                        reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search,
+                        kinds_in_turn=kinds_in_turn)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
-    synthesize(replace(synth, hold_out=str(split)) if rounds_weight else synth, BackendConfig(), data, progress=False)
+    synthesize(replace(synth, hold_out=str(split)) if rounds_weight or kinds_in_turn else synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
 
@@ -169,6 +170,9 @@ def main() -> None:
     ap.add_argument("--rounds-weight", type=float, default=0.0,
                     help="favour long questions in the training data (synthesize --rounds-weight); the held-out "
                          "questions stay those of uniform draws (synthesis holds them out)")
+    ap.add_argument("--kinds-in-turn", action="store_true",
+                    help="the kinds of question take turns in the training data (synthesize --kinds-in-turn); "
+                         "the held-out questions stay the same")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
@@ -183,6 +187,7 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
+              kinds_in_turn=a.kinds_in_turn,
               max_new_tokens=a.max_new_tokens)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
@@ -215,12 +220,12 @@ def main() -> None:
 
 def uniform_held_out(data: Path, synth, n: int) -> list[str]:
     """The first n triple ids (by id) that synthesis leaves unused when it draws uniformly
-    (`rounds_weight` 0, no hold-out): the held-out set of every run on this world, the one
+    (`rounds_weight` 0, kinds not in turn, no hold-out): the held-out set of every run on this world, the one
     the figures before `--rounds-weight` existed were measured on."""
     from generators.synth.synthesize import Session, load_inputs
     from generators.tools.bank import generate_bank
 
-    uniform = replace(synth, rounds_weight=0.0, hold_out="")
+    uniform = replace(synth, rounds_weight=0.0, kinds_in_turn=False, hold_out="")
     tools = generate_bank(seed=uniform.seed, variants_per_tool=uniform.variants_per_tool, calculator=uniform.calculator).tools
     inputs = load_inputs(data, uniform.dataset)
     used = {p.triple_id for p in Session(inputs, uniform, tools).plans()}

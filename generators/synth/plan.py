@@ -198,11 +198,13 @@ def parse_mix(text: str | dict, known: tuple[str, ...]) -> dict[str, float]:
 
 
 def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed: int,
-                    rounds_weight: float = 0.0) -> list[Plan]:
+                    rounds_weight: float = 0.0, kind: Callable[[Plan], str] | None = None) -> list[Plan]:
     """Pick n plans so routes follow `route_mix` as far as the pool allows; deterministic.
     Within a route, plans are drawn without replacement with weight (tool rounds) **
     `rounds_weight`: 0 draws uniformly, a larger value favours plans of more rounds (a
-    calculator call is a round)."""
+    calculator call is a round). With `kind` (a plan's kind of question, e.g. its type and
+    hop count) the kinds of a route take turns, so a kind with few triples gets as many as
+    the others while it lasts (`in_turn`)."""
     if rounds_weight < 0:
         raise ValueError(f"rounds weight must be >= 0, not {rounds_weight}")
 
@@ -212,6 +214,8 @@ def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed
     pools: dict[str, list[Plan]] = {r: [] for r in ROUTES}
     for p in sorted(plans, key=lambda p: order(p, "pick")):
         pools[p.route].append(p)
+    if kind is not None:
+        pools = {r: in_turn(ps, kind) for r, ps in pools.items()}
     total = sum(route_mix.get(r, 0.0) for r in ROUTES) or 1.0
     want = {r: int(round(n * route_mix.get(r, 0.0) / total)) for r in ROUTES}
     picked: list[Plan] = []
@@ -219,5 +223,19 @@ def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed
         picked += pools[r][: want[r]]
     leftovers = [p for r in ROUTES for p in pools[r][want[r]:] if route_mix.get(r, 0.0) > 0]
     leftovers.sort(key=lambda p: order(p, "fill"))
+    if kind is not None:
+        leftovers = in_turn(leftovers, kind)
     picked += leftovers[: max(0, n - len(picked))]
     return picked[:n]
+
+
+def in_turn(plans: list[Plan], kind: Callable[[Plan], str]) -> list[Plan]:
+    """`plans` reordered so their kinds take turns: the first plan of every kind, then the
+    second of every kind, ...; within a kind, and within a turn, the order is kept."""
+    seen: dict[str, int] = {}
+    ranked = []
+    for i, p in enumerate(plans):
+        k = kind(p)
+        ranked.append((seen.get(k, 0), i, p))
+        seen[k] = seen.get(k, 0) + 1
+    return [p for _, _, p in sorted(ranked, key=lambda x: x[:2])]

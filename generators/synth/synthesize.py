@@ -37,6 +37,7 @@ class SynthConfig:
     route_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_ROUTE_MIX.items()),
                            metadata={"help": "target weights of routes when picking triples"})
     rounds_weight: float = field(default=0.0, metadata={"help": "favour long questions: within a route, triples are drawn with weight (tool rounds) ** this; 0 draws uniformly"})
+    kinds_in_turn: bool = field(default=False, metadata={"help": "within a route, the kinds of question (type and hop count) take turns, so a kind with few triples (a two-hop arithmetic question) is not crowded out by the large ones"})
     hold_out: str = field(default="", metadata={"help": "file of triple ids (one per line) that no trajectory uses: a test split that stays the same whatever the mixes pick"})
     variants_per_tool: int = field(default=3, metadata={"help": "paraphrased variants per base tool (dual-gated)"})
     llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
@@ -95,7 +96,7 @@ REASONING = ("brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
-                  "hold_out": "", "first_search": "domain"}
+                  "hold_out": "", "first_search": "domain", "kinds_in_turn": False}
 
 
 @dataclass
@@ -177,7 +178,13 @@ class Session:
             p.allowed = planning.allowed_cases(p)
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
             out.append(p)
-        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight)
+        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight,
+                                        kind=self.kind if self.cfg.kinds_in_turn else None)
+
+    def kind(self, p: planning.Plan) -> str:
+        """A plan's kind of question: its triple's type and hop count ("compositional/2")."""
+        t = self.triples[p.triple_id]
+        return f"{t.get('qtype')}/{t.get('hop_count')}"
 
     def skeletons(self, plans: list[planning.Plan]) -> list[Skeleton]:
         from generators.synth.evidence import evidence_for

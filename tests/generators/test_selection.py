@@ -1,6 +1,7 @@
 """Which triples synthesis picks: `--rounds-weight` favours long questions within each
-route's quota, and `--hold-out` keeps a test split out of every trajectory. A real world
-corpus, tool bank and planner; no model (plans only)."""
+route's quota, `--kinds-in-turn` lets the kinds of question of a route take turns, and
+`--hold-out` keeps a test split out of every trajectory. A real world corpus, tool bank and
+planner; no model (plans only)."""
 
 from collections import Counter
 from dataclasses import replace
@@ -47,6 +48,26 @@ def test_rounds_weight_favours_long_plans_within_each_routes_quota(inputs, tools
     assert picked(inputs, tools, rounds_weight=4) == weighted  # deterministic
     same_length = replace(CFG, route_mix="single=1")  # every single plan has one round: weights change nothing
     assert Session(inputs, replace(same_length, rounds_weight=4), tools).plans() == Session(inputs, same_length, tools).plans()
+
+
+def test_kinds_in_turn_gives_the_rare_kinds_of_a_route_their_share(inputs, tools):
+    every = Session(inputs, replace(CFG, n=10_000), tools)
+    pool = Counter(every.kind(p) for p in every.plans())
+    s = Session(inputs, replace(CFG, kinds_in_turn=True), tools)
+    uniform, in_turn = Counter(map(s.kind, picked(inputs, tools))), Counter(map(s.kind, s.plans()))
+    assert sum(in_turn.values()) == 80
+    rare = min(pool, key=pool.get)  # the kind with fewest triples
+    assert in_turn[rare] > uniform[rare] and in_turn[rare] <= pool[rare]
+    assert max(in_turn.values()) < max(uniform.values())  # the largest kind no longer crowds the others out
+    assert s.plans() == s.plans()  # deterministic
+    assert set(in_turn) == set(pool)  # every kind is drawn
+
+
+def test_in_turn_keeps_the_order_within_a_kind():
+    plans = [planning.Plan(f"t{i}", [], "single") for i in range(7)]
+    kind = {"t0": "a", "t1": "a", "t2": "a", "t3": "b", "t4": "a", "t5": "c", "t6": "b"}
+    assert [p.triple_id for p in planning.in_turn(plans, lambda p: kind[p.triple_id])] == \
+        ["t0", "t3", "t5", "t1", "t6", "t2", "t4"]
 
 
 def test_negative_rounds_weight_is_refused():
