@@ -33,8 +33,9 @@ match comes with its 95% interval (Wilson): on 48 questions a figure near 0.25 s
 
 The 48 held-out questions are the first by id that synthesis leaves unused when it draws
 triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).
-`--rounds-weight X` favours long questions in the training data (synthesize --rounds-weight);
-synthesis then holds that file's triples out, so the run is scored on the same questions.
+`--rounds-weight X` favours long questions in the training data (synthesize --rounds-weight) and
+`--kinds-in-turn` lets its kinds of question take turns (synthesize --kinds-in-turn); synthesis
+then holds that file's triples out, so the run is scored on the same questions.
 
 `--backend vllm-server` evaluates through one vLLM server (from .venv-vllm): it is started
 once with the base model, and after SFT the fine-tuned weights are published to it, as GRPO
@@ -96,7 +97,8 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                         kinds_in_turn=kinds_in_turn)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
-    synthesize(replace(synth, hold_out=str(split)) if rounds_weight or kinds_in_turn else synth, BackendConfig(), data, progress=False)
+    mixed = rounds_weight or kinds_in_turn  # a draw that is not uniform: the held-out file is held out
+    synthesize(replace(synth, hold_out=str(split)) if mixed else synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
 
@@ -187,8 +189,7 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
-              kinds_in_turn=a.kinds_in_turn,
-              max_new_tokens=a.max_new_tokens)
+              kinds_in_turn=a.kinds_in_turn, max_new_tokens=a.max_new_tokens)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:
@@ -220,8 +221,8 @@ def main() -> None:
 
 def uniform_held_out(data: Path, synth, n: int) -> list[str]:
     """The first n triple ids (by id) that synthesis leaves unused when it draws uniformly
-    (`rounds_weight` 0, kinds not in turn, no hold-out): the held-out set of every run on this world, the one
-    the figures before `--rounds-weight` existed were measured on."""
+    (`rounds_weight` 0, kinds not in turn, no hold-out): the held-out set of every run on this
+    world, the one the figures before `--rounds-weight` existed were measured on."""
     from generators.synth.synthesize import Session, load_inputs
     from generators.tools.bank import generate_bank
 

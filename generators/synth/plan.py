@@ -17,7 +17,9 @@ of the calculator (generators/tools/compute.py) with the arithmetic, which count
 route like a lookup, since the conversation makes it after the lookups it depends on.
 
 The reflection case is drawn from a configurable mix among the cases the plan allows,
-deterministically per (seed, triple).
+deterministically per (seed, triple). `select_by_route` picks the plans a run makes: routes
+follow their mix, and within a route long plans may be favoured (`rounds_weight`) and the kinds
+of question may take turns (`in_turn`).
 """
 
 from __future__ import annotations
