@@ -101,9 +101,11 @@ def summarize(outs) -> dict:
 
 def by_qtype(triples: list[dict], outs) -> dict:
     """`summarize` per question type and hop count, keyed `qtype/hops`, sorted."""
+    from generators.corpus.questions import question_kind
+
     groups: dict[str, list] = {}
     for t, o in zip(triples, outs):
-        groups.setdefault(f"{t.get('qtype') or 'other'}/{t.get('hop_count') or '?'}", []).append(o)
+        groups.setdefault(question_kind(t), []).append(o)
     return {k: summarize(v) for k, v in sorted(groups.items())}
 
 

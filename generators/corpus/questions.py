@@ -43,6 +43,12 @@ COMPARE_POOLS = {"birth_year": ["person"], "founded": ["city", "org", "country"]
                  "tracks": ["work/album"]}
 
 
+def question_kind(triple: dict) -> str:
+    """A triple's kind of question, its type and hop count ("compositional/2"; "other/?" for an
+    imported triple without them): what synthesis may take turns over and evaluation reports by."""
+    return f"{triple.get('qtype') or 'other'}/{triple.get('hop_count') or '?'}"
+
+
 @dataclass
 class Question:
     qtype: str

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from generators.corpus.questions import question_kind
 from generators.llm.base import ChatRequest
 from generators.synth import plan as planning
 from generators.synth.assemble import to_row, traj_id_for
@@ -183,8 +184,7 @@ class Session:
 
     def kind(self, p: planning.Plan) -> str:
         """A plan's kind of question: its triple's type and hop count ("compositional/2")."""
-        t = self.triples[p.triple_id]
-        return f"{t.get('qtype')}/{t.get('hop_count')}"
+        return question_kind(self.triples[p.triple_id])
 
     def skeletons(self, plans: list[planning.Plan]) -> list[Skeleton]:
         from generators.synth.evidence import evidence_for
