@@ -35,7 +35,9 @@ The 48 held-out questions are the first by id that synthesis leaves unused when 
 triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).
 `--rounds-weight X` favours long questions in the training data (synthesize --rounds-weight) and
 `--kinds-in-turn` lets its kinds of question take turns (synthesize --kinds-in-turn); synthesis
-then holds that file's triples out, so the run is scored on the same questions.
+then holds that file's triples out, so the run is scored on the same questions. `--case-mix`
+sets the reflection cases of the training data (by default 85% clean, 15% wrong arguments;
+`repeat=...` adds lookups made twice, after which the think says the page was read before).
 
 `--backend vllm-server` evaluates through one vLLM server (from .venv-vllm): it is started
 once with the base model, and after SFT the fine-tuned weights are published to it, as GRPO
@@ -66,11 +68,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+CASE_MIX = "clean=0.85,wrong_args=0.15"  # the reflection cases of the training data (synthesize --case-mix)
+
 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        kinds_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, log=print) -> dict:
+        kinds_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, case_mix: str = CASE_MIX,
+        log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -92,7 +97,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     write(WorldConfig(seed=seed, entities=1000), data, "w")
     synth = SynthConfig(dataset="w", n=n_traj, seed=seed, tool_style="compact", variants_per_tool=0,
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
-                        top_k_rate=1.0, top_k="1", texts="template", case_mix="clean=0.85,wrong_args=0.15",
+                        top_k_rate=1.0, top_k="1", texts="template", case_mix=case_mix,
                         reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search,
                         kinds_in_turn=kinds_in_turn)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
@@ -177,6 +182,9 @@ def main() -> None:
                          "the held-out questions stay the same")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
+    ap.add_argument("--case-mix", default=CASE_MIX,
+                    help="the reflection cases of the training data (synthesize --case-mix), e.g. "
+                         "clean=0.7,wrong_args=0.15,repeat=0.15 adds trajectories that repeat a lookup and go on")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
     ap.add_argument("--max-new-tokens", type=int, default=256,
                     help="tokens an evaluated turn may take (figures before this option used 160)")
@@ -189,7 +197,7 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
-              kinds_in_turn=a.kinds_in_turn, max_new_tokens=a.max_new_tokens)
+              kinds_in_turn=a.kinds_in_turn, max_new_tokens=a.max_new_tokens, case_mix=a.case_mix)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

@@ -9,7 +9,10 @@ and the rollouts (train/rollout.py) use the same one, so training and sampling a
 
 Labels: the characters of each assistant message's content plus its end-of-turn marker
 (`<|im_end|>` for SmolLM2) are found by rendering the conversation prefix by prefix; every
-token whose characters lie inside such a span is trained, all others get label -100.
+token whose characters lie inside such a span is trained, all others get label -100. An
+assistant turn whose call carries an injected error named in `context` (SFTConfig
+`context_errors`, by default the repeat case's `repeated_call`) is not a span: the model
+reads the mistake and learns the turn after it, not the mistake.
 
     from train.sft import SFTConfig, load_examples, sft_step
     examples, stats = load_examples(root, "demo", tokenizer, SFTConfig(dataset="demo"))
@@ -50,13 +53,20 @@ def _render(tokenizer, messages: list[dict], gen: bool = False) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
 
 
-def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
-    """(rendered text, [(start, end) character span of each assistant reply incl. end marker])."""
+def _error_of(message: dict) -> set[str]:
+    """The injected errors of a message's calls, without their detail ("wrong_args:type" -> wrong_args)."""
+    return {str(c["injected_error"]).split(":")[0] for c in message.get("tool_calls") or []
+            if isinstance(c, dict) and c.get("injected_error")}
+
+
+def assistant_spans(tokenizer, messages: list[dict], context: frozenset[str] = frozenset()) -> tuple[str, list[tuple[int, int]]]:
+    """(rendered text, [(start, end) character span of each assistant reply incl. end marker]);
+    replies whose calls carry an injected error in `context` have no span."""
     msgs = template_messages(messages)
     text = _render(tokenizer, msgs)
     spans = []
     for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
+        if m["role"] != "assistant" or _error_of(messages[i]) & context:
             continue
         start = len(_render(tokenizer, msgs[:i], gen=True))
         upto = _render(tokenizer, msgs[:i + 1])
@@ -67,9 +77,9 @@ def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[in
     return text, spans
 
 
-def tokenize(tokenizer, messages: list[dict]) -> dict:
+def tokenize(tokenizer, messages: list[dict], context: frozenset[str] = frozenset()) -> dict:
     """{"input_ids", "labels"}: labels equal input_ids on assistant spans, else IGNORE."""
-    text, spans = assistant_spans(tokenizer, messages)
+    text, spans = assistant_spans(tokenizer, messages, context)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, labels = enc["input_ids"], []
     for tok, (a, b) in zip(ids, enc["offset_mapping"]):
@@ -85,6 +95,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
     rows = load_table(dataset, "trajectories", root).to_pylist()
     failed = rejected_ids(dataset, "trajectories", root) if cfg.validated_only else set()
     cases = {c.strip() for c in cfg.cases.split(",") if c.strip()}
+    context = frozenset(e.strip() for e in cfg.context_errors.split(",") if e.strip())
     counts: Counter = Counter(rows=len(rows))
     out = []
     for r in rows:
@@ -94,7 +105,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
         if cases and r["case"] not in cases:
             counts["other_case"] += 1
             continue
-        ex = tokenize(tokenizer, r["messages"])
+        ex = tokenize(tokenizer, r["messages"], context)
         if len(ex["input_ids"]) > cfg.max_len:
             counts["too_long"] += 1
             continue

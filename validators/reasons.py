@@ -32,7 +32,8 @@ REASONS: dict[str, str] = {
     "unknown_tool": "a call names a tool that is not offered",
     "bad_tool_schema": "an offered tool's parameters are not a valid JSON Schema",
     "arguments_invalid": "call arguments break the tool's JSON Schema and are not a flagged injected error",
-    "injected_error_not_an_error": "a call flagged as an injected argument error has valid arguments",
+    "injected_error_not_an_error": ("a call flagged as an injected argument error has valid arguments, or one flagged as a "
+                                    "repeated call repeats no earlier call"),
     "injected_error_not_repaired": "an injected error is not corrected in the next assistant turn",
     "repair_changed_tool": "an argument-error repair calls a different tool",
     "repair_changed_other_arguments": "an argument-error repair changes the query instead of fixing the faulty argument",

@@ -5,7 +5,8 @@ earlier ones parsed): `structure` (role order, no empty message), `format` (ever
 turn starts with <think>; non-final turns hold only tool calls after </think>, mirrored in
 `tool_calls` and answered by the tool messages; the final turn has exactly one <answer>),
 `tools` (names offered; arguments fit the tool's JSON Schema unless flagged as an injected
-error that the next turn repairs, keeping the tool for argument errors; unflagged calls use
+error that the next turn repairs, keeping the tool for argument errors; a call flagged
+`repeated_call` repeats an earlier one and the next turn does not; unflagged calls use
 correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
 `replay` (the simulator reproduces every tool message; skipped with a passing verdict when
 no corpus is known), `answer` (normalized EM / token F1 against gold and aliases) and
@@ -227,7 +228,13 @@ def _tools(row: dict, p: Parsed) -> set[int]:
         for c in turn:
             err = offered[c.name].error(c.args) if isinstance(c.args, dict) else "arguments are not an object"
             valid = err is None
-            if c.flag:
+            if c.flag == "repeated_call":  # the repeat case: a call made before, which the next turn does not make again
+                same = lambda x: x.name == c.name and x.args == c.args  # noqa: E731
+                if not any(same(x) for t in p.turns[:ti] for x in t):
+                    raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
+                if any(same(x) for x in (p.turns[ti + 1] if ti + 1 < len(p.turns) else [])):
+                    raise Reject("injected_error_not_repaired", tool=c.name, flag=c.flag, turn=ti)
+            elif c.flag:
                 if c.flag.startswith("wrong_args") and valid:
                     raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
                 nxt = p.turns[ti + 1] if ti + 1 < len(p.turns) else []

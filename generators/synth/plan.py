@@ -33,7 +33,7 @@ from typing import Callable
 from generators.tools.compute import COMPUTE
 
 ROUTES = ("single", "parallel", "sequential", "mixed")
-CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop")
+CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop", "repeat")
 DEFAULT_CASE_MIX = {"clean": 0.4, "wrong_args": 0.15, "wrong_tool": 0.15, "escalation": 0.15, "early_stop": 0.15}
 DEFAULT_ROUTE_MIX = {"single": 0.1, "parallel": 0.2, "sequential": 0.45, "mixed": 0.25}
 
@@ -151,7 +151,7 @@ def structural_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[
 
 def allowed_cases(plan: Plan) -> list[str]:
     """The cases a plan can take; an injected error always hits a lookup, never the calculator."""
-    allowed = ["clean", "wrong_args", "wrong_tool"]
+    allowed = ["clean", "wrong_args", "wrong_tool", "repeat"]
     rounds = plan.lookups
     if any(h.domain != "general" for r in rounds for h in r):
         allowed.append("escalation")  # needs a specialised tool that can fall short

@@ -10,6 +10,11 @@ Cases (the error is injected at one hop, chosen per triple):
                insufficient -> the general search, which finds it
   early_stop   two lookups planned; the first result already holds both pages, so the
                second lookup is skipped
+  repeat       a lookup made again with the same arguments, after the same think word for
+               word (as greedy decoding writes it when it loops); the same page comes back,
+               and the next think says it is the page already read before it goes on with
+               the plan. The repeated call is flagged `repeated_call`: SFT keeps its turn as
+               context only
 
 A computed answer's skeleton ends with a turn that calls the calculator with the arithmetic
 (generators/tools/compute.py; slot kind `compute`); no case puts its error there.
@@ -62,7 +67,7 @@ class Slot:
     """A piece of text the LLM writes: `kind` says what the reasoning must cover."""
 
     kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | compute | final | answer
-    facts: dict
+    facts: dict  # with "again" (the repeat case): the lookups the turn before made a second time
     sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
 
@@ -251,7 +256,7 @@ class SkeletonBuilder:
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
                              **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
-        skipped = None
+        skipped, again = None, []  # again: the lookups just repeated, which the next think names
         ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):
             t, calls = len(turns), []
@@ -272,6 +277,7 @@ class SkeletonBuilder:
                     calls.append(self._call(sk_id, t, j, tool, self._args(rng, hop, tool), hop, ctx))
             turns.append(Turn(calls, slot))
             self._repairs(turns, rng, plan, chosen, ctx)
+            again = self._repeat(turns, calls, target, sk_id) if plan.case == "repeat" else again
             found = [c.hop.query for c in calls]
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
@@ -285,9 +291,12 @@ class SkeletonBuilder:
                                      "read": _read(ev, rounds[ri - 1]) if shows else []})
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
+            if again and ri < len(rounds):
+                slot.facts["again"], again = again, []
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
             slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
-                                    "operands": _operands([computed.query])})
+                                    "operands": _operands([computed.query]), **({"again": again} if again else {})})
+            again = []
             tool = chosen[COMPUTE]
             call = Call(id=f"call_{sk_id[:8]}_{len(turns)}_0", tool=tool, hop=computed, golden=[],
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})
@@ -305,7 +314,8 @@ class SkeletonBuilder:
         else:  # brief: only a computed answer's arithmetic
             told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,
-                               "skipped": skipped, "question": triple["question"], **told})
+                               "skipped": skipped, "question": triple["question"], **told,
+                               **({"again": again} if again else {})})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
         sources = [triple["question"]]
         for turn in turns:
@@ -318,6 +328,16 @@ class SkeletonBuilder:
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])
+
+    def _repeat(self, turns: list[Turn], calls: list[Call], target: Hop, sk_id: str) -> list[str]:
+        """The repeat case: when the round just made holds the target lookup, the same turn again
+        (the same think, the same call) with the same result; the lookups repeated, else []."""
+        first = next((c for c in calls if c.hop is target), None)
+        if first is None:
+            return []
+        c = replace(first, id=f"call_{sk_id[:8]}_{len(turns)}_0", injected_error="repeated_call")
+        turns.append(Turn([c], replace(turns[-1].slot, facts=dict(turns[-1].slot.facts))))
+        return [target.query]
 
     def _repairs(self, turns: list[Turn], rng: random.Random, plan: Plan, chosen: dict, ctx: dict) -> None:
         """After a turn with an injected error, append the turns that repair it."""

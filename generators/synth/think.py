@@ -154,8 +154,21 @@ def _now(f: dict) -> str:
     return f" The question is now: {f['asks']}" if f.get("asks") else ""
 
 
+def _again(f: dict) -> str:
+    """'This is the same page about "B" as before, so I will not search for it again. ': the first
+    words of the think after a repeated lookup (the repeat case), else ''."""
+    if not f.get("again"):
+        return ""
+    pages = "pages" if len(f["again"]) > 1 else "page"
+    return f"This is the same {pages} about {_join(f['again'])} as before, so I will not search for {'them' if len(f['again']) > 1 else 'it'} again. "
+
+
 def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
+    return _again(slot.facts) + _describe(slot)
+
+
+def _describe(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         last = " Last step: compute the answer with the calculator." if f.get("computes") else ""
@@ -234,6 +247,10 @@ def lead(slot: Slot, text: str) -> str:
 
 def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
+    return _again(slot.facts) + _template(slot)
+
+
+def _template(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         if f.get("path"):
@@ -274,7 +291,7 @@ def template(slot: Slot) -> str:
                          *(f.get("steps") or []), f"So the answer is {f['answer']}."])
     if slot.kind == "answer":
         return f["answer"]
-    return describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")
+    return _describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")
 
 
 def slot_prompt(question: str, slot: Slot) -> list[dict]:

@@ -33,7 +33,8 @@ def tools():
 
 @pytest.fixture(scope="module")
 def synthesized(inputs, tools):
-    cfg = SynthConfig(dataset="w", n=120, seed=5)
+    every_case = {**planning.DEFAULT_CASE_MIX, "repeat": 0.1}  # the default mix and the opt-in repeat case
+    cfg = SynthConfig(dataset="w", n=120, seed=5, case_mix=",".join(f"{k}={v}" for k, v in every_case.items()))
     s = Session(inputs, cfg, tools)
     plans = s.plans()
     rows, stats = s.trajectories(plans, ScriptedBackend(), "run-x")
@@ -139,6 +140,11 @@ def test_cases_behave_as_named(synthesized):
             assert any(m["mode"] == "insufficient" for m in modes)
         elif r["case"] == "early_stop":
             assert not injected and len(calls) == hops - 1
+        elif r["case"] == "repeat":  # one lookup made twice, the second flagged; the turn after it says so
+            assert injected == ["repeated_call"] and len(calls) == hops + 1
+            at = next(i for i, m in enumerate(r["messages"]) if m["tool_calls"] and m["tool_calls"][0]["injected_error"])
+            again = r["messages"][at]["tool_calls"][0]
+            assert sum((c["name"], c["arguments"]) == (again["name"], again["arguments"]) for c in calls) == 2
 
 
 def test_mix_is_configurable_and_reported(inputs, tools):

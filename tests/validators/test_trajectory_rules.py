@@ -1,4 +1,4 @@
-"""Schema + rule layers: every clean synthesized trajectory passes; 57 corrupted copies are
+"""Schema + rule layers: every clean synthesized trajectory passes; 59 corrupted copies are
 each rejected with the expected reason code (real parser, real simulator replay), among
 them reasoning that invents a number, a date or a name."""
 
@@ -132,6 +132,22 @@ def later_title(row):
     return next(x["title"] for x in json.loads(msgs[last]["content"])["results"] if x["title"] not in before)
 
 
+def repeated_turn(row):
+    """The index among assistant turns of the turn flagged `repeated_call`."""
+    turns = [m for m in row["messages"] if m["role"] == "assistant"]
+    return next(k for k, m in enumerate(turns) if m["tool_calls"] and m["tool_calls"][0]["injected_error"] == "repeated_call")
+
+
+def repeat_again(row):
+    """The turn after the repeated call makes the same call once more (unflagged), with the same result."""
+    k = repeated_turn(row)
+    a = assistant_idx(row, k)
+    t = a + 1  # its one tool message
+    again, result = copy.deepcopy(row["messages"][a]), copy.deepcopy(row["messages"][t])
+    again["tool_calls"][0]["injected_error"] = None
+    row["messages"][t + 1:t + 1] = [again, result]
+
+
 def miscalculated(row):
     a, b = sorted(tool_numbers(row)[:2], reverse=True)
     return f"{a} - {b} = {a - b + 1}, so that is the answer."
@@ -192,6 +208,9 @@ CASES = [
     ("injected_error_unflagged", "wa", lambda r: [set_field(c, "injected_error", None) for c in flagged(r, "wrong_args")], "arguments_invalid"),
     ("wrong_tool_not_repaired", "wt", lambda r: set_args(r, lambda a: a.update(query="something else"),
                                                            k=1 + next(k for k in range(9) if (r["messages"][assistant_idx(r, k)]["tool_calls"][0]["injected_error"] or "") == "wrong_tool")), "injected_error_not_repaired"),
+    ("repeat_of_no_earlier_call", "rep", lambda r: set_args(r, lambda a: a.update(query="Somewhere Else"), k=repeated_turn(r)),
+     "injected_error_not_an_error"),
+    ("repeat_made_again", "rep", repeat_again, "injected_error_not_repaired"),
     ("bad_tool_schema", "seq", lambda r: set_field(r["tools"][0], "parameters", '{"type": 5}'), "bad_tool_schema"),
     ("not_an_object", "seq", lambda r: r.clear(), "schema_violation"),
     ("schema_missing_route", "seq", lambda r: r.pop("route"), "schema_violation"),
@@ -217,7 +236,37 @@ def bases(world):
             "par": pick(rows, lambda r: r["case"] == "clean" and r["route"] == "parallel" and len(first(r)) >= 2),
             "wa": pick(rows, lambda r: r["case"] == "wrong_args" and r["route"] == "sequential"),
             "wt": pick(rows, lambda r: r["case"] == "wrong_tool" and r["route"] == "sequential"
-                       and first(r)[0]["injected_error"] is None)}
+                       and first(r)[0]["injected_error"] is None),
+            "rep": pick(repeats(world), lambda r: r["route"] == "sequential")}
+
+
+def repeats(world, **kw):
+    """Trajectories of the repeat case (a lookup made twice) of the world's dataset."""
+    from generators.synth.synthesize import Session, SynthConfig, load_inputs
+
+    root, _, _, bank = world
+    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=20, calculator=True, case_mix="repeat=1", **kw), bank)
+    rows, _ = s.trajectories(s.plans(), None, "run")
+    return rows
+
+
+@pytest.mark.parametrize("reasoning", ["brief", "plan"])
+def test_repeat_case_passes_every_rule_layer(world, rule_ctx, reasoning):
+    """A call made twice, flagged `repeated_call`, with the think after it saying so, passes every
+    rule; the second call is the first one again, word for word, and brings back the same result."""
+    rows = repeats(world, reasoning=reasoning, texts="template", first_search="general")
+    assert {r["case"] for r in rows} == {"repeat"}
+    for r in rows:
+        assert first_fail(r, rule_ctx) is None, (r["route"], first_fail(r, rule_ctx))
+        k = repeated_turn(r)
+        msgs = r["messages"]
+        first, second = msgs[assistant_idx(r, k - 1)], msgs[assistant_idx(r, k)]
+        call = second["tool_calls"][0]
+        assert any(c["name"] == call["name"] and c["arguments"] == call["arguments"] for c in first["tool_calls"])
+        assert second["content"].split("</think>")[0] == first["content"].split("</think>")[0]  # the same think
+        results = {m["tool_call_id"]: m["content"] for m in msgs if m["role"] == "tool"}
+        assert results[call["id"]] in [results[c["id"]] for c in first["tool_calls"] if c["arguments"] == call["arguments"]]
+        assert "is the same page about" in msgs[assistant_idx(r, k + 1)]["content"]
 
 
 def test_at_least_forty_cases_with_documented_codes():
