@@ -67,7 +67,7 @@ class Slot:
     """A piece of text the LLM writes: `kind` says what the reasoning must cover."""
 
     kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | compute | final | answer
-    facts: dict  # with "again" (the repeat case): the lookups the turn before made a second time
+    facts: dict  # with "again" (the repeat case): the lookups the turn before made a second time (set by `build`)
     sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
 
@@ -256,7 +256,7 @@ class SkeletonBuilder:
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
                              **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
-        skipped, again = None, []  # again: the lookups just repeated, which the next think names
+        skipped = None
         ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):
             t, calls = len(turns), []
@@ -277,7 +277,8 @@ class SkeletonBuilder:
                     calls.append(self._call(sk_id, t, j, tool, self._args(rng, hop, tool), hop, ctx))
             turns.append(Turn(calls, slot))
             self._repairs(turns, rng, plan, chosen, ctx)
-            again = self._repeat(turns, calls, target, sk_id) if plan.case == "repeat" else again
+            if plan.case == "repeat":
+                self._repeat(turns, calls, target, sk_id)
             found = [c.hop.query for c in calls]
             if plan.case == "early_stop" and ri == 0:
                 skipped, ri = rounds[1][0].query, 2
@@ -291,12 +292,9 @@ class SkeletonBuilder:
                                      "read": _read(ev, rounds[ri - 1]) if shows else []})
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
-            if again and ri < len(rounds):
-                slot.facts["again"], again = again, []
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
             slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
-                                    "operands": _operands([computed.query]), **({"again": again} if again else {})})
-            again = []
+                                    "operands": _operands([computed.query])})
             tool = chosen[COMPUTE]
             call = Call(id=f"call_{sk_id[:8]}_{len(turns)}_0", tool=tool, hop=computed, golden=[],
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})
@@ -314,9 +312,12 @@ class SkeletonBuilder:
         else:  # brief: only a computed answer's arithmetic
             told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,
-                               "skipped": skipped, "question": triple["question"], **told,
-                               **({"again": again} if again else {})})
+                               "skipped": skipped, "question": triple["question"], **told})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
+        for turn, after in zip(turns, [t.slot for t in turns[1:]] + [final]):  # the think after a repeat names it
+            again = [c.hop.query for c in turn.calls if c.injected_error == "repeated_call"]
+            if again:
+                after.facts["again"] = again
         sources = [triple["question"]]
         for turn in turns:
             turn.slot.sources = list(sources)
@@ -329,15 +330,13 @@ class SkeletonBuilder:
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])
 
-    def _repeat(self, turns: list[Turn], calls: list[Call], target: Hop, sk_id: str) -> list[str]:
+    def _repeat(self, turns: list[Turn], calls: list[Call], target: Hop, sk_id: str) -> None:
         """The repeat case: when the round just made holds the target lookup, the same turn again
-        (the same think, the same call) with the same result; the lookups repeated, else []."""
+        (the same think, the same call) with the same result."""
         first = next((c for c in calls if c.hop is target), None)
-        if first is None:
-            return []
-        c = replace(first, id=f"call_{sk_id[:8]}_{len(turns)}_0", injected_error="repeated_call")
-        turns.append(Turn([c], replace(turns[-1].slot, facts=dict(turns[-1].slot.facts))))
-        return [target.query]
+        if first is not None:
+            c = replace(first, id=f"call_{sk_id[:8]}_{len(turns)}_0", injected_error="repeated_call")
+            turns.append(Turn([c], replace(turns[-1].slot, facts=dict(turns[-1].slot.facts))))
 
     def _repairs(self, turns: list[Turn], rng: random.Random, plan: Plan, chosen: dict, ctx: dict) -> None:
         """After a turn with an injected error, append the turns that repair it."""
