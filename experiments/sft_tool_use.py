@@ -75,7 +75,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
         kinds_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, case_mix: str = CASE_MIX,
-        log=print) -> dict:
+        neftune_alpha: float = 0.0, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -143,7 +143,8 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     try:
         before = measure(model, "before")
         t = time.perf_counter()
-        sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers)
+        sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers,
+                        neftune_alpha=neftune_alpha)
         summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=lr,
                                                 warmup_steps=min(3, steps // 4), checkpoint_every=0, seed=train_seed,
                                                 activation_checkpointing="off" if train_layers else "auto"),
@@ -186,6 +187,8 @@ def main() -> None:
                     help="the reflection cases of the training data (synthesize --case-mix), e.g. "
                          "clean=0.7,wrong_args=0.15,repeat=0.15 adds trajectories that repeat a lookup and go on")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
+    ap.add_argument("--neftune-alpha", type=float, default=0.0,
+                    help="NEFTune's noise on the input embeddings during SFT (train sft --neftune-alpha; 0 = off)")
     ap.add_argument("--max-new-tokens", type=int, default=256,
                     help="tokens an evaluated turn may take (figures before this option used 160)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
@@ -197,7 +200,8 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
-              kinds_in_turn=a.kinds_in_turn, max_new_tokens=a.max_new_tokens, case_mix=a.case_mix)
+              kinds_in_turn=a.kinds_in_turn, max_new_tokens=a.max_new_tokens, case_mix=a.case_mix,
+              neftune_alpha=a.neftune_alpha)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

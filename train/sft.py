@@ -142,14 +142,16 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0) -> torch.Tensor:
     """Mean next-token cross entropy over the labelled (assistant) tokens of a padded batch
     (`collate`: input_ids, labels, attention_mask) or a packed one (train/packing.py `pack`:
     input_ids, labels, position_ids; the model runs packed attention).
 
     Only positions that predict a labelled token are projected to the vocabulary, in chunks
     (train.packing.token_logprobs_at): the prompt and tool tokens, most of a tool-use
-    conversation, get no logits. Same loss and gradients as projecting every position."""
+    conversation, get no logits. Same loss and gradients as projecting every position.
+    `neftune_alpha` > 0 adds NEFTune's noise to the input embeddings (train/neftune.py)."""
+    from train.neftune import noisy_inputs
     from train.packing import token_logprobs_at
 
     dev = next(model.parameters()).device
@@ -158,6 +160,7 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     if rows.numel() == 0:
         raise ValueError("a micro-batch with no labelled (assistant) tokens")
     inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+    inputs = noisy_inputs(model, inputs, neftune_alpha)
     return -token_logprobs_at(model, inputs, rows, cols, target[rows, cols]).mean()
 
 
@@ -182,15 +185,15 @@ def train_last_layers(model, n: int) -> dict:
     return {"trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "total": total}
 
 
-def make_step(pad_id: int, packed: bool = False):
+def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0):
     """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"}); the
     examples of a micro-batch packed into one row (`packed`; the model runs packed attention,
-    train/packing.py) or padded to the longest."""
+    train/packing.py) or padded to the longest; NEFTune's noise when `neftune_alpha` > 0."""
     from train.packing import pack
 
     def step(model, examples: list[dict]):
         batch = pack(examples) if packed else collate(examples, pad_id)
-        loss = sft_loss(model, batch)
+        loss = sft_loss(model, batch, neftune_alpha)
         tokens = batch["input_ids"].numel() if packed else int(batch["attention_mask"].sum())
         return loss, {"tokens": tokens, "trained_tokens": int((batch["labels"] != IGNORE).sum())}
 

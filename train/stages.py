@@ -136,7 +136,7 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     packed = tcfg.max_batch_tokens > 0
     if packed:
         use_packed_attention(model)
-    return Built(model, tok, make_step(tok.pad_token_id, packed), examples, SFT_LOSS_WEIGHT, counts,
+    return Built(model, tok, make_step(tok.pad_token_id, packed, cfg.neftune_alpha), examples, SFT_LOSS_WEIGHT, counts,
                  f"model {path}", [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg))
 
 
