@@ -31,11 +31,16 @@ def token_lengths(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def noisy_inputs(model, inputs: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
-    """`inputs` with `input_ids` replaced by the noised `inputs_embeds` (alpha 0: unchanged)."""
+def check_alpha(alpha: float) -> float:
+    """`alpha`, or ValueError when it is not a finite number >= 0."""
     if not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"--neftune-alpha must be a finite number >= 0, not {alpha}")
-    if alpha == 0:
+    return alpha
+
+
+def noisy_inputs(model, inputs: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
+    """`inputs` with `input_ids` replaced by the noised `inputs_embeds` (alpha 0: unchanged)."""
+    if check_alpha(alpha) == 0:
         return inputs
     embeds = model.get_input_embeddings()(inputs["input_ids"])
     lengths = token_lengths(inputs).to(embeds.device, embeds.dtype)

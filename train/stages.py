@@ -126,9 +126,11 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     """The model with only its last `cfg.train_layers` blocks trainable (0 = all), the tokenized
     trajectories and the SFT step (cross entropy on assistant tokens); with `max_batch_tokens`
     the step packs each micro-batch into one row (train/packing.py)."""
+    from train.neftune import check_alpha
     from train.packing import use_packed_attention
     from train.sft import make_step, train_last_layers
 
+    check_alpha(cfg.neftune_alpha)  # before the model and the data are loaded
     path, tok, model = load_model(cfg.model, device)
     params = train_last_layers(model, cfg.train_layers)
     examples, counts = sft_examples(root, cfg, tok)

@@ -78,3 +78,12 @@ def test_noise_changes_the_loss_and_the_gradients(model, packed):
     assert abs(noisy - clean) > 1e-5
     assert set(g_noisy) == set(g_clean)
     assert any(not torch.allclose(g_noisy[n], g_clean[n]) for n in g_clean)
+
+
+def test_a_bad_alpha_stops_sft_before_anything_is_loaded(tmp_path):
+    from train.configs import SFTConfig, TrainConfig
+    from train.stages import build_sft
+
+    cfg = SFTConfig(data="none", model=str(tmp_path / "no-such-model"), neftune_alpha=-1.0)
+    with pytest.raises(ValueError, match="--neftune-alpha must be a finite number >= 0, not -1.0"):
+        build_sft(cfg, TrainConfig(), tmp_path)
