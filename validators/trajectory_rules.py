@@ -225,6 +225,7 @@ def _tools(row: dict, p: Parsed) -> set[int]:
     correct = set(row.get("correct_tools") or [])
     repairs: set[int] = set()
     for ti, turn in enumerate(p.turns):
+        nxt = p.turns[ti + 1] if ti + 1 < len(p.turns) else []
         for c in turn:
             err = offered[c.name].error(c.args) if isinstance(c.args, dict) else "arguments are not an object"
             valid = err is None
@@ -232,12 +233,11 @@ def _tools(row: dict, p: Parsed) -> set[int]:
                 same = lambda x: x.name == c.name and x.args == c.args  # noqa: E731
                 if not any(same(x) for t in p.turns[:ti] for x in t):
                     raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
-                if any(same(x) for x in (p.turns[ti + 1] if ti + 1 < len(p.turns) else [])):
+                if any(same(x) for x in nxt):
                     raise Reject("injected_error_not_repaired", tool=c.name, flag=c.flag, turn=ti)
             elif c.flag:
                 if c.flag.startswith("wrong_args") and valid:
                     raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
-                nxt = p.turns[ti + 1] if ti + 1 < len(p.turns) else []
                 rep = _repair_of(c, nxt)
                 if rep is None:
                     if c.flag.startswith("wrong_args") and any(x.query and x.query == c.query for x in nxt):

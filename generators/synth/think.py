@@ -159,8 +159,9 @@ def _again(f: dict) -> str:
     words of the think after a repeated lookup (the repeat case), else ''."""
     if not f.get("again"):
         return ""
-    pages = "pages" if len(f["again"]) > 1 else "page"
-    return f"This is the same {pages} about {_join(f['again'])} as before, so I will not search for {'them' if len(f['again']) > 1 else 'it'} again. "
+    many = len(f["again"]) > 1
+    return (f"This is the same {'pages' if many else 'page'} about {_join(f['again'])} as before, so I will not "
+            f"search for {'them' if many else 'it'} again. ")
 
 
 def describe(slot: Slot) -> str:
