@@ -34,7 +34,8 @@ match comes with its 95% interval (Wilson): on 48 questions a figure near 0.25 s
 The 48 held-out questions are the first by id that synthesis leaves unused when it draws
 triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).
 `--rounds-weight X` favours long questions in the training data (synthesize --rounds-weight) and
-`--kinds-in-turn` lets its kinds of question take turns (synthesize --kinds-in-turn); synthesis
+`--kinds-in-turn` lets its kinds of question take turns (synthesize --kinds-in-turn) and
+`--asks-in-turn` what they ask of their last page (synthesize --asks-in-turn); synthesis
 then holds that file's triples out, so the run is scored on the same questions. `--case-mix`
 sets the reflection cases of the training data (by default 85% clean, 15% wrong arguments;
 `repeat=...` adds lookups made twice, after which the think says the page was read before).
@@ -74,7 +75,7 @@ CASE_MIX = "clean=0.85,wrong_args=0.15"  # the reflection cases of the training 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        kinds_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, case_mix: str = CASE_MIX,
+        kinds_in_turn: bool = False, asks_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, case_mix: str = CASE_MIX,
         neftune_alpha: float = 0.0, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
@@ -99,10 +100,10 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
                         top_k_rate=1.0, top_k="1", texts="template", case_mix=case_mix,
                         reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search,
-                        kinds_in_turn=kinds_in_turn)
+                        kinds_in_turn=kinds_in_turn, asks_in_turn=asks_in_turn)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
-    mixed = rounds_weight or kinds_in_turn  # a draw that is not uniform: the held-out file is held out
+    mixed = rounds_weight or kinds_in_turn or asks_in_turn  # a draw that is not uniform: the held-out file is held out
     synthesize(replace(synth, hold_out=str(split)) if mixed else synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
@@ -181,6 +182,9 @@ def main() -> None:
     ap.add_argument("--kinds-in-turn", action="store_true",
                     help="the kinds of question take turns in the training data (synthesize --kinds-in-turn); "
                          "the held-out questions stay the same")
+    ap.add_argument("--asks-in-turn", action="store_true",
+                    help="what the questions ask of their last page takes turns in the training data "
+                         "(synthesize --asks-in-turn); the held-out questions stay the same")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--case-mix", default=CASE_MIX,
@@ -200,7 +204,7 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
-              kinds_in_turn=a.kinds_in_turn, max_new_tokens=a.max_new_tokens, case_mix=a.case_mix,
+              kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens, case_mix=a.case_mix,
               neftune_alpha=a.neftune_alpha)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
@@ -238,7 +242,7 @@ def uniform_held_out(data: Path, synth, n: int) -> list[str]:
     from generators.synth.synthesize import Session, load_inputs
     from generators.tools.bank import generate_bank
 
-    uniform = replace(synth, rounds_weight=0.0, kinds_in_turn=False, hold_out="")
+    uniform = replace(synth, rounds_weight=0.0, kinds_in_turn=False, asks_in_turn=False, hold_out="")
     tools = generate_bank(seed=uniform.seed, variants_per_tool=uniform.variants_per_tool, calculator=uniform.calculator).tools
     inputs = load_inputs(data, uniform.dataset)
     used = {p.triple_id for p in Session(inputs, uniform, tools).plans()}

@@ -33,6 +33,7 @@ from generators.corpus.names import capitalise
 from generators.corpus.relations import (ASK, COMPARE, NOUN, NP, PRED, REL, WHEN, format_value, pick,
                                          value_aliases, years_aliases)
 from generators.corpus.world import Entity, World
+from storage.schema import meta_of
 
 QTYPES = ("bridge", "comparison", "compositional", "inference")
 HOP_WEIGHTS = {2: 0.4, 3: 0.35, 4: 0.25}
@@ -47,6 +48,17 @@ def question_kind(triple: dict) -> str:
     """A triple's kind of question, its type and hop count ("compositional/2"; "other/?" for an
     imported triple without them): what synthesis may take turns over and evaluation reports by."""
     return f"{triple.get('qtype') or 'other'}/{triple.get('hop_count') or '?'}"
+
+
+def question_ask(triple: dict) -> str:
+    """What a triple's question asks of its last page: the relation its answer is ("population",
+    "founder"; for the years between two dates, the second date's). "?" when its meta names no
+    relation (comparisons and inferences of the world, imported triples)."""
+    relations = meta_of(triple).get("relations") or ["?"]
+    last = relations[-1]
+    while isinstance(last, list):  # a computed answer's relations are two paths
+        last = last[-1] if last else "?"
+    return str(last)
 
 
 @dataclass

@@ -28,7 +28,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Hashable
 
 from generators.tools.compute import COMPUTE
 
@@ -200,13 +200,15 @@ def parse_mix(text: str | dict, known: tuple[str, ...]) -> dict[str, float]:
 
 
 def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed: int,
-                    rounds_weight: float = 0.0, kind: Callable[[Plan], str] | None = None) -> list[Plan]:
+                    rounds_weight: float = 0.0, kind: Callable[[Plan], str] | None = None,
+                    ask: Callable[[Plan], str] | None = None) -> list[Plan]:
     """Pick n plans so routes follow `route_mix` as far as the pool allows; deterministic.
     Within a route, plans are drawn without replacement with weight (tool rounds) **
     `rounds_weight`: 0 draws uniformly, a larger value favours plans of more rounds (a
     calculator call is a round). With `kind` (a plan's kind of question, e.g. its type and
     hop count) the kinds of a route take turns, so a kind with few triples gets as many as
-    the others while it lasts (`in_turn`)."""
+    the others while it lasts (`in_turn`); with `ask` (what a plan's question asks of its last
+    page) the asks take turns within each kind (or within the route, without `kind`)."""
     if rounds_weight < 0:
         raise ValueError(f"rounds weight must be >= 0, not {rounds_weight}")
 
@@ -216,25 +218,30 @@ def select_by_route(plans: list[Plan], n: int, route_mix: dict[str, float], seed
     pools: dict[str, list[Plan]] = {r: [] for r in ROUTES}
     for p in sorted(plans, key=lambda p: order(p, "pick")):
         pools[p.route].append(p)
-    if kind is not None:
-        pools = {r: in_turn(ps, kind) for r, ps in pools.items()}
+    pools = {r: turns(ps, kind, ask) for r, ps in pools.items()}
     total = sum(route_mix.get(r, 0.0) for r in ROUTES) or 1.0
     want = {r: int(round(n * route_mix.get(r, 0.0) / total)) for r in ROUTES}
     picked: list[Plan] = []
     for r in ROUTES:
         picked += pools[r][: want[r]]
     leftovers = [p for r in ROUTES for p in pools[r][want[r]:] if route_mix.get(r, 0.0) > 0]
-    leftovers.sort(key=lambda p: order(p, "fill"))
-    if kind is not None:
-        leftovers = in_turn(leftovers, kind)
+    leftovers = turns(sorted(leftovers, key=lambda p: order(p, "fill")), kind, ask)
     picked += leftovers[: max(0, n - len(picked))]
     return picked[:n]
 
 
-def in_turn(plans: list[Plan], kind: Callable[[Plan], str]) -> list[Plan]:
+def turns(plans: list[Plan], kind: Callable[[Plan], str] | None, ask: Callable[[Plan], str] | None) -> list[Plan]:
+    """`plans` with their asks taking turns within each kind, then the kinds taking turns (which
+    keeps each kind's order), as far as `kind` and `ask` are given."""
+    if ask is not None:
+        plans = in_turn(plans, ask if kind is None else lambda p: (kind(p), ask(p)))
+    return plans if kind is None else in_turn(plans, kind)
+
+
+def in_turn(plans: list[Plan], kind: Callable[[Plan], Hashable]) -> list[Plan]:
     """`plans` reordered so their kinds take turns: the first plan of every kind, then the
     second of every kind, ...; within a kind, and within a turn, the order is kept."""
-    seen: dict[str, int] = {}
+    seen: dict[Hashable, int] = {}
     ranked = []
     for i, p in enumerate(plans):
         k = kind(p)

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from generators.corpus.questions import question_kind
+from generators.corpus.questions import question_ask, question_kind
 from generators.llm.base import ChatRequest
 from generators.synth import plan as planning
 from generators.synth.assemble import to_row, traj_id_for
@@ -39,6 +39,7 @@ class SynthConfig:
                            metadata={"help": "target weights of routes when picking triples"})
     rounds_weight: float = field(default=0.0, metadata={"help": "favour long questions: within a route, triples are drawn with weight (tool rounds) ** this; 0 draws uniformly"})
     kinds_in_turn: bool = field(default=False, metadata={"help": "within a route, the kinds of question (type and hop count) take turns, so a kind with few triples (a two-hop arithmetic question) is not crowded out by the large ones"})
+    asks_in_turn: bool = field(default=False, metadata={"help": "within a kind of question (within a route without --kinds-in-turn), what the questions ask of their last page (a population, a founder) takes turns, so the data asks what the world asks and not mostly its commonest facts"})
     hold_out: str = field(default="", metadata={"help": "file of triple ids (one per line) that no trajectory uses: a test split that stays the same whatever the mixes pick"})
     variants_per_tool: int = field(default=3, metadata={"help": "paraphrased variants per base tool (dual-gated)"})
     llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
@@ -97,7 +98,8 @@ REASONING = ("brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
-                  "hold_out": "", "first_search": "domain", "kinds_in_turn": False}
+                  "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
+                  "asks_in_turn": False}
 
 
 @dataclass
@@ -180,11 +182,16 @@ class Session:
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
             out.append(p)
         return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight,
-                                        kind=self.kind if self.cfg.kinds_in_turn else None)
+                                        kind=self.kind if self.cfg.kinds_in_turn else None,
+                                        ask=self.ask if self.cfg.asks_in_turn else None)
 
     def kind(self, p: planning.Plan) -> str:
         """A plan's kind of question: its triple's type and hop count ("compositional/2")."""
         return question_kind(self.triples[p.triple_id])
+
+    def ask(self, p: planning.Plan) -> str:
+        """What a plan's question asks of its last page ("population")."""
+        return question_ask(self.triples[p.triple_id])
 
     def skeletons(self, plans: list[planning.Plan]) -> list[Skeleton]:
         from generators.synth.evidence import evidence_for

@@ -1,14 +1,16 @@
 """Which triples synthesis picks: `--rounds-weight` favours long questions within each
-route's quota, `--kinds-in-turn` lets the kinds of question of a route take turns, and
-`--hold-out` keeps a test split out of every trajectory. A real world corpus, tool bank and
+route's quota, `--kinds-in-turn` lets the kinds of question of a route take turns,
+`--asks-in-turn` what the questions of a kind ask of their last page, and `--hold-out` keeps a test split out of every trajectory. A real world corpus, tool bank and
 planner; no model (plans only)."""
 
+import json
 from collections import Counter
 from dataclasses import replace
 
 import pytest
 
 from generators.corpus.build import WorldConfig, write
+from generators.corpus.questions import question_ask
 from generators.synth import plan as planning
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
@@ -68,6 +70,46 @@ def test_in_turn_keeps_the_order_within_a_kind():
     kind = {"t0": "a", "t1": "a", "t2": "a", "t3": "b", "t4": "a", "t5": "c", "t6": "b"}
     assert [p.triple_id for p in planning.in_turn(plans, lambda p: kind[p.triple_id])] == \
         ["t0", "t3", "t5", "t1", "t6", "t2", "t4"]
+
+
+def test_asks_in_turn_spreads_what_each_kind_asks(inputs, tools):
+    kinds = Session(inputs, replace(CFG, kinds_in_turn=True), tools)
+    asks = Session(inputs, replace(CFG, kinds_in_turn=True, asks_in_turn=True), tools)
+    before, after = kinds.plans(), asks.plans()
+    assert len(after) == 80 and asks.plans() == after  # deterministic
+    by_kind = Counter(map(kinds.kind, before))
+    assert all(abs(Counter(map(kinds.kind, after))[k] - by_kind[k]) <= 1 for k in by_kind)  # kinds still take turns
+    bridges = [k for k in by_kind if k.startswith("bridge/")]
+
+    def spread(plans):  # (commonest ask's count, asks drawn) over the bridges
+        c = Counter(asks.ask(p) for p in plans if asks.kind(p) in bridges)
+        return max(c.values()), len(c)
+
+    (top_before, n_before), (top_after, n_after) = spread(before), spread(after)
+    assert top_after < top_before and n_after >= n_before
+    for k in bridges:  # every kind draws at least as many different asks
+        assert len({asks.ask(p) for p in after if asks.kind(p) == k}) >= len({asks.ask(p) for p in before if asks.kind(p) == k})
+
+
+def test_asks_take_turns_within_each_kind():
+    plans = [planning.Plan(f"t{i}", [], "single") for i in range(8)]
+    kind = dict(zip([f"t{i}" for i in range(8)], "aaaabbba"))
+    ask = dict(zip([f"t{i}" for i in range(8)], "xxyxzzyy"))
+    order = planning.turns(plans, lambda p: kind[p.triple_id], lambda p: ask[p.triple_id])
+    assert [p.triple_id for p in order] == ["t0", "t4", "t2", "t6", "t1", "t5", "t7", "t3"]
+    assert [p.triple_id for p in planning.turns(plans, None, lambda p: ask[p.triple_id])] == \
+        ["t0", "t2", "t4", "t1", "t5", "t6", "t3", "t7"]
+    assert planning.turns(plans, None, None) == plans
+
+
+def test_question_ask_is_the_relation_of_the_answer():
+    def triple(relations):
+        return {"meta": json.dumps({"relations": relations})}
+
+    assert question_ask(triple(["country", "population"])) == "population"
+    assert question_ask(triple([["founder", "birth_year"], ["headquarters", "founded"]])) == "founded"  # years between
+    assert question_ask({"meta": json.dumps({"phrases": {}})}) == "?"  # a comparison names no relation
+    assert question_ask({}) == question_ask({"meta": "not json"}) == "?"  # an imported triple
 
 
 def test_negative_rounds_weight_is_refused():
