@@ -8,8 +8,9 @@
   kind of the page of that name, which names the domain tool that can see it, and whether the
   call of that turn for that name took the tool of that kind;
 - `chains`: per question type, how many rollouts found every page the question needs, how
-  many answered before they had, and how many first thinks planned the calculator (only an
-  answer computed from two dates takes it: the arithmetic questions).
+  many answered before they had, how many first thinks planned the calculator (only an
+  answer computed from two dates takes it: the arithmetic questions) and how many opened as a
+  computed answer's thinks do ("The question asks for ...", which other questions copy).
 
     sim = Simulator(documents, seed=0, tools=tools)
     searches([r.messages for r in rolls], sim)  # {"searches": 120, "found the page it named": 89, ...}
@@ -22,7 +23,7 @@ import re
 from collections import Counter
 
 from generators.llm.toolcalls import parse_tool_calls, split_think
-from generators.synth.think import KIND
+from generators.synth.think import ASKS, KIND
 from generators.tools.base import GENERAL, parameters_of
 from generators.tools.fill import roles_of
 
@@ -143,8 +144,8 @@ def kinds(conversations: list[list[dict]], sim) -> Counter:
 
 def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[str]) -> dict[str, Counter]:
     """Per question type: rollouts, those whose tool results held every golden page, those
-    that answered, those that answered before holding every golden page, and those whose first
-    think names the calculator (`finishes` are the rollouts' `stats["finish"]`, all three lists in
+    that answered, those that answered before holding every golden page, those whose first
+    think names the calculator and those whose first think opens as a computed answer's (`finishes` are the rollouts' `stats["finish"]`, all three lists in
     the same order)."""
     out: dict[str, Counter] = {}
     for t, messages, finish in zip(triples, conversations, finishes, strict=True):
@@ -156,5 +157,7 @@ def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[
         row["answered"] += finish == "answer"
         row["answered before finding every needed page"] += finish == "answer" and not every
         first = next((m.get("content") for m in messages if m.get("role") == "assistant"), "")
-        row["first think plans the calculator"] += "calculator" in (split_think(first).think or "")
+        think = split_think(first).think or ""
+        row["first think plans the calculator"] += "calculator" in think
+        row["first think opens as a computed answer's"] += think.startswith(ASKS)
     return dict(sorted(out.items()))

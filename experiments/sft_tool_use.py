@@ -75,8 +75,8 @@ CASE_MIX = "clean=0.85,wrong_args=0.15"  # the reflection cases of the training 
 def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int = 240, seed: int = 5,
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
-        kinds_in_turn: bool = False, asks_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256, case_mix: str = CASE_MIX,
-        neftune_alpha: float = 0.0, log=print) -> dict:
+        kinds_in_turn: bool = False, asks_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256,
+        case_mix: str = CASE_MIX, neftune_alpha: float = 0.0, log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -204,8 +204,8 @@ def main() -> None:
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
-              kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens, case_mix=a.case_mix,
-              neftune_alpha=a.neftune_alpha)
+              kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens,
+              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

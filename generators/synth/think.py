@@ -236,7 +236,8 @@ def _result(found: list[str], plan: dict) -> str:
     return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {_join(found)}{_was(plan)}."
 
 
-YEARS = "The question asks for the number of years between two dates."
+ASKS = "The question asks for"  # how a computed answer's every think opens
+YEARS = f"{ASKS} the number of years between two dates."
 
 
 def lead(slot: Slot, text: str) -> str:

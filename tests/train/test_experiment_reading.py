@@ -74,11 +74,15 @@ def test_a_chain_counts_as_found_only_when_every_needed_page_came_back(sim):
     general = _tool(sim, "general")
     both = _turn(sim, "look, then compute it with the calculator", [(general, sim.titles[0]), (general, sim.titles[1])])
     one = _turn(sim, "look", [(general, sim.titles[0])])
+    asks = _turn(sim, "The question asks for the number of people living in it. Look", [(general, sim.titles[0])])
     golden = [json.loads(m["content"])["results"][0]["doc_id"] for m in both[1:]]
     assert len(set(golden)) == 2
     tri = {"qtype": "bridge", "golden_doc_ids": golden}
-    got = chains([tri, tri, tri | {"qtype": "comparison"}], [both, one, one], ["answer", "answer", "turn_limit"])
-    assert got["bridge"] == {"rollouts": 2, "found every needed page": 1, "answered": 2,
-                             "answered before finding every needed page": 1, "first think plans the calculator": 1}
+    got = chains([tri, tri, tri | {"qtype": "comparison"}, tri], [both, one, one, asks],
+                 ["answer", "answer", "turn_limit", "turn_limit"])
+    assert got["bridge"] == {"rollouts": 3, "found every needed page": 1, "answered": 2,
+                             "answered before finding every needed page": 1, "first think plans the calculator": 1,
+                             "first think opens as a computed answer's": 1}
     assert got["comparison"] == {"rollouts": 1, "found every needed page": 0, "answered": 0,
-                                 "answered before finding every needed page": 0, "first think plans the calculator": 0}
+                                 "answered before finding every needed page": 0, "first think plans the calculator": 0,
+                                 "first think opens as a computed answer's": 0}
