@@ -55,6 +55,7 @@ class SynthConfig:
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
+    lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
@@ -67,6 +68,8 @@ class SynthConfig:
             raise ValueError(f"--texts must be llm or template, not {self.texts!r}")
         if self.reasoning not in REASONING:
             raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
+        if self.lead not in LEADS:
+            raise ValueError(f"--lead must be one of {', '.join(LEADS)}, not {self.lead!r}")
         if self.first_search not in FIRST_SEARCH:
             raise ValueError(f"--first-search must be one of {', '.join(FIRST_SEARCH)}, not {self.first_search!r}")
         self.top_k_choices()
@@ -96,10 +99,11 @@ class SynthConfig:
 
 REASONING = ("brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
+LEADS = ("every", "later")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
-                  "asks_in_turn": False}
+                  "asks_in_turn": False, "lead": "every"}
 
 
 @dataclass
@@ -225,7 +229,7 @@ class Session:
         texts: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(sks))}
         by_slot: dict[str, Counter] = {}
         for (i, slot), (text, source) in zip(slots, picked):
-            texts[i].append((lead(slot, text), source))
+            texts[i].append((lead(slot, text, self.cfg.lead == "every"), source))
             by_slot.setdefault(slot.kind, Counter())[source] += 1
         rows = []
         for i, sk in enumerate(sks):

@@ -30,7 +30,8 @@ answer is 80."); with the calculator (generators/tools/compute.py) that arithmet
 sent to it ("... Now I need to compute 1863 - 1783 with the calculator."), so the final think
 repeats a tool result; every think of such a trajectory starts with "The question asks for the
 number of years between two dates." (`lead`: a small model reads at the start of its own think
-what kind of question it answers, where it does not look back to the question), and the think
+what kind of question it answers, where it does not look back to the question; with `--lead
+later` every think but the first, so every question's first think opens alike), and the think
 before its last lookup ends ", then compute the answer with the calculator". With `--reasoning
 evidence` every think after a lookup also states what the page said that leads to the next
 lookup ("The result has the page about "Tranos". It says Tranos lies in Esia, so now I need
@@ -240,11 +241,12 @@ ASKS = "The question asks for"  # how a computed answer's every think opens
 YEARS = f"{ASKS} the number of years between two dates."
 
 
-def lead(slot: Slot, text: str) -> str:
+def lead(slot: Slot, text: str, first: bool = True) -> str:
     """A think as it goes into the trajectory: with the calculator, every think of a computed
     answer starts with `YEARS`, whoever wrote the rest, so the turn after each lookup reads at
-    its own start what kind of question this is and that the calculator comes last."""
-    return f"{YEARS} {text}" if slot.facts.get("years") else text
+    its own start what kind of question this is and that the calculator comes last; the first
+    think (the plan) too when `first`."""
+    return f"{YEARS} {text}" if slot.facts.get("years") and (first or slot.kind != "plan") else text
 
 
 def template(slot: Slot) -> str:

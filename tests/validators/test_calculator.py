@@ -5,6 +5,7 @@ rejected)."""
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -116,6 +117,26 @@ def test_a_computed_answers_thinks_say_what_it_asks_and_that_the_calculator_come
         p = plans[r["triple_id"]]  # said before the last lookup, unless the first turn makes it
         assert then == (computes and len(p.lookups) > (2 if p.case == "early_stop" else 1))
     assert any(_computes(r) for r in rows)
+
+
+@pytest.mark.parametrize("reasoning", ["brief", "plan"])
+def test_lead_later_leaves_the_first_think_of_every_question_opening_alike(inputs, calculator_bank, reasoning):
+    """`--lead later`: a computed answer's first think no longer opens with the lead (every
+    question's first think opens alike), its later thinks still do, and its first think still
+    says the calculator comes last."""
+    cfg = SynthConfig(dataset="w", n=40, calculator=True, texts="template", reasoning=reasoning)
+    every, later = (Session(inputs, replace(cfg, lead=lead), calculator_bank) for lead in ("every", "later"))
+    rows, _ = later.trajectories(later.plans(), None, "run")
+    assert later.plans() == every.plans()  # the same questions, only the texts differ
+    assert any(_computes(r) for r in rows)
+    for r in rows:
+        thinks = [m["content"].split("</think>")[0] for m in r["messages"] if m["role"] == "assistant"]
+        assert YEARS not in thinks[0]
+        assert all(t.startswith(f"<think>{YEARS} ") for t in thinks[1:]) if _computes(r) \
+            else not any(YEARS in t for t in thinks)
+        assert ("calculator" in thinks[0]) == _computes(r)  # "then the calculator" in a plan
+    with pytest.raises(ValueError, match="--lead must be one of every, later, not 'first'"):
+        SynthConfig(lead="first")
 
 
 class Situation:
