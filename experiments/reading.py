@@ -145,8 +145,8 @@ def kinds(conversations: list[list[dict]], sim) -> Counter:
 def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[str]) -> dict[str, Counter]:
     """Per question type: rollouts, those whose tool results held every golden page, those
     that answered, those that answered before holding every golden page, those whose first
-    think names the calculator and those whose first think opens as a computed answer's (`finishes` are the rollouts' `stats["finish"]`, all three lists in
-    the same order)."""
+    think names the calculator and those whose first think opens as a computed answer's thinks
+    do (`finishes` are the rollouts' `stats["finish"]`, all three lists in the same order)."""
     out: dict[str, Counter] = {}
     for t, messages, finish in zip(triples, conversations, finishes, strict=True):
         seen = " ".join(m.get("content") or "" for m in messages if m.get("role") == "tool")
