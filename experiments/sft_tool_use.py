@@ -103,7 +103,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                         kinds_in_turn=kinds_in_turn, asks_in_turn=asks_in_turn, lead=lead)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
-    mixed = rounds_weight or kinds_in_turn or asks_in_turn  # a draw that is not uniform: the held-out file is held out
+    mixed = uniform_draw(synth) != synth  # a draw that is not uniform: the held-out file is held out
     synthesize(replace(synth, hold_out=str(split)) if mixed else synth, BackendConfig(), data, progress=False)
     validated = validate(ValidateConfig(dataset="w"), None, data, progress=False)
     seconds["data"] = time.perf_counter() - started
@@ -160,7 +160,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 
 def main() -> None:
-    from generators.synth.synthesize import FIRST_SEARCH, REASONING
+    from generators.synth.synthesize import FIRST_SEARCH, LEADS, REASONING
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, required=True, help="work folder (created)")
@@ -185,7 +185,7 @@ def main() -> None:
     ap.add_argument("--asks-in-turn", action="store_true",
                     help="what the questions ask of their last page takes turns in the training data "
                          "(synthesize --asks-in-turn); the held-out questions stay the same")
-    ap.add_argument("--lead", default="every", choices=["every", "later"],
+    ap.add_argument("--lead", default="every", choices=LEADS,
                     help="which thinks of a computed answer open with the question's kind (synthesize --lead)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
@@ -237,14 +237,20 @@ def main() -> None:
                                      indent=1, default=str))
 
 
+def uniform_draw(synth):
+    """`synth` drawing its triples uniformly: `rounds_weight` 0, neither kinds nor asks in turn,
+    no hold-out (the options that change which triples are drawn, not their texts)."""
+    return replace(synth, rounds_weight=0.0, kinds_in_turn=False, asks_in_turn=False, hold_out="")
+
+
 def uniform_held_out(data: Path, synth, n: int) -> list[str]:
     """The first n triple ids (by id) that synthesis leaves unused when it draws uniformly
-    (`rounds_weight` 0, kinds not in turn, no hold-out): the held-out set of every run on this
-    world, the one the figures before `--rounds-weight` existed were measured on."""
+    (`uniform_draw`): the held-out set of every run on this world, the one the figures before
+    `--rounds-weight` existed were measured on."""
     from generators.synth.synthesize import Session, load_inputs
     from generators.tools.bank import generate_bank
 
-    uniform = replace(synth, rounds_weight=0.0, kinds_in_turn=False, asks_in_turn=False, hold_out="")
+    uniform = uniform_draw(synth)
     tools = generate_bank(seed=uniform.seed, variants_per_tool=uniform.variants_per_tool, calculator=uniform.calculator).tools
     inputs = load_inputs(data, uniform.dataset)
     used = {p.triple_id for p in Session(inputs, uniform, tools).plans()}

@@ -237,7 +237,7 @@ def _result(found: list[str], plan: dict) -> str:
     return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {_join(found)}{_was(plan)}."
 
 
-ASKS = "The question asks for"  # how a computed answer's every think opens
+ASKS = "The question asks for"  # how a computed answer's thinks open (`lead`)
 YEARS = f"{ASKS} the number of years between two dates."
 
 
