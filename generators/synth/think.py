@@ -15,9 +15,8 @@ by the name of the page read before it rather than the question's nested phrase 
 the page about "Ilo Varn", the author of Dasta. Next is the city where Ilo Varn was
 born, which is "Gaiwick", so now I need to look up "Gaiwick", a place."; it names one relation of
 the page just read), or "Next is the calculator" (with `--last-before-calculator` "That was
-the last lookup" there too), or "That was the last lookup": how many
-lookups a question takes is read off the question (a world triple's meta "phrases",
-generators/corpus/questions.py). The final think of an answer that is not computed then says
+the last lookup" there too), or "That was the last lookup": how many lookups a question takes
+is read off the question (a world triple's meta "phrases", generators/corpus/questions.py). The final think of an answer that is not computed then says
 what the last pages say and any comparison; a question that names the last page by a phrase (a
 bridge) is first asked again of that page by its name, which points at the sentence that answers
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
