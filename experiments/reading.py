@@ -8,9 +8,10 @@
   kind of the page of that name, which names the domain tool that can see it, and whether the
   call of that turn for that name took the tool of that kind;
 - `chains`: per question type, how many rollouts found every page the question needs, how
-  many answered before they had, how many first thinks planned the calculator (only an
-  answer computed from two dates takes it: the arithmetic questions) and how many opened as a
-  computed answer's thinks do ("The question asks for ...", which other questions copy).
+  many searched on after they had (a lookup past the last page), how many answered before
+  they had, how many first thinks planned the calculator (only an answer computed from two
+  dates takes it: the arithmetic questions) and how many opened as a computed answer's thinks
+  do ("The question asks for ...", which other questions copy).
 
     sim = Simulator(documents, seed=0, tools=tools)
     searches([r.messages for r in rolls], sim)  # {"searches": 120, "found the page it named": 89, ...}
@@ -25,6 +26,7 @@ from collections import Counter
 from generators.llm.toolcalls import parse_tool_calls, split_think
 from generators.synth.think import ASKS, KIND
 from generators.tools.base import GENERAL, parameters_of
+from generators.tools.compute import NAME as CALCULATOR
 from generators.tools.fill import roles_of
 
 # the kinds as the thinks say them, one ("a place") and many ("both places"), to their domain
@@ -144,9 +146,10 @@ def kinds(conversations: list[list[dict]], sim) -> Counter:
 
 def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[str]) -> dict[str, Counter]:
     """Per question type: rollouts, those whose tool results held every golden page, those
-    that answered, those that answered before holding every golden page, those whose first
-    think names the calculator and those whose first think opens as a computed answer's thinks
-    do (`finishes` are the rollouts' `stats["finish"]`, all three lists in the same order)."""
+    that searched again after they did (a call to any tool but the calculator), those that
+    answered, those that answered before holding every golden page, those whose first think
+    names the calculator and those whose first think opens as a computed answer's thinks do
+    (`finishes` are the rollouts' `stats["finish"]`, all three lists in the same order)."""
     out: dict[str, Counter] = {}
     for t, messages, finish in zip(triples, conversations, finishes, strict=True):
         seen = " ".join(m.get("content") or "" for m in messages if m.get("role") == "tool")
@@ -154,6 +157,7 @@ def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[
         row = out.setdefault(t.get("qtype") or "other", Counter())
         row["rollouts"] += 1
         row["found every needed page"] += every
+        row["searched on after finding every needed page"] += _searched_on(messages, t["golden_doc_ids"])
         row["answered"] += finish == "answer"
         row["answered before finding every needed page"] += finish == "answer" and not every
         first = next((m.get("content") for m in messages if m.get("role") == "assistant"), "")
@@ -161,3 +165,17 @@ def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[
         row["first think plans the calculator"] += "calculator" in think
         row["first think opens as a computed answer's"] += think.startswith(ASKS)
     return dict(sorted(out.items()))
+
+
+def _searched_on(messages: list[dict], golden: list[str]) -> bool:
+    """Whether a turn after the tool results held every golden page called a search (any tool
+    but the calculator, which a computed answer calls after its last page)."""
+    seen, complete = "", False
+    for m in messages:
+        if m.get("role") == "tool":
+            seen += m.get("content") or ""
+        elif m.get("role") == "assistant":
+            complete = complete or all(d in seen for d in golden)
+            if complete and any(c["name"] != CALCULATOR for c in parse_tool_calls(m.get("content") or "").calls):
+                return True
+    return False

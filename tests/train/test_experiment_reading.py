@@ -78,11 +78,16 @@ def test_a_chain_counts_as_found_only_when_every_needed_page_came_back(sim):
     golden = [json.loads(m["content"])["results"][0]["doc_id"] for m in both[1:]]
     assert len(set(golden)) == 2
     tri = {"qtype": "bridge", "golden_doc_ids": golden}
-    got = chains([tri, tri, tri | {"qtype": "comparison"}, tri], [both, one, one, asks],
-                 ["answer", "answer", "turn_limit", "turn_limit"])
-    assert got["bridge"] == {"rollouts": 3, "found every needed page": 1, "answered": 2,
-                             "answered before finding every needed page": 1, "first think plans the calculator": 1,
+    then_compute = both + [{"role": "assistant", "content": "<think>That was the last lookup.</think>\n<tool_call>\n"
+                            + json.dumps({"name": CALCULATOR, "arguments": {"expression": "1 + 2"}}) + "\n</tool_call>"}]
+    got = chains([tri, tri, tri | {"qtype": "comparison"}, tri, tri, tri],
+                 [both, one, one, asks, both + one, then_compute],
+                 ["answer", "answer", "turn_limit", "turn_limit", "turn_limit", "answer"])
+    assert got["bridge"] == {"rollouts": 5, "found every needed page": 3, "answered": 3,
+                             "searched on after finding every needed page": 1,  # both + one; not the calculator
+                             "answered before finding every needed page": 1, "first think plans the calculator": 3,
                              "first think opens as a computed answer's": 1}
     assert got["comparison"] == {"rollouts": 1, "found every needed page": 0, "answered": 0,
+                                 "searched on after finding every needed page": 0,
                                  "answered before finding every needed page": 0, "first think plans the calculator": 0,
                                  "first think opens as a computed answer's": 0}
