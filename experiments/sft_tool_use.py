@@ -190,8 +190,8 @@ def main() -> None:
     ap.add_argument("--lead", default="every", choices=LEADS,
                     help="which thinks of a computed answer open with the question's kind (synthesize --lead)")
     ap.add_argument("--last-before-calculator", action="store_true",
-                    help="a computed answer's think after its last page says 'That was the last lookup' before the "
-                         "calculator (synthesize --last-before-calculator)")
+                    help="a computed answer's think after its last page says 'That was the last lookup.' before "
+                         "'Next is the calculator' (synthesize --last-before-calculator)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--case-mix", default=CASE_MIX,

@@ -192,7 +192,7 @@ class SkeletonBuilder:
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
         short). With `last_before_calculator` the think after a computed answer's last page says it
-        was the last lookup (`lookups_done`) before it sends the arithmetic to the calculator."""
+        was the last lookup (`lookups_done`) before it turns to the calculator."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)

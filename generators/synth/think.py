@@ -15,8 +15,9 @@ by the name of the page read before it rather than the question's nested phrase 
 the page about "Ilo Varn", the author of Dasta. Next is the city where Ilo Varn was
 born, which is "Gaiwick", so now I need to look up "Gaiwick", a place."; it names one relation of
 the page just read), or "Next is the calculator" (with `--last-before-calculator` "That was
-the last lookup" there too), or "That was the last lookup": how many lookups a question takes
-is read off the question (a world triple's meta "phrases", generators/corpus/questions.py). The final think of an answer that is not computed then says
+the last lookup. Next is the calculator"), or "That was the last lookup": how many lookups a
+question takes is read off the question (a world triple's meta "phrases",
+generators/corpus/questions.py). The final think of an answer that is not computed then says
 what the last pages say and any comparison; a question that names the last page by a phrase (a
 bridge) is first asked again of that page by its name, which points at the sentence that answers
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
@@ -141,13 +142,15 @@ def _was(f: dict) -> str:
 def _said(f: dict) -> str:
     """'Next is the founder of Dasta, which is "Ilo Varn"': the plan's next item and the entity it
     is; 'Next is the calculator' or 'That was the last lookup' when the plan has no lookup left
-    (the latter before the calculator too when `lookups_done`)."""
+    ('That was the last lookup. Next is the calculator' when `lookups_done`)."""
     if "said" not in f:
         return ""
     if f["said"]:
         items = [f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
         return f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
-    return "Next is the calculator" if f.get("expression") and not f.get("lookups_done") else "That was the last lookup"
+    if f.get("expression"):
+        return "That was the last lookup. Next is the calculator" if f.get("lookups_done") else "Next is the calculator"
+    return "That was the last lookup"
 
 
 def _now(f: dict) -> str:
