@@ -177,7 +177,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, last_before_calculator: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -191,8 +191,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `last_before_calculator` the think after a computed answer's last page says it
-        was the last lookup (`lookups_done`) before it turns to the calculator."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -295,8 +294,7 @@ class SkeletonBuilder:
                 slot.facts["computes"] = True
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
             slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
-                                    "operands": _operands([computed.query]),
-                                    **({"lookups_done": True} if last_before_calculator else {})})
+                                    "operands": _operands([computed.query])})
             tool = chosen[COMPUTE]
             call = Call(id=f"call_{sk_id[:8]}_{len(turns)}_0", tool=tool, hop=computed, golden=[],
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})

@@ -14,9 +14,8 @@ result names what it read as the plan did, then the plan's next item and the ent
 by the name of the page read before it rather than the question's nested phrase ("The result has
 the page about "Ilo Varn", the author of Dasta. Next is the city where Ilo Varn was
 born, which is "Gaiwick", so now I need to look up "Gaiwick", a place."; it names one relation of
-the page just read), or "Next is the calculator" (with `--last-before-calculator` "That was
-the last lookup. Next is the calculator"), or "That was the last lookup": how many lookups a
-question takes is read off the question (a world triple's meta "phrases",
+the page just read), or "Next is the calculator", or "That was the last lookup": how many
+lookups a question takes is read off the question (a world triple's meta "phrases",
 generators/corpus/questions.py). The final think of an answer that is not computed then says
 what the last pages say and any comparison; a question that names the last page by a phrase (a
 bridge) is first asked again of that page by its name, which points at the sentence that answers
@@ -141,16 +140,13 @@ def _was(f: dict) -> str:
 
 def _said(f: dict) -> str:
     """'Next is the founder of Dasta, which is "Ilo Varn"': the plan's next item and the entity it
-    is; 'Next is the calculator' or 'That was the last lookup' when the plan has no lookup left
-    ('That was the last lookup. Next is the calculator' when `lookups_done`)."""
+    is; 'Next is the calculator' or 'That was the last lookup' when the plan has no lookup left."""
     if "said" not in f:
         return ""
     if f["said"]:
         items = [f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
         return f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
-    if f.get("expression"):
-        return "That was the last lookup. Next is the calculator" if f.get("lookups_done") else "Next is the calculator"
-    return "That was the last lookup"
+    return "Next is the calculator" if f.get("expression") else "That was the last lookup"
 
 
 def _now(f: dict) -> str:
