@@ -27,9 +27,10 @@ with `--calculator`, per question type, how many rollouts called the calculator 
 got the gold answer back from it (`calculator_use`). After SFT it reads the rollouts
 (experiments/reading.py): where the searches went (the page named, a tool that cannot see
 it, ...), whether the kind a think gives each lookup is the page's, and per question type how
-many rollouts found every page they need and how many answered before they had. Each exact
-match comes with its 95% interval (Wilson): on 48 questions a figure near 0.25 spans about
-0.15 to 0.39, so two runs that differ by less than that are not told apart.
+many rollouts found every page they need, how many searched on after that and how many
+answered before they had. Each exact match comes with its 95% interval (Wilson): on 48
+questions a figure near 0.25 spans about 0.15 to 0.39, so two runs that differ by less than
+that are not told apart.
 
 The 48 held-out questions are the first by id that synthesis leaves unused when it draws
 triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).
