@@ -30,7 +30,8 @@ it, ...), whether the kind a think gives each lookup is the page's, and per ques
 many rollouts found every page they need, how many searched on after that and how many
 answered before they had. Each exact match comes with its 95% interval (Wilson): on 48
 questions a figure near 0.25 spans about 0.15 to 0.39, so two runs that differ by less than
-that are not told apart.
+that are not told apart. `experiments/decisions.py --root ROOT` reads a finished run further: how
+sure its model is where a chain goes on or ends, on the training trajectories it did not train on.
 
 The 48 held-out questions are the first by id that synthesis leaves unused when it draws
 triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from experiments.decisions import measure, points, sureness
+from experiments.decisions import main, measure, points, sureness
 from generators.corpus.build import WorldConfig, write
 from generators.llm.scripted import ScriptedBackend
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
@@ -96,3 +96,10 @@ def test_a_run_is_read_on_the_trajectories_it_did_not_train_on(planned, tiny_lla
         == sum(map(len, per_row))
     assert sum(got["trained"].values()) == sum(len(per_row[i]) for i in trained)
     assert all(0.0 <= p <= 1.0 and 0.0 <= first <= 1.0 for d in got["unseen"].values() for _, p, first in d.values())
+
+
+def test_a_folder_that_is_not_a_finished_run_is_refused_by_name(planned, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--root", str(planned[0])])
+    assert stop.value.code == 2
+    assert "is not a finished experiments/sft_tool_use.py run: it has no data, run/config.json" in capsys.readouterr().err
