@@ -98,12 +98,12 @@ def trained_rows(root: Path, tokenizer) -> tuple[list[dict], set[int], frozenset
     the injected errors whose turns it read as context."""
     from storage import load_table
     from train.configs import SFTConfig
-    from train.sft import load_examples, tokenize
+    from train.sft import context_of, load_examples, tokenize
 
     config = json.loads((root / "run" / "config.json").read_text())["sft"]
     cfg = SFTConfig(**config)
     examples, _ = load_examples(root / "data", cfg.data, tokenizer, cfg)
-    context = frozenset(e.strip() for e in cfg.context_errors.split(",") if e.strip())
+    context = context_of(cfg)
     by_ids = {tuple(tokenize(tokenizer, r["messages"], context)["input_ids"]): r
               for r in load_table(cfg.data, "trajectories", root / "data").to_pylist()}
     rows = [by_ids[tuple(e["input_ids"])] for e in examples]

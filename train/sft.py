@@ -88,6 +88,11 @@ def tokenize(tokenizer, messages: list[dict], context: frozenset[str] = frozense
     return {"input_ids": ids, "labels": labels}
 
 
+def context_of(cfg: SFTConfig) -> frozenset[str]:
+    """The injected errors whose assistant turns are read as context, not trained (`context_errors`)."""
+    return frozenset(e.strip() for e in cfg.context_errors.split(",") if e.strip())
+
+
 def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[dict], dict]:
     """Tokenized training examples from the dataset's trajectories, and counts of what was kept."""
     from storage import load_table, rejected_ids
@@ -95,7 +100,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
     rows = load_table(dataset, "trajectories", root).to_pylist()
     failed = rejected_ids(dataset, "trajectories", root) if cfg.validated_only else set()
     cases = {c.strip() for c in cfg.cases.split(",") if c.strip()}
-    context = frozenset(e.strip() for e in cfg.context_errors.split(",") if e.strip())
+    context = context_of(cfg)
     counts: Counter = Counter(rows=len(rows))
     out = []
     for r in rows:
