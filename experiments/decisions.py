@@ -30,8 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PLAN = re.compile(r"To answer this I need (\"[^\n]*?)\. First I will")  # a list of lookups, not one round's names
 GOES_ON = ", then "
-AFTER = re.compile(r"[.?] (Next|That was the last lookup)\b")  # the word after the sentence that names the page
-# (or after the question asked again, with --question-now)
+AFTER = re.compile(r"\. (Next|That was the last lookup)\b")  # the word after the sentence that names the page
 
 
 def points(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, str]]:

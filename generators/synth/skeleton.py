@@ -111,16 +111,6 @@ def _asks(question: str, phrase: str, name: str) -> str:
     return question.replace(phrase, name, 1) if phrase and phrase in question else ""
 
 
-def _now(question: str, phrases: dict[str, str], pages: list[str]) -> str:
-    """The question with the single page just read in place of how it names that page: after
-    "Ilo Varn" (the founder of Dasta), "When was the city where the founder of Dasta was born
-    founded?" is "When was the city where Ilo Varn was born founded?"; the question itself when
-    it names the page by its name; "" for several pages or a page it names otherwise."""
-    if len(pages) != 1:
-        return ""
-    return _asks(question, phrases.get(pages[0], ""), pages[0]) or (question if pages[0] in question else "")
-
-
 def _operands(steps: list[str]) -> list[str]:
     """The numbers of an arithmetic step ("1863 - 1783 = 80." -> 1863, 1783, 80)."""
     return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
@@ -187,7 +177,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, question_now: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -201,9 +191,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `question_now` and the phrases, every slot after a single page's result (the
-        final one too) carries the question with that page in place of its phrase (`now`), which the
-        think asks before it says what comes next; the final slot then has no `asks`."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -302,9 +290,6 @@ class SkeletonBuilder:
                 last = ri
                 slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri), **said(ri),
                                      "read": _read(ev, rounds[ri - 1]) if shows else []})
-                now = _now(triple["question"], phrases, queries(ri - 1)) if question_now and phrases else ""
-                if now:
-                    slot.facts["now"] = now
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
@@ -318,11 +303,6 @@ class SkeletonBuilder:
         ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
         if ended and len(ended["last"]) == 1 and last > 1:  # what the question asks of the last page
             ended["asks"] = _asks(triple["question"], phrases[ended["last"][0]], ended["last"][0])
-        if ended and question_now:  # asked before "That was the last lookup", as after every result
-            ended.pop("asks", None)
-            now = _now(triple["question"], phrases, ended["last"])
-            if now:
-                ended["now"] = now
         if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
             told = {"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
             if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer

@@ -149,12 +149,10 @@ def _said(f: dict) -> str:
     return "Next is the calculator" if f.get("expression") else "That was the last lookup"
 
 
-def _now(f: dict, key: str = "asks") -> str:
+def _now(f: dict) -> str:
     """' The question is now: When was Valor founded?': the question asked of the last page read,
-    by its name, which points at the sentence of that page that answers it (`asks`); with `key`
-    "now" (--question-now) the question with the page just read in place of its phrase, asked
-    after every result before what comes next."""
-    return f" The question is now: {f[key]}" if f.get(key) else ""
+    by its name, which points at the sentence of that page that answers it."""
+    return f" The question is now: {f['asks']}" if f.get("asks") else ""
 
 
 def _again(f: dict) -> str:
@@ -180,7 +178,7 @@ def _describe(slot: Slot) -> str:
         return f"{path}First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools.{last}"
     if slot.kind == "next":
         says = f" It says: {_reads(f)}" if f.get("read") else f" {_said(f)}." if f.get("said") else ""
-        return (f"The last search found the page about {_join(f['found'])}{_was(f)}.{_now(f, 'now')}{says} "
+        return (f"The last search found the page about {_join(f['found'])}{_was(f)}.{says} "
                 f"Next step: look up {_what(f['queries'], f.get('kinds'))}{_then(f)}.")
     if slot.kind == "fix_args":
         return (f"The call to {f['tool']} failed because its arguments were invalid ({_clip(f['error'], 120)}). "
@@ -204,7 +202,7 @@ def _describe(slot: Slot) -> str:
                 f"Next step: compute {f['expression']} with the calculator.")
     if slot.kind == "final":
         if f.get("facts"):
-            how, asks = " ".join(f.get("steps") or []), (_now(f, "now") + _now(f)).lstrip()
+            how, asks = " ".join(f.get("steps") or []), _now(f).lstrip()
             return (f"{asks + ' ' if asks else ''}The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
                     f"State these facts{', then the comparison or calculation' if how else ''}, then the answer.")
         if f.get("steps"):  # brief: a computed answer
@@ -226,7 +224,7 @@ def _after_results(found: list[str], read: list[str] | None, then: str, skipped:
     plan = plan or {}
     said = _said(plan)
     says = f" {_says(found, read)}, so" if read else f" {said}, so" if said else ""
-    return f"{_result(found, plan)}{_now(plan, 'now')}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
+    return f"{_result(found, plan)}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
 
 
 def _says(pages: list[str], facts: list[str]) -> str:
@@ -281,13 +279,13 @@ def _template(slot: Slot) -> str:
         return (f"The result already has the page about \"{f['skipped']}\" too. {_says([f['skipped']], f['read'])}, "
                 f"so I do not need to search for \"{f['skipped']}\".{rest}")
     if slot.kind == "final" and f.get("last") and not f.get("facts") and not f.get("steps"):  # brief, planned
-        return (f"{_result(f['last'], f)}{_now(f, 'now')} {_said(f)}, so the pages about {_join(f['found'])} give everything needed. "
+        return (f"{_result(f['last'], f)} {_said(f)}, so the pages about {_join(f['found'])} give everything needed. "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
-        says = f"{_result(f['last'], f)}{_now(f, 'now')} {_said(f)}.{_now(f)} {_says(f['last'], f['facts'])}"
+        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {_says(f['last'], f['facts'])}"
         if f.get("steps"):  # a comparison of what they say
             return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
         return f"{says}, so the answer is {f['answer']}."

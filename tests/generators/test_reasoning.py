@@ -273,39 +273,6 @@ def test_plans_name_every_lookup_as_the_question_does(planned, brief):
     assert not any(", then " in template(sk.turns[0].slot) for sk in brief)  # brief plans name only the first
 
 
-def test_question_now_asks_the_question_again_after_every_result(inputs, planned):
-    """`--question-now`: every think after a single page's result asks the question again with that
-    page in place of how the question names it ("The question is now: When was the city where Ilo
-    Varn was born founded?"), before "Next" or "That was the last lookup", and adds nothing else.
-    A bridge's next lookup is then named in that sentence, and before its last lookup the question
-    has no phrase left: it asks about the page just read."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    question_now=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    asked, without = s.skeletons(s.plans()), lambda text: re.sub(r" The question is now: [^?]*\?", "", text)
-    checked = Counter()
-    for sk, old in zip(asked, planned, strict=True):
-        slots = [t.slot for t in sk.turns] + [sk.final]
-        assert [without(template(a)) for a in slots] == [without(template(b)) for b in [t.slot for t in old.turns] + [old.final]]
-        for slot in slots:
-            assert not ungrounded(template(slot), slot), template(slot)
-        said = json.loads(sk.triple["meta"]).get("phrases")
-        if sk.triple["qtype"] != "bridge" or sk.plan.case != "clean" or not said:
-            continue
-        question, pages = sk.triple["question"], [r[0].query for r in sk.plan.lookups]
-        for k, slot in enumerate(slots[1:]):  # after the result of pages[k]
-            now = question.replace(said[pages[k]], pages[k]) if said[pages[k]] in question else question
-            text = template(slot)
-            assert f". The question is now: {now} " in text, text
-            if k + 1 < len(pages):
-                nxt = text.partition(f"{now} Next is ")[2].partition(', which is "')[0]
-                assert nxt and nxt in now and pages[k] in nxt, text  # the next lookup, named in the question
-            else:
-                assert f"{now} That was the last lookup. It says " in text, text
-                assert now == question.replace(said[pages[k]], pages[k]) and pages[k] in now
-        checked[len(pages)] += 1
-    assert min(checked[n] for n in (2, 3, 4)) >= 3, checked
-
-
 ISSUE_SOURCES = [
     "What is the number of years between the birth of Dounor Thilfas and the founding of the city where "
     "Dounor Thilfas was born?",
