@@ -7,9 +7,6 @@ With `--reasoning plan` texts two kinds of token decide how long a rollout's cha
   ...'): after each item "," goes on to another item and "." ends the list;
 - a think after a result names the page it read, then says "Next" (another lookup, or the
   calculator) or "That was the last lookup".
-With `--count` the first think says how many steps its list has ("I need 3 steps: ..."), and a
-think after a result "That was step 2 of 3." (goes on) or "That was step 3 of 3, the last
-lookup"; the count's digit is a point too ("count: 3").
 Greedy rollouts take whichever the model rates higher, so one point where the right token gets
 0.4 can decide a question. Teacher-forced on trajectories the run never saw, these points give
 many more measurements than 48 held-out questions do, from one forward pass each.
@@ -31,10 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-PLAN = re.compile(r"To answer this I need (?:(\d+) steps: )?(\"[^\n]*?)\. First I will")  # a list of lookups, not one round's names
+PLAN = re.compile(r"To answer this I need (\"[^\n]*?)\. First I will")  # a list of lookups, not one round's names
 GOES_ON = ", then "
-AFTER = re.compile(r"\. (Next|That was the last lookup)\b"  # the word after the sentence that names the page
-                   r"|That was step \d+ of \d+([.,])")  # with --count: "." goes on, "," is the last lookup
+AFTER = re.compile(r"\. (Next|That was the last lookup)\b")  # the word after the sentence that names the page
 
 
 def points(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, str]]:
@@ -52,20 +48,16 @@ def points(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, str]]:
         body = think.group(1)
         if k == 0:
             plan = PLAN.search(body)
-            if plan and plan.group(1):
-                out.append((at + plan.start(1), f"count: {plan.group(1)}"))
             if plan:
-                items = plan.group(2)
+                items = plan.group(1)
                 cut, item = 0, 1
                 while (i := items.find(GOES_ON, cut)) >= 0:
-                    out.append((at + plan.start(2) + i, f"item {item}: goes on"))
+                    out.append((at + plan.start(1) + i, f"item {item}: goes on"))
                     cut, item = i + len(GOES_ON), item + 1
-                out.append((at + plan.end(2), f"item {item}: ends"))
+                out.append((at + plan.end(1), f"item {item}: ends"))
         elif after := AFTER.search(body):
             rounds += 1
-            said = after.group(1) or after.group(2)
-            out.append((at + after.start(1 if after.group(1) else 2),
-                        f"result {rounds}: " + ("next" if said in ("Next", ".") else "last lookup")))
+            out.append((at + after.start(1), f"result {rounds}: " + ("next" if after.group(1) == "Next" else "last lookup")))
     return out
 
 

@@ -177,7 +177,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, count: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -191,9 +191,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `count` and the phrases, the plan slot carries how many steps its list has
-        (`count`: the rounds, and the calculator) and every slot after a result (the final one too)
-        how many rounds have been read (`at`) and `count`."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -256,10 +254,8 @@ class SkeletonBuilder:
 
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
-        steps = {"count": len(rounds) + bool(computed)} if count and phrases else {}
         slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
-                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {}),
-                             **steps})
+                             **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
         skipped = None
         ri = last = 0  # last: rounds read when the last round that was not an early stop came back
         while ri < len(rounds):
@@ -293,8 +289,7 @@ class SkeletonBuilder:
                 ri += 1
                 last = ri
                 slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri), **said(ri),
-                                     "read": _read(ev, rounds[ri - 1]) if shows else [],
-                                     **({"at": ri} | steps if steps else {})})
+                                     "read": _read(ev, rounds[ri - 1]) if shows else []})
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
@@ -305,8 +300,7 @@ class SkeletonBuilder:
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
-        ended = {"last": queries(last - 1), **said(last), **({"at": last} | steps if steps else {})} \
-            if phrases and last == len(rounds) and not computed else {}
+        ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
         if ended and len(ended["last"]) == 1 and last > 1:  # what the question asks of the last page
             ended["asks"] = _asks(triple["question"], phrases[ended["last"][0]], ended["last"][0])
         if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation

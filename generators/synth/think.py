@@ -140,25 +140,13 @@ def _was(f: dict) -> str:
 
 def _said(f: dict) -> str:
     """'Next is the founder of Dasta, which is "Ilo Varn"': the plan's next item and the entity it
-    is; 'Next is the calculator' or 'That was the last lookup' when the plan has no lookup left.
-    With a count (--count) it first says how far the plan has come: 'That was step 1 of 3. Next
-    is ...', 'That was step 3 of 3, the last lookup'."""
+    is; 'Next is the calculator' or 'That was the last lookup' when the plan has no lookup left."""
     if "said" not in f:
         return ""
-    step = f"That was step {f['at']} of {f['count']}" if f.get("count") and f.get("at") else ""
     if f["said"]:
         items = [f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
-        nxt = f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
-    elif f.get("expression"):
-        nxt = "Next is the calculator"
-    else:
-        return f"{step}, the last lookup" if step else "That was the last lookup"
-    return f"{step}. {nxt}" if step else nxt
-
-
-def _need(f: dict) -> str:
-    """'3 steps: ' (--count): how many items the plan's list has, before the list."""
-    return f"{f['count']} steps: " if f.get("count") else ""
+        return f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
+    return "Next is the calculator" if f.get("expression") else "That was the last lookup"
 
 
 def _now(f: dict) -> str:
@@ -186,7 +174,7 @@ def _describe(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         last = " Last step: compute the answer with the calculator." if f.get("computes") else ""
-        path = f"The question needs {_need(f)}{_join(f['queries'])}{_path(f)}. " if f.get("path") else ""
+        path = f"The question needs {_join(f['queries'])}{_path(f)}. " if f.get("path") else ""
         return f"{path}First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools.{last}"
     if slot.kind == "next":
         says = f" It says: {_reads(f)}" if f.get("read") else f" {_said(f)}." if f.get("said") else ""
@@ -270,7 +258,7 @@ def _template(slot: Slot) -> str:
     f = slot.facts
     if slot.kind == "plan":
         if f.get("path"):
-            return (f"To answer this I need {_need(f)}{_join(f['queries'])}{_path(f)}. "
+            return (f"To answer this I need {_join(f['queries'])}{_path(f)}. "
                     f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
         if f.get("computes"):
             return (f"I will search for {_what(f['queries'], f.get('kinds'))} first, "

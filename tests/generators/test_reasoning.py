@@ -273,38 +273,6 @@ def test_plans_name_every_lookup_as_the_question_does(planned, brief):
     assert not any(", then " in template(sk.turns[0].slot) for sk in brief)  # brief plans name only the first
 
 
-def test_count_says_how_many_steps_the_plan_has_and_which_was_read(inputs, planned):
-    """`--count`: a plan's first think says how many items its list has ("To answer this I need 3
-    steps: ..."), every think after a round of results which step that was ("That was step 1 of
-    3. Next is ..."; "That was step 3 of 3, the last lookup"), and nothing else changes."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    count=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-
-    def without(text: str) -> str:
-        text = re.sub(r"I need \d+ steps: ", "I need ", text)
-        return re.sub(r"That was step \d+ of \d+(\. |, the last lookup)",
-                      lambda m: "" if m.group(1) == ". " else "That was the last lookup", text)
-
-    checked = Counter()
-    for sk, old in zip(s.skeletons(s.plans()), planned, strict=True):
-        slots = [t.slot for t in sk.turns] + [sk.final]
-        texts = [template(x) for x in slots]
-        assert [without(t) for t in texts] == [template(x) for x in [t.slot for t in old.turns] + [old.final]]
-        assert not any(ungrounded(t, x) for t, x in zip(texts, slots))
-        n = len(sk.plan.lookups) + bool(sk.plan.computed)
-        if not texts[0].startswith(f"To answer this I need {n} steps: "):
-            assert not any("That was step" in t for t in texts) and ", then " not in texts[0], texts[0]
-            continue
-        assert texts[0].count(", then ") == n - 1, texts[0]
-        said = [re.search(r"That was step (\d+) of (\d+)(.)", t) for t in texts[1:]]
-        said = [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in said if m]
-        if sk.plan.case == "clean":  # one think after each round of results
-            rounds = len(sk.plan.lookups)
-            assert said == [(k, n, "." if k < n else ",") for k in range(1, rounds + 1)], texts
-            checked[sk.triple["qtype"]] += 1
-    assert min(checked[q] for q in ("bridge", "compositional", "comparison")) >= 3, checked
-
-
 ISSUE_SOURCES = [
     "What is the number of years between the birth of Dounor Thilfas and the founding of the city where "
     "Dounor Thilfas was born?",

@@ -34,25 +34,14 @@ def planned(tmp_path_factory):
     return root, rows
 
 
-@pytest.fixture(scope="module")
-def counted(planned):
-    """The same questions with `--count`: the first think says how many steps its list has, every
-    think after a result which step it has read."""
-    cfg = SynthConfig(dataset="w", n=60, seed=2, reasoning="plan", calculator=True, first_search="general",
-                      kinds_in_turn=True, count=True)
-    s = Session(load_inputs(planned[0], "w"), cfg, build_bank(seed=3, variants_per_tool=0, calculator=True))
-    return s.trajectories(s.plans(), ScriptedBackend(), "run")[0]
-
-
 def _meta(row: dict) -> dict:
     return json.loads(row["meta"]) if isinstance(row["meta"], str) else row["meta"]
 
 
-@pytest.mark.parametrize("form", ["plan", "count"])
-def test_the_decisions_are_where_the_plan_goes_on_and_ends(planned, counted, form, embedded_tokenizer_dir):
+def test_the_decisions_are_where_the_plan_goes_on_and_ends(planned, embedded_tokenizer_dir):
     tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
     checked = Counter()
-    for row in planned[1] if form == "plan" else counted:
+    for row in planned[1]:
         meta = _meta(row)
         text, spans = assistant_spans(tok, row["messages"])
         found = points(text, spans)
@@ -60,19 +49,14 @@ def test_the_decisions_are_where_the_plan_goes_on_and_ends(planned, counted, for
             continue
         items = len(meta["plan"])  # lookup rounds, and the calculator when the answer is computed
         computed = meta["qtype"] == "compositional"
-        want = [f"count: {items}"] if form == "count" else []
-        want += [f"item {k}: goes on" for k in range(1, items)] + [f"item {items}: ends"]
+        want = [f"item {k}: goes on" for k in range(1, items)] + [f"item {items}: ends"]
         want += [f"result {k}: next" for k in range(1, items)] + ([] if computed else [f"result {items}: last lookup"])
         assert [w for _, w in found] == want, row["question"]
         enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
         for char, what in found:
             token = next(i for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if a <= char < b)
-            said = what.split(": ")[1]
-            if form == "count" and what.startswith("result"):  # "That was step 2 of 3." or "..., the last lookup"
-                assert tok.decode([token]).strip() == {"next": ".", "last lookup": ","}[said], what
-            else:
-                assert tok.decode([token]).strip() in {"goes on": ('",', ","), "ends": ('".', "."), "next": ("Next",),
-                                                       "last lookup": ("That",)}.get(said, (said,)), what
+            assert tok.decode([token]).strip() in {"goes on": ('",', ","), "ends": ('".', "."), "next": ("Next",),
+                                                   "last lookup": ("That",)}[what.split(": ")[1]], what
         checked[meta["qtype"]] += 1
     assert checked["bridge"] >= 3 and checked["compositional"] >= 3, checked
 
