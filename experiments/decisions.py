@@ -89,7 +89,9 @@ def sureness(model, tokenizer, text: str, found: list[tuple[int, str]]) -> list[
 
 def kind(row: dict) -> str:
     """A trajectory's kind of question: "bridge/2", "compositional/3", ..."""
-    meta = json.loads(row["meta"]) if isinstance(row["meta"], str) else row["meta"]
+    from storage.schema import meta_of
+
+    meta = meta_of(row)
     return f"{meta['qtype']}/{meta['hop_count']}"
 
 

@@ -2,7 +2,6 @@
 chain goes on or ends where the synthesizer's plan says they are, scores them with the model's
 own next-token probabilities, and reads only the trajectories an SFT run did not train on."""
 
-import json
 from collections import Counter
 
 import pytest
@@ -15,6 +14,7 @@ from generators.llm.scripted import ScriptedBackend
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import write_rows
+from storage.schema import meta_of
 from train.sft import assistant_spans
 
 
@@ -34,15 +34,11 @@ def planned(tmp_path_factory):
     return root, rows
 
 
-def _meta(row: dict) -> dict:
-    return json.loads(row["meta"]) if isinstance(row["meta"], str) else row["meta"]
-
-
 def test_the_decisions_are_where_the_plan_goes_on_and_ends(planned, embedded_tokenizer_dir):
     tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
     checked = Counter()
     for row in planned[1]:
-        meta = _meta(row)
+        meta = meta_of(row)
         text, spans = assistant_spans(tok, row["messages"])
         found = points(text, spans)
         if row["case"] != "clean" or not any(w.endswith("ends") for _, w in found):
@@ -64,7 +60,7 @@ def test_the_decisions_are_where_the_plan_goes_on_and_ends(planned, embedded_tok
 def test_sureness_is_the_models_probability_of_the_token_at_the_point(planned, tiny_llama_dir):
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
-    row = next(r for r in planned[1] if _meta(r)["qtype"] == "bridge" and r["case"] == "clean")
+    row = next(r for r in planned[1] if meta_of(r)["qtype"] == "bridge" and r["case"] == "clean")
     text, spans = assistant_spans(tok, row["messages"])
     found = points(text, spans)
     got = sureness(model, tok, text, found)
