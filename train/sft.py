@@ -88,9 +88,14 @@ def tokenize(tokenizer, messages: list[dict], context: frozenset[str] = frozense
     return {"input_ids": ids, "labels": labels}
 
 
+def names(option: str) -> frozenset[str]:
+    """The names in a comma-separated option ("repeated_call, wrong_args" -> both; "" -> none)."""
+    return frozenset(x.strip() for x in option.split(",") if x.strip())
+
+
 def context_of(cfg: SFTConfig) -> frozenset[str]:
     """The injected errors whose assistant turns are read as context, not trained (`context_errors`)."""
-    return frozenset(e.strip() for e in cfg.context_errors.split(",") if e.strip())
+    return names(cfg.context_errors)
 
 
 def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[dict], dict]:
@@ -99,7 +104,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
 
     rows = load_table(dataset, "trajectories", root).to_pylist()
     failed = rejected_ids(dataset, "trajectories", root) if cfg.validated_only else set()
-    cases = {c.strip() for c in cfg.cases.split(",") if c.strip()}
+    cases = names(cfg.cases)
     context = context_of(cfg)
     counts: Counter = Counter(rows=len(rows))
     out = []

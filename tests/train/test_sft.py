@@ -1,6 +1,8 @@
 """SFT: exactly the assistant spans are trained (checked against the rendered text of real
 synthesized trajectories), and a few steps on a tiny random model lower the loss."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -11,7 +13,7 @@ from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import write_rows
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
-from train.sft import IGNORE, SFTConfig, load_examples, longest_turn, make_step, template_messages, tokenize
+from train.sft import IGNORE, SFTConfig, context_of, load_examples, longest_turn, make_step, template_messages, tokenize
 from train.trainer import Trainer, TrainConfig
 
 
@@ -63,7 +65,7 @@ def test_a_repeated_call_is_context_not_a_target(traj_root, embedded_tokenizer_d
     s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=4, seed=2, case_mix="repeat=1", texts="template"),
                 build_bank(seed=3, variants_per_tool=1))
     rows, _ = s.trajectories(s.plans(), None, "run")
-    context = frozenset(e for e in SFTConfig().context_errors.split(",") if e)
+    context = context_of(SFTConfig())
     for row in rows:
         msgs = row["messages"]
 
@@ -77,6 +79,21 @@ def test_a_repeated_call_is_context_not_a_target(traj_root, embedded_tokenizer_d
         assert trained(frozenset()) == "".join(m["content"] + "<|im_end|>" for m in replies)
         assert trained(context) == "".join(m["content"] + "<|im_end|>" for m in replies if m is not flagged[0])
         assert "is the same page about" in replies[replies.index(flagged[0]) + 1]["content"]
+
+
+def test_cases_keeps_only_the_named_reflection_cases(traj_root, embedded_tokenizer_dir):
+    """`--cases` takes comma-separated names (spaces allowed); the other cases are counted, not kept."""
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
+    root, rows = traj_root
+    by_case = {c: sum(r["case"] == c for r in rows) for c in {r["case"] for r in rows}}
+    assert len(by_case) >= 2, by_case  # the default mix gives clean and error cases
+    one = sorted(by_case)[0]
+    cfg = SFTConfig(data="w", max_len=100_000, validated_only=False)
+    _, counts = load_examples(root, "w", tok, replace(cfg, cases=f" {one} ,"))
+    assert (counts["kept"], counts["other_case"]) == (by_case[one], len(rows) - by_case[one])
+    _, counts = load_examples(root, "w", tok, replace(cfg, cases=", ".join(by_case)))
+    assert counts["kept"] == len(rows) and "other_case" not in counts
+    assert context_of(replace(cfg, context_errors=" repeated_call, wrong_args,")) == {"repeated_call", "wrong_args"}
 
 
 def test_template_messages_tool_as_user_turn():
