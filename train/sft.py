@@ -105,6 +105,10 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
     rows = load_table(dataset, "trajectories", root).to_pylist()
     failed = rejected_ids(dataset, "trajectories", root) if cfg.validated_only else set()
     cases = names(cfg.cases)
+    unknown = cases - {r["case"] for r in rows}
+    if unknown:  # a typo would otherwise keep nothing of that case, silently
+        raise ValueError(f"--cases names {', '.join(sorted(unknown))}, which no trajectory of {dataset!r} has "
+                         f"(its cases: {', '.join(sorted({str(r['case']) for r in rows})) or 'none'})")
     context = context_of(cfg)
     counts: Counter = Counter(rows=len(rows))
     out = []

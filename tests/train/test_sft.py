@@ -82,7 +82,8 @@ def test_a_repeated_call_is_context_not_a_target(traj_root, embedded_tokenizer_d
 
 
 def test_cases_keeps_only_the_named_reflection_cases(traj_root, embedded_tokenizer_dir):
-    """`--cases` takes comma-separated names (spaces allowed); the other cases are counted, not kept."""
+    """`--cases` takes comma-separated names (spaces allowed); the other cases are counted, not kept;
+    a name no trajectory has is a readable error."""
     tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
     root, rows = traj_root
     by_case = {c: sum(r["case"] == c for r in rows) for c in {r["case"] for r in rows}}
@@ -94,6 +95,8 @@ def test_cases_keeps_only_the_named_reflection_cases(traj_root, embedded_tokeniz
     _, counts = load_examples(root, "w", tok, replace(cfg, cases=", ".join(by_case)))
     assert counts["kept"] == len(rows) and "other_case" not in counts
     assert context_of(replace(cfg, context_errors=" repeated_call, wrong_args,")) == {"repeated_call", "wrong_args"}
+    with pytest.raises(ValueError, match=rf"--cases names cleen, which no trajectory of 'w' has \(its cases: {one}, "):
+        load_examples(root, "w", tok, replace(cfg, cases=f"{one},cleen"))  # a typo is an error, not an empty filter
 
 
 def test_template_messages_tool_as_user_turn():
