@@ -11,7 +11,6 @@ facts come the steps that turn them into the answer:
   chain          none: the facts are the derivation
   absdiff        "1861 - 988 = 873."
   argmin/argmax  "Oupeir Works: 982,100; Deram Works: 850,000." "850,000 is smaller than 982,100."
-                 (with `owner`: "850,000 is smaller than 982,100, and 850,000 belongs to Deram Works.")
   eq             "Both give Breary." / "Breary and Zuistan are different."
 
 An imported triple (no program) gets its supporting sentences, quoted, and no derivation.
@@ -75,22 +74,20 @@ def state(fact: Fact, page: str) -> str:
     return pool[0].render(_with_article(fact.subject, page), {fact.rel: value})
 
 
-def _compare(op: str, scored: list[tuple[str, object, str]], owner: bool = False) -> list[str]:
-    """Steps of an argmin/argmax over (candidate, value, relation); with `owner` the comparison
-    ends by saying whose value won, so the name, not the number, comes last before the answer."""
+def _compare(op: str, scored: list[tuple[str, object, str]]) -> list[str]:
+    """Steps of an argmin/argmax over (candidate, value, relation)."""
     rel = scored[0][2]
     words = ("earlier", "later", "earliest", "latest") if value_kind(rel) == "year" else \
         ("smaller", "larger", "smallest", "largest")
     pick = min if op == "argmin" else max
     win = pick(scored, key=lambda s: s[1])
     listing = "; ".join(f"{name}: {_shown(r, v)}" for name, v, r in scored) + "."
-    whose = f", and {_shown(rel, win[1])} belongs to {win[0]}" if owner else ""
     if len(scored) == 2:
         lose = next(s for s in scored if s is not win)
         word = words[0] if op == "argmin" else words[1]
-        return [listing, f"{_shown(rel, win[1])} is {word} than {_shown(rel, lose[1])}{whose}."]
+        return [listing, f"{_shown(rel, win[1])} is {word} than {_shown(rel, lose[1])}."]
     word = words[2] if op == "argmin" else words[3]
-    return [listing, f"{_shown(rel, win[1])} is the {word}{whose}."]
+    return [listing, f"{_shown(rel, win[1])} is the {word}."]
 
 
 def _value_text(expr, value) -> str:
@@ -99,16 +96,15 @@ def _value_text(expr, value) -> str:
     return str(value)
 
 
-def derivation_steps(program, facts: FactBase, owner: bool = False) -> list[str]:
-    """The steps after the facts (module docstring); reads the facts through `facts`. `owner`:
-    a comparison says whose value won (`_compare`)."""
+def derivation_steps(program, facts: FactBase) -> list[str]:
+    """The steps after the facts (module docstring); reads the facts through `facts`."""
     if isinstance(program, list) or "const" in program:
         evaluate(program, facts)
         return []
     op = program.get("op")
     if op in ("argmin", "argmax"):
         scored = [(c["answer"], run_chain(c["chain"], facts), c["chain"][-1][1]) for c in program["candidates"]]
-        return _compare(op, scored, owner)
+        return _compare(op, scored)
     a, b = (evaluate(x, facts) for x in program["args"])
     ta, tb = (_value_text(x, v) for x, v in zip(program["args"], (a, b)))
     if op == "absdiff":
@@ -129,11 +125,9 @@ def _quoted(triple: dict, docs: dict[str, tuple[str, str]]) -> Evidence:
     return ev
 
 
-def evidence_for(triple: dict, docs: dict[str, tuple[str, str]], cache: dict | None = None,
-                 owner: bool = False) -> Evidence:
+def evidence_for(triple: dict, docs: dict[str, tuple[str, str]], cache: dict | None = None) -> Evidence:
     """The evidence of `triple` from its golden documents (`docs` maps doc_id to (title, text));
-    supporting sentences when it has no program or the program does not run. `owner`: a
-    comparison's steps say whose value won (`_compare`)."""
+    supporting sentences when it has no program or the program does not run."""
     meta = json.loads(triple.get("meta") or "{}")
     program = meta.get("program") if isinstance(meta, dict) else None
     golden = [d for d in triple["golden_doc_ids"] if d in docs]
@@ -141,7 +135,7 @@ def evidence_for(triple: dict, docs: dict[str, tuple[str, str]], cache: dict | N
         return _quoted(triple, docs)
     facts = FactBase.from_docs([docs[d] for d in golden], cache=cache)
     try:
-        steps = derivation_steps(program, facts, owner)
+        steps = derivation_steps(program, facts)
     except (DerivationError, KeyError, TypeError, ValueError):
         return _quoted(triple, docs)
     by_title = {_norm_title(docs[d][0]): d for d in golden}

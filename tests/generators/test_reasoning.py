@@ -79,7 +79,7 @@ def test_final_derivation_reexecuted_from_its_facts_gives_the_gold_answer(skelet
             a, b, c = re.search(r"([\d,]+) - ([\d,]+) = ([\d,]+)\.", text).groups()
             assert number(a) - number(b) == number(c) == number(sk.triple["answer"])
         if op in ("argmin", "argmax"):  # the comparison is written out and right
-            x, word, y = re.search(r"([\d,]+) is (smaller|larger|earlier|later) than ([\d,]+)[.,]", text).groups()
+            x, word, y = re.search(r"([\d,]+) is (smaller|larger|earlier|later) than ([\d,]+)\.", text).groups()
             assert (number(x) < number(y)) == (word in ("smaller", "earlier"))
             assert (word in ("smaller", "earlier")) == (op == "argmin")
         per_type[sk.triple["qtype"]] += 1
@@ -99,31 +99,6 @@ def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, br
                 assert Sources(slot.sources).ungrounded(text) == [], text
             kinds[slot.kind] += 1
     assert set(kinds) >= {"plan", "next", "fix_args", "switch_tool", "escalate", "early_stop", "final"}, kinds
-
-
-def test_compare_owner_says_whose_value_won_right_before_the_answer(inputs, planned):
-    """`--compare-owner`: a comparison's final think binds the winning value to its name ("1892 is
-    earlier than 1899, and 1892 belongs to Seinpirt House."), the name being the gold answer and
-    the value the one that wins; every other text stays as without the option, and all are grounded."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    compare_owner=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    owned = s.skeletons(s.plans())
-    assert [sk.triple["id"] for sk in owned] == [sk.triple["id"] for sk in planned]
-    compared = 0
-    for sk, plain in zip(owned, planned):
-        text, answer = template(sk.final), sk.triple["answer"]
-        assert ungrounded(text, sk.final) == [] and Sources(sk.final.sources).ungrounded(text) == [], text
-        if not sk.triple["qtype"].startswith("comparison"):
-            assert text == template(plain.final)
-            continue
-        win, word, lose, owner = re.search(r"([\d,]+) is (?:the )?(\w+)(?: than ([\d,]+))?, and ([\d,]+) belongs to "
-                                           rf"{re.escape(answer)}\. So the answer is {re.escape(answer)}\.$", text).groups()
-        assert owner == win and f"{answer}: {win}" in text, text
-        if lose is not None:
-            assert (number(win) < number(lose)) == (word in ("smaller", "earlier")), text
-        assert text.replace(f", and {win} belongs to {answer}.", ".") == template(plain.final)
-        compared += 1
-    assert compared >= 20
 
 
 def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
