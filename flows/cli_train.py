@@ -67,3 +67,5 @@ def register(app: typer.Typer) -> None:
         for kind, row in s["by_qtype"].items():
             kinds.add_row(kind, str(row["rollouts"]), *(f"{row[c]:.3f}" for c in cols[1:]))
         Console().print(kinds)
+        for warning in s["warnings"]:
+            Console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}")

@@ -241,9 +241,12 @@ def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
     if not cfg.data:
         raise ValueError("--data is required")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from train.sft import turn_warning
+
     backend = eval_backend(cfg)
     try:
         summary, _ = evaluate(backend, resolve_root(data_root), cfg, progress)
     finally:
         backend.close()
-    return {**summary, "model": str(backend.path), "config": asdict(cfg)}
+    warning = turn_warning(backend.path, cfg.max_new_tokens)
+    return {**summary, "model": str(backend.path), "config": asdict(cfg), "warnings": [warning] if warning else []}

@@ -113,7 +113,8 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
                 built.on_trainer(trainer)
             st.rows_out = len(trainer.fit(built.data, progress=progress))
         if rank == 0:
-            png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir)
+            png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir,
+                                                                        built.counts.get("longest_turn"))
     except BaseException as e:
         if under_torchrun and not isinstance(e, (SystemExit, KeyboardInterrupt)):
             print(dist.rank_error_line(e), file=sys.stderr, flush=True)

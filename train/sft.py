@@ -124,6 +124,9 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
             counts["too_long"] += 1
             continue
         out.append(ex)
+        read = sum(1 for m in r["messages"] if m["role"] == "assistant" and _error_of(m) & context)
+        if read:  # assistant turns read as context, not trained: 0 says --context-errors matched no call
+            counts["context_turns"] += read
         if cfg.limit and len(out) >= cfg.limit:
             break
     counts["kept"] = len(out)
@@ -214,11 +217,30 @@ def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0):
     return step
 
 
-def save_final(model, tokenizer, run_dir: str | Path) -> Path:
-    """Save the trained model + tokenizer as a Hugging Face folder `run_dir/final` (atomic)."""
+def save_final(model, tokenizer, run_dir: str | Path, longest_turn: int | None = None) -> Path:
+    """Save the trained model + tokenizer as a Hugging Face folder `run_dir/final` (atomic); its
+    `forgeplay-model.json` records what it was trained from and, when known, the longest assistant
+    turn it was trained on (`longest_turn`, what an evaluation's `max_new_tokens` must fit)."""
     final = Path(run_dir) / "final"
+    meta = {"trained_from": str(getattr(model, "name_or_path", ""))}
+    if longest_turn:
+        meta["longest_turn"] = int(longest_turn)
     with atomic_path(final, folder=True) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "forgeplay-model.json").write_text(json.dumps({"trained_from": str(getattr(model, "name_or_path", ""))}))
+        (tmp / "forgeplay-model.json").write_text(json.dumps(meta))
     return final
+
+
+def turn_warning(model: str | Path, max_new_tokens: int) -> str | None:
+    """A warning when `model` (a folder `save_final` wrote) was trained on assistant turns longer
+    than `max_new_tokens`: such a turn is cut when sampled, a call mid-way. None otherwise."""
+    marker = Path(model) / "forgeplay-model.json"
+    try:
+        longest = int(json.loads(marker.read_text()).get("longest_turn") or 0)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if longest <= max_new_tokens:
+        return None
+    return (f"{model} was trained on assistant turns of up to {longest} tokens, more than --max-new-tokens "
+            f"{max_new_tokens}: such turns are cut when sampled (pass --max-new-tokens {longest} or more)")

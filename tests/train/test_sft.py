@@ -1,6 +1,7 @@
 """SFT: exactly the assistant spans are trained (checked against the rendered text of real
 synthesized trajectories), and a few steps on a tiny random model lower the loss."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,8 @@ from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import build_bank
 from storage import write_rows
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
-from train.sft import IGNORE, SFTConfig, context_of, load_examples, longest_turn, make_step, template_messages, tokenize
+from train.sft import (IGNORE, SFTConfig, context_of, load_examples, longest_turn, make_step, template_messages,
+                       tokenize, turn_warning)
 from train.trainer import Trainer, TrainConfig
 
 
@@ -99,6 +101,21 @@ def test_cases_keeps_only_the_named_reflection_cases(traj_root, embedded_tokeniz
         load_examples(root, "w", tok, replace(cfg, cases=f"{one},cleen"))  # a typo is an error, not an empty filter
 
 
+def test_context_errors_count_the_turns_read_as_context(traj_root, embedded_tokenizer_dir):
+    """The assistant turns `--context-errors` reads as context are counted (`context_turns`), so a
+    name no call carries shows as none read rather than passing unseen."""
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
+    root, rows = traj_root
+    wrong = sum(1 for r in rows for m in r["messages"] if m["role"] == "assistant"
+                and any(str(c.get("injected_error") or "").startswith("wrong_args") for c in m.get("tool_calls") or []))
+    assert wrong > 0  # the default mix injects wrong arguments
+    cfg = SFTConfig(data="w", max_len=100_000, validated_only=False)
+    _, read = load_examples(root, "w", tok, replace(cfg, context_errors="wrong_args"))
+    _, typo = load_examples(root, "w", tok, replace(cfg, context_errors="wrong_argz"))
+    assert read["context_turns"] == wrong and "context_turns" not in typo
+    assert read["trained_tokens"] < typo["trained_tokens"]  # those turns are not trained
+
+
 def test_template_messages_tool_as_user_turn():
     out = template_messages([{"role": "assistant", "content": "x", "tool_calls": []},
                              {"role": "tool", "content": "{\"r\": 1}", "tool_call_id": "c1", "name": "f"}])
@@ -148,6 +165,11 @@ def test_sft_flow_writes_metrics_curves_model_and_resumes(traj_root, tiny_llama_
     sft = SFTConfig(data="w", model=str(tiny_llama_dir), out=str(out), max_len=2048, limit=2)
     s1 = run("sft", sft, TrainConfig(max_steps=1, batch_size=1, lr=1e-3), root, progress=False)
     assert s1["steps"] == 1 and (out / "curves.png").exists() and (out / "final" / "config.json").exists()
+    # the final model records its longest trained turn; an evaluation whose turns are shorter is warned
+    longest = json.loads((out / "final" / "forgeplay-model.json").read_text())["longest_turn"]
+    assert longest == s1["counts"]["longest_turn"] > 0
+    assert f"up to {longest} tokens, more than --max-new-tokens {longest - 1}" in turn_warning(out / "final", longest - 1)
+    assert turn_warning(out / "final", longest) is None and turn_warning(tiny_llama_dir, 1) is None  # no record
     s2 = run("sft", sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True), root, progress=False)
     assert [r["step"] for r in read_metrics(out)] == [1, 2] and s2["steps"] == 2
     assert (out / "checkpoints" / "latest").read_text() == "step-00000002"
