@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from generators.llm.model_store import MARKER
 from storage.files import atomic_path
 from train.configs import SFTConfig  # noqa: F401  (re-exported)
 
@@ -59,6 +60,11 @@ def _error_of(message: dict) -> set[str]:
             if isinstance(c, dict) and c.get("injected_error")}
 
 
+def _is_context(message: dict, context: frozenset[str]) -> bool:
+    """An assistant message whose calls carry an injected error named in `context`: read, not trained."""
+    return message["role"] == "assistant" and bool(_error_of(message) & context)
+
+
 def assistant_spans(tokenizer, messages: list[dict], context: frozenset[str] = frozenset()) -> tuple[str, list[tuple[int, int]]]:
     """(rendered text, [(start, end) character span of each assistant reply incl. end marker]);
     replies whose calls carry an injected error in `context` have no span."""
@@ -66,7 +72,7 @@ def assistant_spans(tokenizer, messages: list[dict], context: frozenset[str] = f
     text = _render(tokenizer, msgs)
     spans = []
     for i, m in enumerate(msgs):
-        if m["role"] != "assistant" or _error_of(messages[i]) & context:
+        if m["role"] != "assistant" or _is_context(messages[i], context):
             continue
         start = len(_render(tokenizer, msgs[:i], gen=True))
         upto = _render(tokenizer, msgs[:i + 1])
@@ -105,10 +111,10 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
     rows = load_table(dataset, "trajectories", root).to_pylist()
     failed = rejected_ids(dataset, "trajectories", root) if cfg.validated_only else set()
     cases = names(cfg.cases)
-    unknown = cases - {r["case"] for r in rows}
-    if unknown:  # a typo would otherwise keep nothing of that case, silently
-        raise ValueError(f"--cases names {', '.join(sorted(unknown))}, which no trajectory of {dataset!r} has "
-                         f"(its cases: {', '.join(sorted({str(r['case']) for r in rows})) or 'none'})")
+    present = {r["case"] for r in rows}
+    if cases - present:  # a typo would otherwise keep nothing of that case, silently
+        raise ValueError(f"--cases names {', '.join(sorted(cases - present))}, which no trajectory of {dataset!r} has "
+                         f"(its cases: {', '.join(sorted(map(str, present))) or 'none'})")
     context = context_of(cfg)
     counts: Counter = Counter(rows=len(rows))
     out = []
@@ -124,7 +130,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
             counts["too_long"] += 1
             continue
         out.append(ex)
-        read = sum(1 for m in r["messages"] if m["role"] == "assistant" and _error_of(m) & context)
+        read = sum(1 for m in r["messages"] if _is_context(m, context))
         if read:  # assistant turns read as context, not trained: 0 says --context-errors matched no call
             counts["context_turns"] += read
         if cfg.limit and len(out) >= cfg.limit:
@@ -228,14 +234,14 @@ def save_final(model, tokenizer, run_dir: str | Path, longest_turn: int | None =
     with atomic_path(final, folder=True) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "forgeplay-model.json").write_text(json.dumps(meta))
+        (tmp / MARKER).write_text(json.dumps(meta))
     return final
 
 
 def turn_warning(model: str | Path, max_new_tokens: int) -> str | None:
     """A warning when `model` (a folder `save_final` wrote) was trained on assistant turns longer
     than `max_new_tokens`: such a turn is cut when sampled, a call mid-way. None otherwise."""
-    marker = Path(model) / "forgeplay-model.json"
+    marker = Path(model) / MARKER
     try:
         longest = int(json.loads(marker.read_text()).get("longest_turn") or 0)
     except (OSError, ValueError, AttributeError):
