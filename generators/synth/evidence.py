@@ -74,6 +74,23 @@ def state(fact: Fact, page: str) -> str:
     return pool[0].render(_with_article(fact.subject, page), {fact.rel: value})
 
 
+ASKS = "The question asks"  # how a think that says its question's kind opens (`lead`)
+YEARS = f"{ASKS} for the number of years between two dates."
+
+
+def what_it_asks(triple: dict) -> str:
+    """What a comparison or a yes/no question asks, in the words its derivation uses ("The
+    question asks for the one with the later year.", "The question asks whether both give the
+    same."); '' for any other triple."""
+    program = (json.loads(triple.get("meta") or "{}") or {}).get("program")
+    op = program.get("op") if isinstance(program, dict) else None
+    if op in ("argmin", "argmax"):
+        year = value_kind(program["candidates"][0]["chain"][-1][1]) == "year"
+        word = (("earlier", "later") if year else ("smaller", "larger"))[op == "argmax"]
+        return f"{ASKS} for the one with the {word} {'year' if year else 'number'}."
+    return f"{ASKS} whether both give the same." if op == "eq" else ""
+
+
 def _compare(op: str, scored: list[tuple[str, object, str]]) -> list[str]:
     """Steps of an argmin/argmax over (candidate, value, relation)."""
     rel = scored[0][2]
