@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
 
         from train.evaluate import run_eval
 
-        s = run_eval(cfg, data_root)
+        s = run_eval(cfg, data_root, warn=lambda w: Console(stderr=True).print(f"[yellow]warning:[/yellow] {w}"))
         table = Table(title=f"tool-use eval of {s['model']} on {cfg.data} ({s['rollouts']} triples)")
         for col in ("metric", "value"):
             table.add_column(col)
@@ -67,5 +67,3 @@ def register(app: typer.Typer) -> None:
         for kind, row in s["by_qtype"].items():
             kinds.add_row(kind, str(row["rollouts"]), *(f"{row[c]:.3f}" for c in cols[1:]))
         Console().print(kinds)
-        for warning in s["warnings"]:
-            Console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}")

@@ -234,8 +234,10 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
     return served
 
 
-def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
-    """Load `cfg.model` with `cfg.backend` and evaluate it; the summary dict."""
+def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True, warn=None) -> dict:
+    """Load `cfg.model` with `cfg.backend` and evaluate it; the summary dict. A warning about the
+    model (train.sft.turn_warning) goes to `warn` before the evaluation starts and into the
+    summary's `warnings`."""
     from storage import resolve_root
 
     if not cfg.data:
@@ -244,9 +246,11 @@ def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True) -> dict:
     from train.sft import turn_warning
 
     backend = eval_backend(cfg)
+    warning = turn_warning(backend.path, cfg.max_new_tokens)
+    if warning and warn is not None:
+        warn(warning)
     try:
         summary, _ = evaluate(backend, resolve_root(data_root), cfg, progress)
     finally:
         backend.close()
-    warning = turn_warning(backend.path, cfg.max_new_tokens)
     return {**summary, "model": str(backend.path), "config": asdict(cfg), "warnings": [warning] if warning else []}

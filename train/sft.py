@@ -238,15 +238,20 @@ def save_final(model, tokenizer, run_dir: str | Path, longest_turn: int | None =
     return final
 
 
-def turn_warning(model: str | Path, max_new_tokens: int) -> str | None:
-    """A warning when `model` (a folder `save_final` wrote) was trained on assistant turns longer
-    than `max_new_tokens`: such a turn is cut when sampled, a call mid-way. None otherwise."""
-    marker = Path(model) / MARKER
+def trained_turn(model: str | Path) -> int | None:
+    """The longest assistant turn `model` (a folder `save_final` wrote) was trained on, in tokens;
+    None when it has no such record."""
     try:
-        longest = int(json.loads(marker.read_text()).get("longest_turn") or 0)
+        return int(json.loads((Path(model) / MARKER).read_text()).get("longest_turn") or 0) or None
     except (OSError, ValueError, AttributeError):
         return None
-    if longest <= max_new_tokens:
+
+
+def turn_warning(model: str | Path, max_new_tokens: int) -> str | None:
+    """A warning when `model` was trained on assistant turns longer than `max_new_tokens`
+    (`trained_turn`): such a turn is cut when sampled, a call mid-way. None otherwise."""
+    longest = trained_turn(model)
+    if longest is None or longest <= max_new_tokens:
         return None
     return (f"{model} was trained on assistant turns of up to {longest} tokens, more than --max-new-tokens "
             f"{max_new_tokens}: such turns are cut when sampled (pass --max-new-tokens {longest} or more)")

@@ -18,6 +18,7 @@ what they need when called.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -175,10 +176,16 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     with `max_batch_tokens` > 0 the rollouts' log-probability pass is packed into one row."""
     from train.grpo import build_session
     from train.packing import use_packed_attention
-    from train.sft import train_last_layers
+    from train.sft import train_last_layers, trained_turn, turn_warning
 
     path, tok, model = load_model(cfg.model, device)
     params = train_last_layers(model, cfg.train_layers)
+    counts = {"trainable_params": params["trainable"], "params": params["total"]}
+    longest, warning = trained_turn(path), turn_warning(path, cfg.max_new_tokens)
+    if longest:  # an SFT model's record goes on to GRPO's final model
+        counts["longest_turn"] = longest
+    if warning and os.environ.get("RANK", "0") == "0":  # its rollouts would cut such turns
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if tcfg.max_batch_tokens > 0:
         use_packed_attention(model)
     session = build_session(root, cfg, path, model)
@@ -188,8 +195,7 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
 
         session.labeller = extras["labeller"] = make_labeller(cfg, root, session)
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
-                 {"prompts": len(session.prompts), "trainable_params": params["trainable"], "params": params["total"]},
-                 f"model {path}",
+                 {"prompts": len(session.prompts), **counts}, f"model {path}" + (f"; warning: {warning}" if warning else ""),
                  workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
                  on_trainer=session.attach, extras=extras)
 

@@ -21,6 +21,32 @@ def test_eval_cli_prints_rates_and_per_type_rows(traj_root, tiny_llama_dir):  # 
         assert f"{t['qtype']}/{t['hop_count']}" in out, out
 
 
+def test_eval_warns_once_when_the_model_was_trained_on_longer_turns(traj_root, tiny_llama_dir, tmp_path):  # noqa: F811
+    """A model whose forgeplay-model.json records longer trained turns than `--max-new-tokens`:
+    `train eval` warns once (before its rollouts start) and the summary carries the warning."""
+    import json
+    import shutil
+
+    from generators.llm.model_store import MARKER
+    from train.evaluate import EvalConfig, run_eval
+
+    root, _ = traj_root
+    model = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, model)
+    (model / MARKER).write_text(json.dumps({"longest_turn": 9}))
+    args = ["--data", "w", "--limit", "2", "--max-turns", "1", "--tool-style", "compact", "--data-root", str(root)]
+    res = _cli(["train", "eval", "--model", str(model), "--max-new-tokens", "8", *args])
+    said = "up to 9 tokens, more than --max-new-tokens 8"
+    assert res.exit_code == 0 and " ".join(res.output.split()).count(said) == 1, res.output
+    heard = []
+    s = run_eval(EvalConfig(data="w", model=str(model), limit=2, max_turns=1, max_new_tokens=9, tool_style="compact"),
+                 root, progress=False, warn=heard.append)
+    assert heard == s["warnings"] == []  # 9 tokens fit
+    s = run_eval(EvalConfig(data="w", model=str(model), limit=2, max_turns=1, max_new_tokens=8, tool_style="compact"),
+                 root, progress=False, warn=heard.append)
+    assert heard == s["warnings"] and len(heard) == 1 and said in heard[0]
+
+
 def test_by_qtype_rows_add_up_to_the_summary(traj_root, tiny_llama_dir):  # noqa: F811
     from generators.llm.transformers_backend import TransformersBackend
     from train.evaluate import EvalConfig, evaluate, held_out_triples

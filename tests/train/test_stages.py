@@ -128,3 +128,30 @@ def test_grpo_with_train_layers_trains_only_the_last_blocks(world, tiny_llama_di
     assert trainable and all(k.startswith("model.layers.1.") or k == "model.norm.weight" for k in trainable), trainable
     assert "model.norm.weight" in trainable
     assert 0 < built.counts["trainable_params"] < built.counts["params"]
+
+
+def test_grpo_carries_the_sft_models_longest_turn_and_warns_when_rollouts_would_cut_it(world, tiny_llama_dir,  # noqa: F811
+                                                                                       tmp_path, capsys):
+    """GRPO from a model `train sft` saved (its forgeplay-model.json records the longest trained
+    turn): rollouts of fewer `--max-new-tokens` are warned about on stderr and in the load stage's
+    notes, and GRPO's own final model keeps the record, so `train eval` on it still warns; a model
+    without a record gives no warning and no record."""
+    import shutil
+
+    from generators.llm.model_store import MARKER
+    from train.configs import GRPOConfig, TrainConfig
+    from train.run import run_stage
+    from train.sft import trained_turn
+
+    sft = tmp_path / "sft-final"
+    shutil.copytree(tiny_llama_dir, sft)
+    (sft / MARKER).write_text(json.dumps({"trained_from": str(tiny_llama_dir), "longest_turn": 7}))
+    for model, warned in ((sft, True), (tiny_llama_dir, False)):
+        out = tmp_path / f"g-{warned}"
+        cfg = GRPOConfig(data="w", model=str(model), out=str(out), limit=2, group_size=2, max_turns=1,
+                         max_new_tokens=4, tool_style="compact")
+        s = run_stage("grpo", cfg, TrainConfig(max_steps=1, batch_size=2, checkpoint_every=0), world[0], progress=False)
+        said = "up to 7 tokens, more than --max-new-tokens 4"
+        assert (said in capsys.readouterr().err) == warned
+        assert (said in next(x for x in s["stages"] if x["stage"] == "load")["notes"]) == warned
+        assert trained_turn(out / "final") == (7 if warned else None) == s["counts"].get("longest_turn")
