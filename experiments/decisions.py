@@ -100,17 +100,15 @@ def trained_rows(root: Path, tokenizer) -> tuple[list[dict], set[int], frozenset
     the injected errors whose turns it read as context."""
     from storage import load_table
     from train.configs import SFTConfig
-    from train.sft import context_of, load_examples, tokenize
+    from train.sft import context_of, load_examples
 
     config = json.loads((root / "run" / "config.json").read_text())["sft"]
     cfg = SFTConfig(**config)
     examples, _ = load_examples(root / "data", cfg.data, tokenizer, cfg)
-    context = context_of(cfg)
-    by_ids = {tuple(tokenize(tokenizer, r["messages"], context)["input_ids"]): r
-              for r in load_table(cfg.data, "trajectories", root / "data").to_pylist()}
-    rows = [by_ids[tuple(e["input_ids"])] for e in examples]
+    by_id = {r["id"]: r for r in load_table(cfg.data, "trajectories", root / "data").to_pylist()}
+    rows = [by_id[e["id"]] for e in examples]
     used = {i for line in (root / "run" / "metrics.jsonl").read_text().splitlines() for i in json.loads(line)["batch"]}
-    return rows, used, context
+    return rows, used, context_of(cfg)
 
 
 def measure(root: Path, limit: int = 0, progress: bool = True) -> dict:

@@ -105,7 +105,8 @@ def context_of(cfg: SFTConfig) -> frozenset[str]:
 
 
 def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[dict], dict]:
-    """Tokenized training examples from the dataset's trajectories, and counts of what was kept."""
+    """Tokenized training examples from the dataset's trajectories (each with the `id` of its
+    trajectory), and counts of what was kept."""
     from storage import load_table, rejected_ids
 
     rows = load_table(dataset, "trajectories", root).to_pylist()
@@ -129,7 +130,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
         if len(ex["input_ids"]) > cfg.max_len:
             counts["too_long"] += 1
             continue
-        out.append(ex)
+        out.append({**ex, "id": r["id"]})  # the trajectory it came from
         read = sum(1 for m in r["messages"] if _is_context(m, context))
         if read:  # assistant turns read as context, not trained: 0 says --context-errors matched no call
             counts["context_turns"] += read

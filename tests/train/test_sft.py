@@ -136,6 +136,11 @@ def test_longest_turn_counts_the_longest_assistant_reply(traj_root, tiny_llama_d
     root, _ = traj_root
     examples, counts = load_examples(root, "w", tok, SFTConfig(data="w", max_len=4096))
     assert counts["longest_turn"] == max(longest_turn(e["labels"]) for e in examples) > 0
+    # each example names the trajectory it was tokenized from
+    from storage import load_table
+
+    by_id = {r["id"]: r for r in load_table("w", "trajectories", root).to_pylist()}
+    assert all(e["input_ids"] == tokenize(tok, by_id[e["id"]]["messages"])["input_ids"] for e in examples)
 
 
 def test_few_sft_steps_lower_loss_on_assistant_tokens(traj_root, tiny_llama_dir, tmp_path):
