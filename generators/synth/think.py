@@ -52,7 +52,6 @@ import re
 
 from generators.answers import match
 from generators.corpus.templates import TEMPLATES
-from generators.synth.evidence import YEARS  # noqa: F401  (what a computed answer's thinks open with)
 from generators.synth.grounding import Sources, missing
 from generators.synth.skeleton import Slot
 

@@ -15,10 +15,11 @@ from generators.corpus.derive import EXTRACTOR, FactBase, run_program, split_sen
 from generators.corpus.questions import QTYPES
 from generators.corpus.templates import TEMPLATES
 from generators.llm.scripted import ScriptedBackend
+from generators.synth.evidence import YEARS
 from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
-from generators.synth.think import KIND, YEARS, clean_think, describe, lead, template, ungrounded
+from generators.synth.think import KIND, clean_think, describe, lead, template, ungrounded
 from generators.tools.bank import build_bank
 
 
