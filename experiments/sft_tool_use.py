@@ -191,7 +191,7 @@ def main() -> None:
     ap.add_argument("--lead", default="every", choices=LEADS,
                     help="which thinks of a computed answer open with the question's kind (synthesize --lead)")
     ap.add_argument("--kind-lead", action="store_true",
-                    help="every think of a comparison or a yes/no question opens with what it asks (synthesize --kind-lead)")
+                    help="every think of a world question opens with what it asks (synthesize --kind-lead)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--case-mix", default=CASE_MIX,

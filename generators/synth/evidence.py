@@ -79,10 +79,13 @@ YEARS = f"{ASKS} for the number of years between two dates."
 
 
 def what_it_asks(triple: dict) -> str:
-    """What a comparison or a yes/no question asks, in the words its derivation uses ("The
-    question asks for the one with the later year.", "The question asks whether both give the
-    same."); '' for any other triple."""
+    """What a world question asks, in the words its derivation uses: a chain "The question asks
+    for one fact of the last page.", a comparison "The question asks for the one with the later
+    year.", a yes/no question "The question asks whether both give the same." ('' for a computed
+    answer, whose thinks open with `YEARS`, and for a triple without a program)."""
     program = (json.loads(triple.get("meta") or "{}") or {}).get("program")
+    if isinstance(program, list) or (isinstance(program, dict) and "const" in program):
+        return f"{ASKS} for one fact of the last page."
     op = program.get("op") if isinstance(program, dict) else None
     if op in ("argmin", "argmax"):
         year = value_kind(program["candidates"][0]["chain"][-1][1]) == "year"

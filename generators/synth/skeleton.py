@@ -191,8 +191,8 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). Every think of a computed answer opens with `YEARS`; with `kind_lead` every think of a
-        comparison or a yes/no question opens with what it asks (evidence.what_it_asks)."""
+        short). Every think of a computed answer opens with `YEARS`; with `kind_lead` every think of any
+        other world question opens with what it asks (evidence.what_it_asks)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)

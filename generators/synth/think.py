@@ -241,7 +241,7 @@ def lead(slot: Slot, text: str, first: bool = True) -> str:
     """A think as it goes into the trajectory: a slot whose facts carry a `lead` starts with it,
     whoever wrote the rest. With the calculator every think of a computed answer carries `YEARS`,
     so the turn after each lookup reads at its own start what kind of question this is and that
-    the calculator comes last; with `--kind-lead` every think of a comparison or a yes/no question
+    the calculator comes last; with `--kind-lead` every think of any other world question
     carries what it asks (evidence.what_it_asks). The first think (the plan) too when `first`."""
     said = slot.facts.get("lead")
     return f"{said} {text}" if said and (first or slot.kind != "plan") else text

@@ -102,12 +102,12 @@ def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, br
     assert set(kinds) >= {"plan", "next", "fix_args", "switch_tool", "escalate", "early_stop", "final"}, kinds
 
 
-def test_kind_lead_opens_every_think_of_a_comparison_or_yes_no_question_with_what_it_asks(inputs, planned):
+def test_kind_lead_opens_every_think_of_a_world_question_with_what_it_asks(inputs, planned):
     """`--kind-lead`: every think of a comparison opens with the one it asks for in the word its
     derivation then uses ("The question asks for the one with the later year." before "1905 is later
-    than 1767."), every think of a yes/no question with "whether both give the same"; a computed
-    answer keeps the number of years, any other question opens with nothing, and the rest of every
-    text stays as without the option."""
+    than 1767."), every think of a yes/no question with "whether both give the same", of a chain
+    with "one fact of the last page"; a computed answer keeps the number of years, and the rest of
+    every text stays as without the option."""
     s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
                                     kind_lead=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
     led = s.skeletons(s.plans())
@@ -132,8 +132,9 @@ def test_kind_lead_opens_every_think_of_a_comparison_or_yes_no_question_with_wha
             assert re.search(r"(Both give .+|.+ are different)\. So the answer is (yes|no)\.$", template(sk.final))
         elif op == "absdiff":
             assert said == YEARS
-        else:
-            assert said is None
+        else:  # a chain: its final think says what the last page gives
+            assert said == "The question asks for one fact of the last page." and program is not None
+            assert template(sk.final).endswith(f"the answer is {sk.triple['answer']}."), template(sk.final)
         seen[op] += 1
     assert seen["argmin"] + seen["argmax"] >= 20 and seen["eq"] >= 10 and seen["absdiff"] and seen[None], seen
 
