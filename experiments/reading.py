@@ -24,8 +24,7 @@ import re
 from collections import Counter
 
 from generators.llm.toolcalls import parse_tool_calls, split_think
-from generators.synth.evidence import YEARS
-from generators.synth.think import KIND
+from generators.synth.think import ASKS, KIND
 from generators.tools.base import GENERAL, parameters_of
 from generators.tools.compute import NAME as CALCULATOR
 from generators.tools.fill import roles_of
@@ -164,7 +163,7 @@ def chains(triples: list[dict], conversations: list[list[dict]], finishes: list[
         first = next((m.get("content") for m in messages if m.get("role") == "assistant"), "")
         think = split_think(first).think or ""
         row["first think plans the calculator"] += "calculator" in think
-        row["first think opens as a computed answer's"] += think.startswith(YEARS[:40])  # its first words, however it ends
+        row["first think opens as a computed answer's"] += think.startswith(ASKS)
     return dict(sorted(out.items()))
 
 

@@ -74,26 +74,6 @@ def state(fact: Fact, page: str) -> str:
     return pool[0].render(_with_article(fact.subject, page), {fact.rel: value})
 
 
-ASKS = "The question asks"  # how a think that says its question's kind opens (`lead`)
-YEARS = f"{ASKS} for the number of years between two dates."
-
-
-def what_it_asks(triple: dict) -> str:
-    """What a world question asks, in the words its derivation uses: a chain "The question asks
-    for one fact of the last page.", a comparison "The question asks for the one with the later
-    year.", a yes/no question "The question asks whether both give the same." ('' for a computed
-    answer, whose thinks open with `YEARS`, and for a triple without a program)."""
-    program = (json.loads(triple.get("meta") or "{}") or {}).get("program")
-    if isinstance(program, list) or (isinstance(program, dict) and "const" in program):
-        return f"{ASKS} for one fact of the last page."
-    op = program.get("op") if isinstance(program, dict) else None
-    if op in ("argmin", "argmax"):
-        year = value_kind(program["candidates"][0]["chain"][-1][1]) == "year"
-        word = (("earlier", "later") if year else ("smaller", "larger"))[op == "argmax"]
-        return f"{ASKS} for the one with the {word} {'year' if year else 'number'}."
-    return f"{ASKS} whether both give the same." if op == "eq" else ""
-
-
 def _compare(op: str, scored: list[tuple[str, object, str]]) -> list[str]:
     """Steps of an argmin/argmax over (candidate, value, relation)."""
     rel = scored[0][2]

@@ -35,7 +35,7 @@ import random
 import re
 from dataclasses import dataclass, field, replace
 
-from generators.synth.evidence import YEARS, Evidence, what_it_asks
+from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
@@ -177,7 +177,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, kind_lead: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -191,8 +191,7 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). Every think of a computed answer opens with `YEARS`; with `kind_lead` every think of any
-        other world question opens with what it asks (evidence.what_it_asks)."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
@@ -324,10 +323,9 @@ class SkeletonBuilder:
             turn.slot.sources = list(sources)
             sources += [c.result for c in turn.calls]
         final.sources = sources
-        said = YEARS if computed else what_it_asks(triple) if kind_lead else ""
-        if said:  # every think starts by saying what the question asks
+        if computed:  # every think of a computed answer starts by saying so
             for sl in [t.slot for t in turns] + [final]:
-                sl.facts["lead"] = said
+                sl.facts["years"] = True
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
         return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
                         [chosen[d]["name"] for d in needed])

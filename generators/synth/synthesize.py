@@ -56,7 +56,6 @@ class SynthConfig:
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
     lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
-    kind_lead: bool = field(default=False, metadata={"help": "every think of a world question opens with what it asks, in the words of its derivation ('The question asks for one fact of the last page.', 'The question asks for the one with the later year.', 'The question asks whether both give the same.'), as a computed answer's thinks open with the number of years (--lead says which thinks)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
@@ -104,7 +103,7 @@ LEADS = ("every", "later")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
-                  "asks_in_turn": False, "lead": "every", "kind_lead": False}
+                  "asks_in_turn": False, "lead": "every"}
 
 
 @dataclass
@@ -206,8 +205,7 @@ class Session:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan",
-                                          first_general=self.cfg.first_search == "general",
-                                          kind_lead=self.cfg.kind_lead))
+                                          first_general=self.cfg.first_search == "general"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

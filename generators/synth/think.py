@@ -237,14 +237,16 @@ def _result(found: list[str], plan: dict) -> str:
     return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {_join(found)}{_was(plan)}."
 
 
+ASKS = "The question asks for"  # how a computed answer's thinks open (`lead`)
+YEARS = f"{ASKS} the number of years between two dates."
+
+
 def lead(slot: Slot, text: str, first: bool = True) -> str:
-    """A think as it goes into the trajectory: a slot whose facts carry a `lead` starts with it,
-    whoever wrote the rest. With the calculator every think of a computed answer carries `YEARS`,
-    so the turn after each lookup reads at its own start what kind of question this is and that
-    the calculator comes last; with `--kind-lead` every think of any other world question
-    carries what it asks (evidence.what_it_asks). The first think (the plan) too when `first`."""
-    said = slot.facts.get("lead")
-    return f"{said} {text}" if said and (first or slot.kind != "plan") else text
+    """A think as it goes into the trajectory: with the calculator, every think of a computed
+    answer starts with `YEARS`, whoever wrote the rest, so the turn after each lookup reads at
+    its own start what kind of question this is and that the calculator comes last; the first
+    think (the plan) too when `first`."""
+    return f"{YEARS} {text}" if slot.facts.get("years") and (first or slot.kind != "plan") else text
 
 
 def template(slot: Slot) -> str:

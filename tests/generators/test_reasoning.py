@@ -15,11 +15,10 @@ from generators.corpus.derive import EXTRACTOR, FactBase, run_program, split_sen
 from generators.corpus.questions import QTYPES
 from generators.corpus.templates import TEMPLATES
 from generators.llm.scripted import ScriptedBackend
-from generators.synth.evidence import YEARS
 from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
-from generators.synth.think import KIND, clean_think, describe, lead, template, ungrounded
+from generators.synth.think import KIND, clean_think, describe, template, ungrounded
 from generators.tools.bank import build_bank
 
 
@@ -100,43 +99,6 @@ def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, br
                 assert Sources(slot.sources).ungrounded(text) == [], text
             kinds[slot.kind] += 1
     assert set(kinds) >= {"plan", "next", "fix_args", "switch_tool", "escalate", "early_stop", "final"}, kinds
-
-
-def test_kind_lead_opens_every_think_of_a_world_question_with_what_it_asks(inputs, planned):
-    """`--kind-lead`: every think of a comparison opens with the one it asks for in the word its
-    derivation then uses ("The question asks for the one with the later year." before "1905 is later
-    than 1767."), every think of a yes/no question with "whether both give the same", of a chain
-    with "one fact of the last page"; a computed answer keeps the number of years, and the rest of
-    every text stays as without the option."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    kind_lead=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    led = s.skeletons(s.plans())
-    assert [sk.triple["id"] for sk in led] == [sk.triple["id"] for sk in planned]
-    seen = Counter()
-    for sk, plain in zip(led, planned):
-        slots, plains = [t.slot for t in sk.turns] + [sk.final], [t.slot for t in plain.turns] + [plain.final]
-        program = json.loads(sk.triple["meta"]).get("program")
-        op = program.get("op") if isinstance(program, dict) else None
-        said = {sl.facts.get("lead") for sl in slots}
-        assert len(said) == 1 and sk.answer.facts.get("lead") is None
-        said = said.pop()
-        for sl, p in zip(slots, plains):
-            text = lead(sl, template(sl))
-            assert text == (f"{said} {template(p)}" if said else template(p)) and template(sl) == template(p)
-        if op in ("argmin", "argmax"):
-            word, noun = re.fullmatch(r"The question asks for the one with the (\w+) (year|number)\.", said).groups()
-            assert re.search(rf"[\d,]+ is (the )?{word}( than [\d,]+)?\.", template(sk.final)), template(sk.final)
-            assert (noun == "year") == (word in ("earlier", "later"))
-        elif op == "eq":
-            assert said == "The question asks whether both give the same."
-            assert re.search(r"(Both give .+|.+ are different)\. So the answer is (yes|no)\.$", template(sk.final))
-        elif op == "absdiff":
-            assert said == YEARS
-        else:  # a chain: its final think says what the last page gives
-            assert said == "The question asks for one fact of the last page." and program is not None
-            assert template(sk.final).endswith(f"the answer is {sk.triple['answer']}."), template(sk.final)
-        seen[op] += 1
-    assert seen["argmin"] + seen["argmax"] >= 20 and seen["eq"] >= 10 and seen["absdiff"] and seen[None], seen
 
 
 def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):

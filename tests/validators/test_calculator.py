@@ -11,7 +11,7 @@ import pytest
 
 from generators.llm.base import Completion
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
-from generators.synth.evidence import YEARS
+from generators.synth.think import YEARS
 from generators.tools.bank import build_bank
 from generators.tools.compute import NAME, answer, evaluate
 from generators.tools.simulator import Simulator
