@@ -111,6 +111,16 @@ def _convert_gguf(gguf: Path, out: Path, log: Callable[[str], None]) -> None:
     _strip_quantization(out)
 
 
+def _trained(src: Path) -> dict:
+    """What a trained model folder's own record says (`train sft`'s final model: what it was
+    trained from, its longest trained turn), to keep in the prepared copy's record; {} otherwise."""
+    try:
+        info = json.loads((src / MARKER).read_text()) if src.is_dir() else {}
+    except (OSError, ValueError):
+        return {}
+    return {k: info[k] for k in ("trained_from", "longest_turn") if isinstance(info, dict) and k in info}
+
+
 def _copy_hf_folder(src: Path, out: Path, log: Callable[[str], None]) -> None:
     log(f"copying {src}")
     shutil.copytree(src, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", MARKER))
@@ -162,8 +172,8 @@ def prepare_model(source: str | Path | None = None, name: str | None = None, cac
                 _convert_gguf(src, tmp, log)
             else:
                 _copy_hf_folder(src, tmp, log)
-            info = {"name": name, "source": str(src), "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "seconds": round(time.time() - started, 1)}
+            info = {**_trained(src), "name": name, "source": str(src),
+                    "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(time.time() - started, 1)}
             (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
             _make_readable(tmp)
     log(f"prepared {target} in {time.time() - started:.1f} s")

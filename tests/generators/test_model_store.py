@@ -70,6 +70,23 @@ def test_prepare_local_folder_is_idempotent_and_strips_quantization(cache, quant
     assert [m["name"] for m in list_models()] == ["tiny"]
 
 
+def test_prepare_keeps_a_trained_models_record(cache, tiny_llama_dir, tmp_path):
+    """A model folder `train sft` saved (its forgeplay-model.json says what it was trained from and
+    its longest trained turn) keeps that record when prepared under a name, so `train eval` and
+    `train grpo` on the prepared name still check --max-new-tokens against it."""
+    from train.sft import trained_turn, turn_warning
+
+    final = tmp_path / "run" / "final"
+    shutil.copytree(tiny_llama_dir, final)
+    (final / MARKER).write_text(json.dumps({"trained_from": str(tiny_llama_dir), "longest_turn": 240}))
+    path = prepare_model(final, name="mine", log=lambda m: None)
+    info = json.loads((path / MARKER).read_text())
+    assert info["source"] == str(final) and info["name"] == "mine" and info["trained_from"] == str(tiny_llama_dir)
+    assert resolve_model("mine") == path and trained_turn(path) == 240 and "240" in turn_warning(path, 192)
+    plain = prepare_model(tiny_llama_dir, name="plain", log=lambda m: None)
+    assert trained_turn(plain) is None and "trained_from" not in json.loads((plain / MARKER).read_text())
+
+
 def test_a_failed_preparation_leaves_nothing_behind(cache, quantized_source, monkeypatch):
     def broken(src, out, log):
         (out / "config.json").write_text("{}")
