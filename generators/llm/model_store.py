@@ -111,14 +111,15 @@ def _convert_gguf(gguf: Path, out: Path, log: Callable[[str], None]) -> None:
     _strip_quantization(out)
 
 
-def _trained(src: Path) -> dict:
-    """What a trained model folder's own record says (`train sft`'s final model: what it was
-    trained from, its longest trained turn), to keep in the prepared copy's record; {} otherwise."""
+def _record(src: Path) -> dict:
+    """A model folder's own forgeplay-model.json (`train sft`'s final model records what it was
+    trained from and its longest trained turn), which the prepared copy's record keeps; {} when
+    it has none."""
     try:
         info = json.loads((src / MARKER).read_text()) if src.is_dir() else {}
     except (OSError, ValueError):
         return {}
-    return {k: info[k] for k in ("trained_from", "longest_turn") if isinstance(info, dict) and k in info}
+    return info if isinstance(info, dict) else {}
 
 
 def _copy_hf_folder(src: Path, out: Path, log: Callable[[str], None]) -> None:
@@ -172,7 +173,7 @@ def prepare_model(source: str | Path | None = None, name: str | None = None, cac
                 _convert_gguf(src, tmp, log)
             else:
                 _copy_hf_folder(src, tmp, log)
-            info = {**_trained(src), "name": name, "source": str(src),
+            info = {**_record(src), "name": name, "source": str(src),
                     "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(time.time() - started, 1)}
             (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
             _make_readable(tmp)
