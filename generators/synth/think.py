@@ -53,6 +53,7 @@ import re
 from generators.answers import match
 from generators.corpus.templates import TEMPLATES
 from generators.synth.grounding import Sources, missing
+from generators.synth.plan import bare
 from generators.synth.skeleton import Slot
 
 SYSTEM = ("You write the private reasoning of an assistant that answers questions by searching. "
@@ -144,7 +145,7 @@ def _said(f: dict) -> str:
     if "said" not in f:
         return ""
     if f["said"]:
-        items = [f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
+        items = [f'"{q}"' if bare(p) == bare(q) else f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
         return f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
     return "Next is the calculator" if f.get("expression") else "That was the last lookup"
 
@@ -285,7 +286,9 @@ def _template(slot: Slot) -> str:
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
-        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {_says(f['last'], f['facts'])}"
+        told = (f"The pages about {_join(f['ends'])} say {_clauses(f['facts'])}" if f.get("ends")
+                else _says(f["last"], f["facts"]))  # a chained comparison: the last page of each candidate
+        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {told}"
         if f.get("steps"):  # a comparison of what they say
             return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
         return f"{says}, so the answer is {f['answer']}."
