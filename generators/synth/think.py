@@ -21,7 +21,10 @@ what the last pages say and any comparison; a question that names the last page 
 bridge) is first asked again of that page by its name, which points at the sentence that answers
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
 was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
-states every fact and the comparison, as `--reasoning evidence` does.
+states every fact and the comparison, as `--reasoning evidence` does. A comparison whose candidates are read one
+chain after the other (`--comparison-chains`) names the second candidate as the plan's next item
+("Next is "Gemar"") and its final think what the last page of each candidate says ("The pages
+about "Pendand" and "Lathavia" say ...") before the comparison.
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
