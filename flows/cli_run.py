@@ -1,8 +1,9 @@
 """`forgeplay run`: the whole loop (flows/run.py) from the command line, what `make run` calls.
 Without `--config` it runs the loop's defaults on the embedded model; a config file sets any
 stage's options (flows/loop_config.py) and is checked whole before anything runs; `--resume
-RUN_ID` continues a run from its record. It ends with where the data, models and report are,
-the validation funnel, held-out exact match after each stage, and DuckDB queries to try."""
+RUN_ID` continues a run from its record. It ends with the stage table and any stage's warnings,
+where the data, models and report are, the validation funnel, held-out exact match after each
+stage, and DuckDB queries to try."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def show(record: dict, root: Path) -> None:
     for name, s in record["stages"].items():
         t.add_row(name, _n(s.get("rows_in")), _n(s.get("rows_out")), f"{s.get('seconds', 0):.0f}", s.get("notes", ""))
     c.print(t)
+    for name, s in record["stages"].items():  # whole, where the table's notes column wraps them
+        for w in (s.get("summary") or {}).get("warnings") or []:
+            c.print(f"[yellow]warning[/yellow] ({name}): {w}", soft_wrap=True)
     ds = record["datasets"]
     c.print(f"[bold]data[/bold] in {root.absolute()}: " + ", ".join(f"{k} -> {v}" for k, v in ds.items()))
     c.print("[bold]models[/bold] " + ", ".join(f"{k}: {v}" for k, v in record["models"].items() if k != "policy"))

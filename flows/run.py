@@ -9,8 +9,10 @@ others resume inside (committed shards are skipped, the label ledger recovers, t
 continues from its checkpoint), so a killed run loses nothing and duplicates nothing. Each
 start and the end verify the checksums of every shard the run has written (storage.verify):
 a corrupt or missing shard is quarantined, so no later stage reads it, and listed in run.json,
-the closing summary and the report. At the end every dataset the loop wrote gets its card and
-the run its HTML report.
+the closing summary and the report. A stage's warnings (an evaluation or a GRPO run with
+`max_new_tokens` below the longest turn its model was trained on) are printed when they arise and
+added to the stage's notes, which the report's stage table shows. At the end every dataset the
+loop wrote gets its card and the run its HTML report.
 
     forgeplay run                                 # the defaults: about 15 minutes on two cores
     forgeplay run --config pipeline.yaml
@@ -41,7 +43,7 @@ class StageFailed(RuntimeError):
 def eval_task(cfg, root: str, progress: bool) -> dict:
     from train.evaluate import run_eval
 
-    return run_eval(cfg, root, progress)
+    return run_eval(cfg, root, progress, warn=lambda w: print(f"warning: {w}"))  # before its rollouts
 
 
 @task(name="import-corpus", cache_policy=NONE)
@@ -191,6 +193,7 @@ def loop_flow(config: dict, run_id: str, data_root: str | None = None, progress:
             record.fail(name, f"{type(e).__name__}: {e}")
             raise StageFailed(f"stage {name}: {type(e).__name__}: {e} (the run's record: {record.path}; after a fix, "
                               f"`forgeplay run --resume {run_id}` continues it)") from e
+        notes = "; ".join([notes, *(f"warning: {w}" for w in summary.get("warnings") or [])])
         record.finish(name, _plain(summary), time.perf_counter() - t, rows_in, rows_out, notes)
     finish(root, record)
     stages = [{"stage": k, **{f: v.get(f) for f in ("rows_in", "rows_out", "seconds", "notes")}}

@@ -14,7 +14,9 @@ the run folder's latest complete checkpoint (train/trainer.py).
 `forgeplay train KIND`) both call `run_stage`. The summary: run_dir, final_model, curves,
 steps, first and last metrics records, counts, `stages` (name, rows in and out, seconds, notes
 of the load and train stages, for the flow's report) and `memory_plan` (GB per part, the peak,
-the limit, whether checkpointing is on; None for a kind without a workload).
+the limit, whether checkpointing is on; None for a kind without a workload) and `warnings` (the
+build's: GRPO from a model trained on longer turns than its rollouts may take; empty when ranks
+are launched, whose rank 0 prints them).
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
         raise
     finally:
         dist.teardown()
-    return _summary(run_dir, final, png, built.counts, stages, rank, plan.as_dict() if plan else None)
+    return _summary(run_dir, final, png, built.counts, stages, rank, plan.as_dict() if plan else None, built.warnings)
 
 
 def plan_memory(built, tcfg: TrainConfig, device, rank: int):
@@ -140,7 +142,8 @@ def plan_memory(built, tcfg: TrainConfig, device, rank: int):
     return plan
 
 
-def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int = 0, plan=None) -> dict:
+def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int = 0, plan=None,
+             warnings: list[str] | None = None) -> dict:
     from train.trainer import read_metrics
 
     recs = read_metrics(run_dir)
@@ -148,4 +151,4 @@ def _summary(run_dir: Path, final, png, counts: dict, stages: Stages, rank: int 
             "curves": str(png) if png and Path(png).exists() else None,
             "steps": recs[-1]["step"] if recs else 0, "first": recs[0] if recs else None,
             "last": recs[-1] if recs else None, "counts": counts, "stages": stages.as_dicts(), "rank": rank,
-            "memory_plan": plan}
+            "memory_plan": plan, "warnings": list(warnings or [])}

@@ -49,6 +49,7 @@ class Built:
     on_plan: Callable[[Any], None] | None = None  # gets the train.memory.Plan once it is made
     on_trainer: Callable[[Any], None] | None = None  # gets the Trainer before the first step
     extras: dict = field(default_factory=dict)  # name -> object with state_dict(): saved in each checkpoint
+    warnings: list[str] = field(default_factory=list)  # about the model or the options: in the run's summary
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
                  {"prompts": len(session.prompts), **counts}, f"model {path}" + (f"; warning: {warning}" if warning else ""),
                  workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
-                 on_trainer=session.attach, extras=extras)
+                 on_trainer=session.attach, extras=extras, warnings=[warning] if warning else [])
 
 
 def grpo_loss_weight(cfg: GRPOConfig) -> str | None:

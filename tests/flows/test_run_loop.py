@@ -137,6 +137,12 @@ def test_every_stage_runs_and_is_recorded(clean):
         res = CliRunner().invoke(app, ["sql", sql, "--data-root", str(root)])
         assert res.exit_code == 0 and "count" in res.output, (sql, res.output)
     assert Path(rec["report"]).stat().st_size > 10_000
+    # the SFT model was trained on turns longer than the evaluation's 24 new tokens: its stage says so
+    warned = {k for k, v in rec["stages"].items() if "warning: " in (v.get("notes") or "")}
+    assert "eval-sft" in warned and "eval-base" not in warned, warned
+    warning = rec["stages"]["eval-sft"]["summary"]["warnings"][0]
+    assert "more than --max-new-tokens 24" in warning and warning in Path(rec["report"]).read_text()
+    assert f"warning (eval-sft): {warning}" in out, out[-3000:]
     for ds, card in rec["cards"].items():
         assert Path(card).read_text().startswith("---\n"), ds
 

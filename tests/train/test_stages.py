@@ -134,7 +134,7 @@ def test_grpo_carries_the_sft_models_longest_turn_and_warns_when_rollouts_would_
                                                                                        tmp_path, capsys):
     """GRPO from a model `train sft` saved (its forgeplay-model.json records the longest trained
     turn): rollouts of fewer `--max-new-tokens` are warned about on stderr and in the load stage's
-    notes, and GRPO's own final model keeps the record, so `train eval` on it still warns; a model
+    notes and in the summary's warnings, and GRPO's own final model keeps the record, so `train eval` on it still warns; a model
     without a record gives no warning and no record."""
     import shutil
 
@@ -154,4 +154,5 @@ def test_grpo_carries_the_sft_models_longest_turn_and_warns_when_rollouts_would_
         said = "up to 7 tokens, more than --max-new-tokens 4"
         assert (said in capsys.readouterr().err) == warned
         assert (said in next(x for x in s["stages"] if x["stage"] == "load")["notes"]) == warned
+        assert len(s["warnings"]) == warned and all(said in w for w in s["warnings"])  # the loop's notes take these
         assert trained_turn(out / "final") == (7 if warned else None) == s["counts"].get("longest_turn")
