@@ -78,8 +78,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
         kinds_in_turn: bool = False, asks_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256,
-        case_mix: str = CASE_MIX, neftune_alpha: float = 0.0, lead: str = "every", comparison_chains: bool = False,
-        log=print) -> dict:
+        case_mix: str = CASE_MIX, neftune_alpha: float = 0.0, lead: str = "every", log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -103,8 +102,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                         distractors_min=6 + calculator, distractors_max=6 + calculator,  # every tool listed
                         top_k_rate=1.0, top_k="1", texts="template", case_mix=case_mix,
                         reasoning=reasoning, calculator=calculator, rounds_weight=rounds_weight, first_search=first_search,
-                        kinds_in_turn=kinds_in_turn, asks_in_turn=asks_in_turn, lead=lead,
-                        comparison_chains=comparison_chains)
+                        kinds_in_turn=kinds_in_turn, asks_in_turn=asks_in_turn, lead=lead)
     split = root / "held_out.txt"  # the questions every run is scored on, whatever its mix picks
     split.write_text("\n".join(uniform_held_out(data, synth, held_out)) + "\n")
     mixed = uniform_draw(synth) != synth  # a draw that is not uniform: the held-out file is held out
@@ -191,9 +189,6 @@ def main() -> None:
                          "(synthesize --asks-in-turn); the held-out questions stay the same")
     ap.add_argument("--lead", default="every", choices=LEADS,
                     help="which thinks of a computed answer open with the question's kind (synthesize --lead)")
-    ap.add_argument("--comparison-chains", action="store_true",
-                    help="a comparison of candidates read through a relation each looks up one candidate's chain, "
-                         "then the other's (synthesize --comparison-chains)")
     ap.add_argument("--first-search", default="domain", choices=FIRST_SEARCH,
                     help="the tool of the first round's lookups (synthesize --first-search)")
     ap.add_argument("--case-mix", default=CASE_MIX,
@@ -214,8 +209,7 @@ def main() -> None:
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
               kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens,
-              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead,
-              comparison_chains=a.comparison_chains)
+              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

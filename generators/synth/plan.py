@@ -17,8 +17,7 @@ of the calculator (generators/tools/compute.py) with the arithmetic, which count
 route like a lookup, since the conversation makes it after the lookups it depends on.
 
 The reflection case is drawn from a configurable mix among the cases the plan allows,
-deterministically per (seed, triple). With `chain_candidates` a comparison of candidates each read
-through a relation looks them up one chain after the other (sequential) instead of side by side. `select_by_route` picks the plans a run makes: routes
+deterministically per (seed, triple). `select_by_route` picks the plans a run makes: routes
 follow their mix, and within a route long plans may be favoured (`rounds_weight`) and the kinds
 of question may take turns (`in_turn`).
 """
@@ -28,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 from generators.tools.compute import COMPUTE
@@ -65,7 +64,6 @@ class Plan:
     route: str = ""
     case: str = "clean"
     allowed: list[str] = field(default_factory=list)
-    ends: list[str] = field(default_factory=list)  # a chained comparison's last page per candidate (`chain_candidates`)
 
     @property
     def hops(self) -> list[Hop]:
@@ -116,11 +114,6 @@ def _subjects(chain: list, facts) -> list[str]:
     return subjects
 
 
-def bare(name: str) -> str:
-    """A name without its article ("the Congress of Lekzom" -> "Congress of Lekzom")."""
-    return name[4:] if name.startswith("the ") else name
-
-
 def _norm_title(s: str) -> str:
     s = " ".join(str(s).split()).lower()
     return s[4:] if s.startswith("the ") else s
@@ -154,20 +147,6 @@ def structural_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[
     if str(triple.get("qtype", "")).lower().startswith("comparison"):
         return [hops]
     return [[h] for h in hops]
-
-
-def chain_candidates(plan: Plan) -> Plan:
-    """A comparison whose candidates are read through a relation each ([[A, B], [X, Y]]: A and B,
-    then the founder of each) as one chain after the other, one lookup per round ([[A], [X], [B],
-    [Y]]); `ends` records the last page of each candidate, whose facts the final think compares.
-    The case stays the one drawn for the rounds side by side. A plan of one round, or whose rounds
-    differ in width (two candidates share a page), is returned as it is."""
-    rounds = plan.lookups
-    width = len(rounds[0])
-    if len(rounds) < 2 or width < 2 or any(len(r) != width for r in rounds) or plan.computed:
-        return plan
-    chained = [[r[c]] for c in range(width) for r in rounds]
-    return replace(plan, rounds=chained, route=route_of(chained), ends=[h.doc_id for h in rounds[-1]])
 
 
 def allowed_cases(plan: Plan) -> list[str]:

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from generators.synth.evidence import Evidence
-from generators.synth.plan import Hop, Plan, bare
+from generators.synth.plan import Hop, Plan
 from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
 from generators.tools.compute import COMPUTE
@@ -188,8 +188,7 @@ class SkeletonBuilder:
         phrases of what it read (`was`) and of what comes next (`said`; the final slot `last`).
         With `phrased` the final slot of an answer that is not computed also carries the facts and
         the derivation: what the last pages say after such a plan (`last`), and the question asked
-        of a single last page by its name (`asks`), else every fact; a chained comparison's final slot
-        (`plan.ends`) names the last page of each candidate (`ends`) and carries their facts. With `first_general` the first
+        of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
         short)."""
@@ -250,9 +249,8 @@ class SkeletonBuilder:
             each by the pages read just before it."""
             if not phrases:
                 return {}
-            was = [local(q, i - 2) for q in queries(i - 1)] if i > 1 else []
             return {"said": [local(q, i - 1) for q in queries(i)],
-                    "was": [] if [bare(w) for w in was] == queries(i - 1) else was}  # a candidate read by its name is not named twice
+                    "was": [local(q, i - 2) for q in queries(i - 1)] if i > 1 else []}
 
         turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
@@ -303,14 +301,12 @@ class SkeletonBuilder:
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
         ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
-        if ended and plan.ends:  # a chained comparison: the last page of each candidate
-            ended["ends"] = [h.query for h in hops if h.doc_id in plan.ends]
-        elif ended and len(ended["last"]) == 1 and last > 1:  # what the question asks of the last page
+        if ended and len(ended["last"]) == 1 and last > 1:  # what the question asks of the last page
             ended["asks"] = _asks(triple["question"], phrases[ended["last"][0]], ended["last"][0])
         if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
             told = {"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
             if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer
-                facts = _read(ev, [h for h in hops if h.doc_id in plan.ends] if plan.ends else rounds[last - 1])
+                facts = _read(ev, rounds[last - 1])
                 told |= {"facts": facts, "required": [x for x in ev.required if any(x in fact for fact in facts)]
                          + [triple["answer"]]}
         else:  # brief: only a computed answer's arithmetic

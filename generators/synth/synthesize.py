@@ -40,7 +40,6 @@ class SynthConfig:
     rounds_weight: float = field(default=0.0, metadata={"help": "favour long questions: within a route, triples are drawn with weight (tool rounds) ** this; 0 draws uniformly"})
     kinds_in_turn: bool = field(default=False, metadata={"help": "within a route, the kinds of question (type and hop count) take turns, so a kind with few triples (a two-hop arithmetic question) is not crowded out by the large ones"})
     asks_in_turn: bool = field(default=False, metadata={"help": "within a kind of question (within a route without --kinds-in-turn), what the questions ask of their last page (a population, a founder) takes turns, so the data asks what the world asks and not mostly its commonest facts"})
-    comparison_chains: bool = field(default=False, metadata={"help": "a comparison whose candidates are each read through a relation (whose founder was born earlier) looks up one candidate and its founder, then the other and theirs, one lookup per turn, instead of both candidates, then both founders; the final think states the last page of each and compares them"})
     hold_out: str = field(default="", metadata={"help": "file of triple ids (one per line) that no trajectory uses: a test split that stays the same whatever the mixes pick"})
     variants_per_tool: int = field(default=3, metadata={"help": "paraphrased variants per base tool (dual-gated)"})
     llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
@@ -104,7 +103,7 @@ LEADS = ("every", "later")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
-                  "asks_in_turn": False, "lead": "every", "comparison_chains": False}
+                  "asks_in_turn": False, "lead": "every"}
 
 
 @dataclass
@@ -186,18 +185,9 @@ class Session:
             p.allowed = planning.allowed_cases(p)
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
             out.append(p)
-        picked = planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight,
-                                          kind=self.kind if self.cfg.kinds_in_turn else None,
-                                          ask=self.ask if self.cfg.asks_in_turn else None)
-        if self.cfg.comparison_chains:  # after the pick, so the same triples are drawn as without it
-            picked = [planning.chain_candidates(p) if self._compares(p) else p for p in picked]
-        return picked
-
-    def _compares(self, p: planning.Plan) -> bool:
-        """Whether a plan's answer is the candidate with the smaller or larger value (argmin/argmax)."""
-        meta = json.loads(self.triples[p.triple_id].get("meta") or "{}")
-        program = meta.get("program") if isinstance(meta, dict) else None
-        return isinstance(program, dict) and program.get("op") in ("argmin", "argmax")
+        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight,
+                                        kind=self.kind if self.cfg.kinds_in_turn else None,
+                                        ask=self.ask if self.cfg.asks_in_turn else None)
 
     def kind(self, p: planning.Plan) -> str:
         """A plan's kind of question: its triple's type and hop count ("compositional/2")."""

@@ -21,10 +21,7 @@ what the last pages say and any comparison; a question that names the last page 
 bridge) is first asked again of that page by its name, which points at the sentence that answers
 it ("... That was the last lookup. The question is now: When was Gaiwick founded? It says Gaiwick
 was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
-states every fact and the comparison, as `--reasoning evidence` does. A comparison whose candidates are read one
-chain after the other (`--comparison-chains`) names the second candidate as the plan's next item
-("Next is "Gemar"") and its final think what the last page of each candidate says ("The pages
-about "Pendand" and "Lathavia" say ...") before the comparison.
+states every fact and the comparison, as `--reasoning evidence` does.
 
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
 final think whose answer is computed from numbers on the pages does the arithmetic ("The
@@ -56,7 +53,6 @@ import re
 from generators.answers import match
 from generators.corpus.templates import TEMPLATES
 from generators.synth.grounding import Sources, missing
-from generators.synth.plan import bare
 from generators.synth.skeleton import Slot
 
 SYSTEM = ("You write the private reasoning of an assistant that answers questions by searching. "
@@ -148,7 +144,7 @@ def _said(f: dict) -> str:
     if "said" not in f:
         return ""
     if f["said"]:
-        items = [f'"{q}"' if bare(p) == bare(q) else f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
+        items = [f'{p}, which is "{q}"' for p, q in zip(f["said"], f["queries"])]
         return f"Next {'are' if len(items) > 1 else 'is'} {', and '.join(items)}"
     return "Next is the calculator" if f.get("expression") else "That was the last lookup"
 
@@ -289,9 +285,7 @@ def _template(slot: Slot) -> str:
         return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
-        told = (f"The pages about {_join(f['ends'])} say {_clauses(f['facts'])}" if f.get("ends")
-                else _says(f["last"], f["facts"]))  # a chained comparison: the last page of each candidate
-        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {told}"
+        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {_says(f['last'], f['facts'])}"
         if f.get("steps"):  # a comparison of what they say
             return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
         return f"{says}, so the answer is {f['answer']}."

@@ -158,40 +158,6 @@ def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(
     assert same >= 50, same
 
 
-def test_comparison_chains_read_one_candidate_after_the_other(inputs, planned):
-    """`--comparison-chains`: a comparison whose candidates are each read through a relation looks
-    up the first candidate and its page, then the second and theirs, one lookup per turn; the same
-    triples with the same cases are drawn, every other plan is as without the option, and the final
-    think states the last page of each candidate and compares them as it does without the option."""
-    s = Session(inputs, SynthConfig(dataset="w", n=len(inputs.triples), seed=4, reasoning="plan", calculator=True,
-                                    comparison_chains=True), build_bank(seed=3, variants_per_tool=1, calculator=True))
-    chained = 0
-    for c, p in zip(s.skeletons(s.plans()), planned, strict=True):
-        assert (c.plan.triple_id, c.plan.case) == (p.plan.triple_id, p.plan.case)
-        side = p.plan.lookups
-        if c.plan.rounds == p.plan.rounds:
-            assert not c.plan.ends and [template(t.slot) for t in c.turns] == [template(t.slot) for t in p.turns]
-            assert not (p.triple["qtype"] == "comparison" and len(side) > 1 and len({len(r) for r in side}) == 1)
-            continue
-        chained += 1
-        assert p.triple["qtype"] == "comparison" and c.plan.route == "sequential"
-        assert [h.query for r in c.plan.rounds for h in r] == [r[i].query for i in range(len(side[0])) for r in side]
-        assert c.plan.ends == [h.doc_id for h in side[-1]]
-        text = template(c.final)
-        # the same facts and comparison as the final think after the candidates side by side
-        assert [c.final.facts[k] for k in ("facts", "steps")] == [p.final.facts[k] for k in ("facts", "steps")]
-        assert " ".join(c.final.facts["steps"]) + f" So the answer is {c.triple['answer']}." in text, text
-        ends = names([f'"{h.query}"' for h in side[-1]])
-        assert f"The pages about {ends} say " in text, text
-        assert ungrounded(text, c.final) == [], text
-        if c.plan.case == "clean":  # one lookup per turn; after the first chain the plan's next item is the second candidate
-            assert [len(t.calls) for t in c.turns] == [1] * len(c.plan.rounds)
-            second = side[0][1].query
-            after = template(c.turns[len(side)].slot)
-            assert "Next is " in after and f'so now I need to look up "{second}"' in after, after
-    assert chained >= 5, chained
-
-
 def test_intermediate_thinks_state_what_the_page_said_before_the_next_lookup(skeletons):
     """... or before the calculator call, whose numbers are then facts the page stated."""
     seen, computed = 0, 0
