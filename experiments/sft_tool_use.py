@@ -78,7 +78,8 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         train_layers: int = 10, batch_size: int = 4, backend: str = "transformers", train_seed: int = 0,
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
         kinds_in_turn: bool = False, asks_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256,
-        case_mix: str = CASE_MIX, neftune_alpha: float = 0.0, lead: str = "every", log=print) -> dict:
+        case_mix: str = CASE_MIX, neftune_alpha: float = 0.0, lead: str = "every", order: str = "shuffle",
+        log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -150,6 +151,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                         neftune_alpha=neftune_alpha)
         summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=lr,
                                                 warmup_steps=min(3, steps // 4), checkpoint_every=0, seed=train_seed,
+                                                order=order,
                                                 activation_checkpointing="off" if train_layers else "auto"),
                         data, progress=False)
         seconds["sft"] = time.perf_counter() - t
@@ -163,6 +165,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 def main() -> None:
     from generators.synth.synthesize import FIRST_SEARCH, LEADS, REASONING
+    from train.trainer import ORDERS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, required=True, help="work folder (created)")
@@ -194,6 +197,9 @@ def main() -> None:
     ap.add_argument("--case-mix", default=CASE_MIX,
                     help="the reflection cases of the training data (synthesize --case-mix), e.g. "
                          "clean=0.7,wrong_args=0.15,repeat=0.15 adds trajectories that repeat a lookup and go on")
+    ap.add_argument("--order", default="shuffle", choices=ORDERS,
+                    help="SFT's data order (train sft --order): shuffle, or kinds (the kinds of question take turns, "
+                         "so a seed's examples hold each kind about equally)")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
     ap.add_argument("--neftune-alpha", type=float, default=0.0,
                     help="NEFTune's noise on the input embeddings during SFT (train sft --neftune-alpha; 0 = off)")
@@ -209,7 +215,7 @@ def main() -> None:
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
               kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens,
-              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead)
+              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead, order=a.order)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

@@ -32,6 +32,10 @@ class TrainConfig:
                                                             "before training (0 = what is available)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
     seed: int = field(default=0, metadata={"help": "seed of the data order and of torch"})
+    order: str = field(default="shuffle", metadata={
+        "help": "each epoch's data order: shuffle (a seeded permutation) or kinds (each kind of example shuffled "
+                "on its own, the kinds taking turns, so every stretch of steps holds the kinds about equally; "
+                "SFT: a trajectory's question type and hop count)"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
     resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})

@@ -130,7 +130,7 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
         if len(ex["input_ids"]) > cfg.max_len:
             counts["too_long"] += 1
             continue
-        out.append({**ex, "id": r["id"]})  # the trajectory it came from
+        out.append({**ex, "id": r["id"], "kind": kind_of(r)})  # the trajectory it came from, its kind
         read = sum(1 for m in r["messages"] if _is_context(m, context))
         if read:  # assistant turns read as context, not trained: 0 says --context-errors matched no call
             counts["context_turns"] += read
@@ -140,6 +140,14 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
     counts["trained_tokens"] = sum(sum(1 for x in e["labels"] if x != IGNORE) for e in out)
     counts["longest_turn"] = max((longest_turn(e["labels"]) for e in out), default=0)
     return out, dict(counts)
+
+
+def kind_of(row: dict) -> str:
+    """A trajectory's kind of question, its type and hop count ("comparison/4"; "" when its meta
+    has neither), what `--order kinds` takes turns by."""
+    meta = json.loads(row.get("meta") or "{}")
+    meta = meta if isinstance(meta, dict) else {}
+    return "/".join(str(meta[k]) for k in ("qtype", "hop_count") if meta.get(k) is not None)
 
 
 def longest_turn(labels: list[int]) -> int:

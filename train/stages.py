@@ -50,6 +50,7 @@ class Built:
     on_trainer: Callable[[Any], None] | None = None  # gets the Trainer before the first step
     extras: dict = field(default_factory=dict)  # name -> object with state_dict(): saved in each checkpoint
     warnings: list[str] = field(default_factory=list)  # about the model or the options: in the run's summary
+    kinds: list[str] | None = None  # each example's kind, for --order kinds (None: the stage has none)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     if packed:
         use_packed_attention(model)
     return Built(model, tok, make_step(tok.pad_token_id, packed, cfg.neftune_alpha), examples, SFT_LOSS_WEIGHT, counts,
-                 f"model {path}", [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg))
+                 f"model {path}", [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg),
+                 kinds=[e["kind"] for e in examples])
 
 
 def sft_workload(examples: list[dict], tcfg: TrainConfig):

@@ -12,7 +12,8 @@ each takes every N-th example of the global batch. Micro-batches are `batch_size
 or, given the examples' token `lengths` and `max_batch_tokens`, a process's examples of the
 step packed by length into micro-batches of at most that many tokens (train/packing.py
 `token_batches`), so memory is bounded by tokens, not examples. The data order is a permutation per
-epoch drawn from (seed, epoch), so the data position is just the count of examples
+epoch drawn from (seed, epoch) (with `--order kinds` and the examples' kinds, reordered so each
+kind keeps its order and the kinds take turns), so the data position is just the count of examples
 consumed: a resumed run takes exactly the batches the uninterrupted run would have taken.
 Every step's record in `metrics.jsonl` lists the dataset indices it used (`batch`).
 
@@ -65,6 +66,9 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+ORDERS = ("shuffle", "kinds")
+
+
 def dist_info() -> tuple[int, int]:
     """(rank, world size); (0, 1) without torch.distributed."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -78,12 +82,18 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, run_dir: str | Path,
                  step_fn: Callable[[torch.nn.Module, list], tuple[torch.Tensor, dict]],
                  on_step: Callable[[dict], None] | None = None, loss_weight: str | None = None,
-                 lengths: Sequence[int] | None = None, extras: dict | None = None) -> None:
+                 lengths: Sequence[int] | None = None, extras: dict | None = None,
+                 kinds: Sequence[str] | None = None) -> None:
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.max_steps < 1:
             raise ValueError("batch_size, grad_accum and max_steps must be >= 1")
         if cfg.max_batch_tokens < 0:
             raise ValueError(f"--max-batch-tokens must be >= 0, not {cfg.max_batch_tokens}")
+        if cfg.order not in ORDERS:
+            raise ValueError(f"--order must be one of {', '.join(ORDERS)}, not {cfg.order!r}")
+        if cfg.order == "kinds" and kinds is None:
+            raise ValueError("--order kinds: this stage's examples have no kinds (SFT's have)")
         self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
+        self.kinds = list(kinds) if cfg.order == "kinds" else None  # each example's kind: the kinds take turns
         self.extras = dict(extras or {})  # name -> object with state_dict(): checkpointed with the model
         self.lengths = list(lengths) if lengths is not None and cfg.max_batch_tokens else None
         self.loss_weight = loss_weight  # the stat the step's loss is a mean over (module docstring)
@@ -101,7 +111,13 @@ class Trainer:
     # ---- data order ------------------------------------------------------------------
 
     def _order(self, n: int, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.cfg.seed, epoch]).permutation(n)
+        """The epoch's permutation; with kinds, each kind keeps its order in it and the kinds take turns."""
+        perm = np.random.default_rng([self.cfg.seed, epoch]).permutation(n)
+        if self.kinds is None:
+            return perm
+        from generators.synth.plan import in_turn
+
+        return np.array(in_turn(perm.tolist(), lambda i: self.kinds[i]), dtype=perm.dtype)
 
     def next_indices(self, n: int) -> list[int]:
         """Dataset indices of the next global batch; advances the data position."""

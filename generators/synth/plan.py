@@ -28,7 +28,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Any, Callable, Hashable
 
 from generators.tools.compute import COMPUTE
 
@@ -238,9 +238,9 @@ def turns(plans: list[Plan], kind: Callable[[Plan], str] | None, ask: Callable[[
     return plans if kind is None else in_turn(plans, kind)
 
 
-def in_turn(plans: list[Plan], kind: Callable[[Plan], Hashable]) -> list[Plan]:
-    """`plans` reordered so their kinds take turns: the first plan of every kind, then the
-    second of every kind, ...; within a kind, and within a turn, the order is kept."""
+def in_turn(plans: list, kind: Callable[[Any], Hashable]) -> list:
+    """`plans` (or any items) reordered so their kinds take turns: the first of every kind, then
+    the second of every kind, ...; within a kind, and within a turn, the order is kept."""
     seen: dict[Hashable, int] = {}
     ranked = []
     for i, p in enumerate(plans):

@@ -59,6 +59,34 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert plot_metrics(tmp_path / "full", ("loss", "lr")).stat().st_size > 1000
 
 
+def test_order_kinds_lets_the_kinds_take_turns_and_resumes_exactly(tmp_path):
+    """`--order kinds`: every epoch holds every example once, each run of as many steps as there
+    are kinds holds every kind (three kinds of 12, 6 and 5 examples: the first 15 indices hold 5 of
+    each), the kinds keep the order the seed's permutation gives them, and a resumed run takes the
+    same batches; a stage without kinds, or an unknown order, is refused."""
+    data = examples()
+    kinds = ["a"] * 12 + ["b"] * 6 + ["c"] * 5
+    cfg = {**CFG, "batch_size": 5, "grad_accum": 1, "order": "kinds", "max_steps": 6, "checkpoint_every": 3}
+    full = Trainer(tiny_model(), TrainConfig(**cfg), tmp_path / "full", lm_step, kinds=kinds)
+    full.fit(data, progress=False)
+    part = Trainer(tiny_model(), TrainConfig(**cfg), tmp_path / "part", lm_step, kinds=kinds)
+    part.fit(data, progress=False, stop_after=3)
+    Trainer(tiny_model(), TrainConfig(**{**cfg, "resume": True}), tmp_path / "part", lm_step, kinds=kinds).fit(data, progress=False)
+    used = [i for r in read_metrics(tmp_path / "full") for i in r["batch"]]
+    assert used == [i for r in read_metrics(tmp_path / "part") for i in r["batch"]]
+    first, second = used[:23], used[23:]
+    assert sorted(first) == list(range(23)) and first != second[:len(first)]
+    assert sorted(kinds[i] for i in first[:15]) == ["a"] * 5 + ["b"] * 5 + ["c"] * 5
+    assert all(len({kinds[i] for i in first[k:k + 3]}) == 3 for k in range(0, 15, 3))  # one of each kind a turn
+    shuffled = Trainer(tiny_model(), TrainConfig(**{**cfg, "order": "shuffle"}), tmp_path / "s", lm_step, kinds=kinds)
+    perm = shuffled._order(23, 0).tolist()
+    assert [i for i in perm if kinds[i] == "a"] == [i for i in first if kinds[i] == "a"]  # each kind's own order kept
+    with pytest.raises(ValueError, match="--order kinds: this stage's examples have no kinds"):
+        Trainer(tiny_model(), TrainConfig(**cfg), tmp_path / "x", lm_step)
+    with pytest.raises(ValueError, match="--order must be one of shuffle, kinds"):
+        Trainer(tiny_model(), TrainConfig(**{**cfg, "order": "sorted"}), tmp_path / "y", lm_step)
+
+
 def test_resume_after_metrics_past_checkpoint_drops_them(tmp_path):
     data = examples()
     t = Trainer(tiny_model(), TrainConfig(**CFG), tmp_path, lm_step)
