@@ -57,7 +57,9 @@ SECTIONS: dict[str, Section] = {
                                           "variants_per_tool": 0, "distractors_min": 6, "distractors_max": 6}, ("dataset", "run_id", "tool_style")),
     "validate": Section((ValidateConfig,), {"layers": "schema,rules,dedup"},
                         ("dataset", "input", "out", "corpus", "run_id", "kind")),
-    # a turn may take 160 new tokens: at 96 the thinks of a fine-tuned model were cut before the answer
+    # a turn may take 160 new tokens: at 96 the thinks of a fine-tuned model were cut before the answer;
+    # the SFT data of the loop's defaults has assistant turns of up to 136 to 142 tokens (synthesis
+    # seeds 7, 1 and 2), so the stages that sample the SFT model (acquire, grpo) take 160 too
     "eval": Section((EvalConfig,), {"limit": 8, "batch_size": 8, "max_new_tokens": 160, "max_turns": 5},
                     ("data", "model", "tool_style")),
     # what experiments/sft_tool_use.py found teaches the answer format in a few steps (at 5e-5 and
@@ -70,11 +72,11 @@ SECTIONS: dict[str, Section] = {
                                         "max_new_tokens": 96, "demo_tasks": True},
                         ("dataset", "out", "examiner", "student", "checkpoints", "resume", "tool_style")),
     "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 4,
-                                          "max_new_tokens": 128, "warmup": 1,
+                                          "max_new_tokens": 160, "warmup": 1,
                                           "triples": "trained"}, ("dataset", "out", "model", "tool_style")),
     # one step of one group: a GRPO step of two groups took 4.6 minutes on two cores
     "grpo": Section((GRPOConfig, TrainConfig), {"labels": "care", "budget": 8.0, "max_steps": 1, "batch_size": 1,
-                                                "group_size": 4, "limit": 8, "max_new_tokens": 128, "lr": 1e-5,
+                                                "group_size": 4, "limit": 8, "max_new_tokens": 160, "lr": 1e-5,
                                                 "label_warmup": 1, "checkpoint_every": 1,
                                                 "triples": "trained"},
                     _TRAIN_WIRED + ("labels_out", "tool_style")),
