@@ -35,7 +35,7 @@ class TrainConfig:
     order: str = field(default="shuffle", metadata={
         "help": "each epoch's data order: shuffle (a seeded permutation) or kinds (each kind of example shuffled "
                 "on its own, the kinds taking turns, so every stretch of steps holds the kinds about equally; "
-                "SFT: a trajectory's question type and hop count)"})
+                "SFT's trajectories and GRPO's questions: the question type and hop count)"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
     resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})

@@ -143,11 +143,12 @@ def load_examples(root, dataset: str, tokenizer, cfg: SFTConfig) -> tuple[list[d
 
 
 def kind_of(row: dict) -> str:
-    """A trajectory's kind of question, its type and hop count ("comparison/4"; "" when its meta
-    has neither), what `--order kinds` takes turns by."""
+    """A trajectory's kind of question, its type and hop count from its meta ("comparison/4"),
+    what `--order kinds` takes turns by."""
+    from generators.corpus.questions import question_kind
+
     meta = json.loads(row.get("meta") or "{}")
-    meta = meta if isinstance(meta, dict) else {}
-    return "/".join(str(meta[k]) for k in ("qtype", "hop_count") if meta.get(k) is not None)
+    return question_kind(meta if isinstance(meta, dict) else {})
 
 
 def longest_turn(labels: list[int]) -> int:

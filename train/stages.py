@@ -200,7 +200,8 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     return Built(model, tok, session.step, session.prompts, grpo_loss_weight(cfg),
                  {"prompts": len(session.prompts), **counts}, f"model {path}" + (f"; warning: {warning}" if warning else ""),
                  workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
-                 on_trainer=session.attach, extras=extras, warnings=[warning] if warning else [])
+                 on_trainer=session.attach, extras=extras, warnings=[warning] if warning else [],
+                 kinds=[p.meta.get("kind", "") for p in session.prompts])
 
 
 def grpo_loss_weight(cfg: GRPOConfig) -> str | None:

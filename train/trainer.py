@@ -91,7 +91,7 @@ class Trainer:
         if cfg.order not in ORDERS:
             raise ValueError(f"--order must be one of {', '.join(ORDERS)}, not {cfg.order!r}")
         if cfg.order == "kinds" and kinds is None:
-            raise ValueError("--order kinds: this stage's examples have no kinds (SFT's have)")
+            raise ValueError("--order kinds: this stage's examples have no kinds")
         self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
         self.kinds = list(kinds) if cfg.order == "kinds" else None  # each example's kind: the kinds take turns
         self.extras = dict(extras or {})  # name -> object with state_dict(): checkpointed with the model

@@ -137,10 +137,15 @@ def test_longest_turn_counts_the_longest_assistant_reply(traj_root, tiny_llama_d
     examples, counts = load_examples(root, "w", tok, SFTConfig(data="w", max_len=4096))
     assert counts["longest_turn"] == max(longest_turn(e["labels"]) for e in examples) > 0
     # each example names the trajectory it was tokenized from
+    from generators.corpus.questions import question_kind
     from storage import load_table
 
     by_id = {r["id"]: r for r in load_table("w", "trajectories", root).to_pylist()}
     assert all(e["input_ids"] == tokenize(tok, by_id[e["id"]]["messages"])["input_ids"] for e in examples)
+    # and its kind of question (what --order kinds takes turns by), from the triple it was built on
+    triples = {t["triple_id"]: t for t in load_table("w", "triples", root).to_pylist()}
+    kinds = [e["kind"] for e in examples]
+    assert kinds == [question_kind(triples[by_id[e["id"]]["triple_id"]]) for e in examples] and len(set(kinds)) > 1
 
 
 def test_few_sft_steps_lower_loss_on_assistant_tokens(traj_root, tiny_llama_dir, tmp_path):

@@ -150,7 +150,9 @@ def test_grpo_carries_the_sft_models_longest_turn_and_warns_when_rollouts_would_
         out = tmp_path / f"g-{warned}"
         cfg = GRPOConfig(data="w", model=str(model), out=str(out), limit=2, group_size=2, max_turns=1,
                          max_new_tokens=4, tool_style="compact")
-        s = run_stage("grpo", cfg, TrainConfig(max_steps=1, batch_size=2, checkpoint_every=0), world[0], progress=False)
+        order = "kinds" if warned else "shuffle"  # GRPO's questions have kinds too
+        s = run_stage("grpo", cfg, TrainConfig(max_steps=1, batch_size=2, checkpoint_every=0, order=order), world[0],
+                      progress=False)
         said = "up to 7 tokens, more than --max-new-tokens 4"
         assert (said in capsys.readouterr().err) == warned
         assert (said in next(x for x in s["stages"] if x["stage"] == "load")["notes"]) == warned
