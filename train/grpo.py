@@ -50,7 +50,8 @@ def make_prompts(triples: list[dict], tools: list[dict], tool_style: str = "full
     system = system_prompt(tools, tool_style)
     return [Prompt([{"role": "system", "content": system}, {"role": "user", "content": t["question"]}],
                    t["answer"], list(t.get("aliases") or []), list(t["golden_doc_ids"]), t["triple_id"],
-                   {"kind": question_kind(t), **({"hop_count": t["hop_count"]} if t.get("hop_count") is not None else {})})
+                   {"kind": question_kind(t),
+                    **({"hop_count": t["hop_count"]} if t.get("hop_count") is not None else {})})
             for t in triples]
 
 

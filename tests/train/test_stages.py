@@ -133,9 +133,9 @@ def test_grpo_with_train_layers_trains_only_the_last_blocks(world, tiny_llama_di
 def test_grpo_carries_the_sft_models_longest_turn_and_warns_when_rollouts_would_cut_it(world, tiny_llama_dir,  # noqa: F811
                                                                                        tmp_path, capsys):
     """GRPO from a model `train sft` saved (its forgeplay-model.json records the longest trained
-    turn): rollouts of fewer `--max-new-tokens` are warned about on stderr and in the load stage's
-    notes and in the summary's warnings, and GRPO's own final model keeps the record, so `train eval` on it still warns; a model
-    without a record gives no warning and no record."""
+    turn): rollouts of fewer `--max-new-tokens` are warned about on stderr, in the load stage's
+    notes and in the summary's warnings, and GRPO's own final model keeps the record, so `train
+    eval` on it still warns; a model without a record gives no warning and no record."""
     import shutil
 
     from generators.llm.model_store import MARKER

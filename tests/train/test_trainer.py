@@ -71,7 +71,8 @@ def test_order_kinds_lets_the_kinds_take_turns_and_resumes_exactly(tmp_path):
     full.fit(data, progress=False)
     part = Trainer(tiny_model(), TrainConfig(**cfg), tmp_path / "part", lm_step, kinds=kinds)
     part.fit(data, progress=False, stop_after=3)
-    Trainer(tiny_model(), TrainConfig(**{**cfg, "resume": True}), tmp_path / "part", lm_step, kinds=kinds).fit(data, progress=False)
+    resumed = Trainer(tiny_model(), TrainConfig(**{**cfg, "resume": True}), tmp_path / "part", lm_step, kinds=kinds)
+    resumed.fit(data, progress=False)
     used = [i for r in read_metrics(tmp_path / "full") for i in r["batch"]]
     assert used == [i for r in read_metrics(tmp_path / "part") for i in r["batch"]]
     first, second = used[:23], used[23:]
