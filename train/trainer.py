@@ -94,6 +94,7 @@ class Trainer:
             raise ValueError("--order kinds: this stage's examples have no kinds")
         self.model, self.cfg, self.step_fn, self.on_step = model, cfg, step_fn, on_step
         self.kinds = list(kinds) if cfg.order == "kinds" else None  # each example's kind: the kinds take turns
+        self._epoch_order: tuple[int, int, np.ndarray] | None = None  # (n, epoch, order): `_order`'s last
         self.extras = dict(extras or {})  # name -> object with state_dict(): checkpointed with the model
         self.lengths = list(lengths) if lengths is not None and cfg.max_batch_tokens else None
         self.loss_weight = loss_weight  # the stat the step's loss is a mean over (module docstring)
@@ -111,13 +112,17 @@ class Trainer:
     # ---- data order ------------------------------------------------------------------
 
     def _order(self, n: int, epoch: int) -> np.ndarray:
-        """The epoch's permutation; with kinds, each kind keeps its order in it and the kinds take turns."""
+        """The epoch's permutation; with kinds, each kind keeps its order in it and the kinds take turns.
+        Made once per epoch (every step reads it; the kinds' reordering sorts the whole epoch)."""
+        if self._epoch_order is not None and self._epoch_order[:2] == (n, epoch):
+            return self._epoch_order[2]
         perm = np.random.default_rng([self.cfg.seed, epoch]).permutation(n)
-        if self.kinds is None:
-            return perm
-        from generators.synth.plan import in_turn
+        if self.kinds is not None:
+            from generators.synth.plan import in_turn
 
-        return np.array(in_turn(perm.tolist(), lambda i: self.kinds[i]), dtype=perm.dtype)
+            perm = np.array(in_turn(perm.tolist(), lambda i: self.kinds[i]), dtype=perm.dtype)
+        self._epoch_order = (n, epoch, perm)
+        return perm
 
     def next_indices(self, n: int) -> list[int]:
         """Dataset indices of the next global batch; advances the data position."""
