@@ -79,7 +79,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         reasoning: str = "brief", calculator: bool = False, rounds_weight: float = 0.0, first_search: str = "domain",
         kinds_in_turn: bool = False, asks_in_turn: bool = False, lr: float = 3e-4, max_new_tokens: int = 256,
         case_mix: str = CASE_MIX, neftune_alpha: float = 0.0, lead: str = "every", order: str = "shuffle",
-        log=print) -> dict:
+        loss_type: str = "nll", log=print) -> dict:
     """World, synthesis, validation, evaluation before, SFT, evaluation after; the figures.
     `backend`: what evaluates (module docstring); `train_seed`: SFT's data order and torch seed (the
     world, the data and the held-out set stay the same, so two training seeds show the training noise)."""
@@ -148,7 +148,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
         before = measure(model, "before")
         t = time.perf_counter()
         sft = SFTConfig(data="w", model=str(model), out=str(root / "run"), max_len=2048, train_layers=train_layers,
-                        neftune_alpha=neftune_alpha)
+                        neftune_alpha=neftune_alpha, loss_type=loss_type)
         summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=lr,
                                                 warmup_steps=min(3, steps // 4), checkpoint_every=0, seed=train_seed,
                                                 order=order,
@@ -165,6 +165,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 def main() -> None:
     from generators.synth.synthesize import FIRST_SEARCH, LEADS, REASONING
+    from train.losses import SFT_LOSSES
     from train.trainer import ORDERS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -203,6 +204,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
     ap.add_argument("--neftune-alpha", type=float, default=0.0,
                     help="NEFTune's noise on the input embeddings during SFT (train sft --neftune-alpha; 0 = off)")
+    ap.add_argument("--loss-type", default="nll", choices=list(SFT_LOSSES),
+                    help="SFT's per-token loss (train sft --loss-type: nll, or dft, cross entropy scaled by p)")
     ap.add_argument("--max-new-tokens", type=int, default=256,
                     help="tokens an evaluated turn may take (figures before this option used 160)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
@@ -215,7 +218,7 @@ def main() -> None:
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
               rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
               kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens,
-              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead, order=a.order)
+              case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead, order=a.order, loss_type=a.loss_type)
     print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:

@@ -1,7 +1,7 @@
 """Training losses as pure torch functions (no model, no state): GRPO group advantages, HRPO
 hop-grouped advantages, the token-level clipped surrogate with a k3 KL-to-reference term,
 per-token reverse KL(student || teacher) over the full vocabulary, CARE per-prompt
-advantage weights, and token log-probabilities from hidden states in chunks (the logits of a
+advantage weights, SFT's per-token losses (`SFT_LOSSES`: cross entropy, DFT), and token log-probabilities from hidden states in chunks (the logits of a
 long sequence never exist at once). train/objective.py composes them into the policy-gradient objective of
 train/grpo.py (and of the stages that add terms to it).
 
@@ -20,6 +20,28 @@ from __future__ import annotations
 import torch
 
 AGGREGATES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def nll(logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token cross entropy of the labelled tokens from their log-probabilities: -log p."""
+    return -logprobs
+
+
+def dft(logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token Dynamic Fine-Tuning loss (Wu et al., 2025; TRL's SFT `loss_type="dft"`): the cross
+    entropy scaled by the token's probability, held constant, -sg(p) * log p. Its gradient is p times
+    cross entropy's, so tokens the model already finds likely weigh more than those it does not."""
+    return -logprobs * logprobs.detach().exp()
+
+
+SFT_LOSSES = {"nll": nll, "dft": dft}  # SFT's `--loss-type`: per-token loss from the labelled tokens' log p
+
+
+def sft_loss_fn(name: str):
+    """The per-token SFT loss named `name` (`SFT_LOSSES`), or ValueError naming the choices."""
+    if name not in SFT_LOSSES:
+        raise ValueError(f"--loss-type must be one of {', '.join(SFT_LOSSES)}, not {name!r}")
+    return SFT_LOSSES[name]
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None) -> torch.Tensor:

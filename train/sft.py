@@ -175,8 +175,8 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0) -> torch.Tensor:
-    """Mean next-token cross entropy over the labelled (assistant) tokens of a padded batch
+def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0, loss_type: str = "nll") -> torch.Tensor:
+    """Mean next-token cross entropy (or another per-token loss, `loss_type`: train.losses.SFT_LOSSES) over the labelled (assistant) tokens of a padded batch
     (`collate`: input_ids, labels, attention_mask) or a packed one (train/packing.py `pack`:
     input_ids, labels, position_ids; the model runs packed attention).
 
@@ -184,9 +184,11 @@ def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0) 
     (train.packing.token_logprobs_at): the prompt and tool tokens, most of a tool-use
     conversation, get no logits. Same loss and gradients as projecting every position.
     `neftune_alpha` > 0 adds NEFTune's noise to the input embeddings (train/neftune.py)."""
+    from train.losses import sft_loss_fn
     from train.neftune import noisy_inputs
     from train.packing import token_logprobs_at
 
+    per_token = sft_loss_fn(loss_type)
     dev = next(model.parameters()).device
     target = batch["labels"][:, 1:].to(dev)
     rows, cols = (target != IGNORE).nonzero(as_tuple=True)  # position t predicts token t + 1
@@ -194,7 +196,7 @@ def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0) 
         raise ValueError("a micro-batch with no labelled (assistant) tokens")
     inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
     inputs = noisy_inputs(model, inputs, neftune_alpha)
-    return -token_logprobs_at(model, inputs, rows, cols, target[rows, cols]).mean()
+    return per_token(token_logprobs_at(model, inputs, rows, cols, target[rows, cols])).mean()
 
 
 def train_last_layers(model, n: int) -> dict:
@@ -218,15 +220,16 @@ def train_last_layers(model, n: int) -> dict:
     return {"trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "total": total}
 
 
-def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0):
+def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0, loss_type: str = "nll"):
     """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"}); the
     examples of a micro-batch packed into one row (`packed`; the model runs packed attention,
-    train/packing.py) or padded to the longest; NEFTune's noise when `neftune_alpha` > 0."""
+    train/packing.py) or padded to the longest; NEFTune's noise when `neftune_alpha` > 0; the
+    per-token loss `loss_type` (`sft_loss`)."""
     from train.packing import pack
 
     def step(model, examples: list[dict]):
         batch = pack(examples) if packed else collate(examples, pad_id)
-        loss = sft_loss(model, batch, neftune_alpha)
+        loss = sft_loss(model, batch, neftune_alpha, loss_type)
         tokens = batch["input_ids"].numel() if packed else int(batch["attention_mask"].sum())
         return loss, {"tokens": tokens, "trained_tokens": int((batch["labels"] != IGNORE).sum())}
 

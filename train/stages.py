@@ -129,11 +129,13 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     """The model with only its last `cfg.train_layers` blocks trainable (0 = all), the tokenized
     trajectories and the SFT step (cross entropy on assistant tokens); with `max_batch_tokens`
     the step packs each micro-batch into one row (train/packing.py)."""
+    from train.losses import sft_loss_fn
     from train.neftune import check_alpha
     from train.packing import use_packed_attention
     from train.sft import make_step, train_last_layers
 
     check_alpha(cfg.neftune_alpha)  # before the model and the data are loaded
+    sft_loss_fn(cfg.loss_type)
     path, tok, model = load_model(cfg.model, device)
     params = train_last_layers(model, cfg.train_layers)
     examples, counts = sft_examples(root, cfg, tok)
@@ -141,7 +143,7 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     packed = tcfg.max_batch_tokens > 0
     if packed:
         use_packed_attention(model)
-    return Built(model, tok, make_step(tok.pad_token_id, packed, cfg.neftune_alpha), examples, SFT_LOSS_WEIGHT, counts,
+    return Built(model, tok, make_step(tok.pad_token_id, packed, cfg.neftune_alpha, cfg.loss_type), examples, SFT_LOSS_WEIGHT, counts,
                  f"model {path}", [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg),
                  kinds=[e["kind"] for e in examples])
 

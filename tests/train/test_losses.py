@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from train.losses import (clipped_surrogate, group_advantages, hop_grouped_advantages, masked_mean,
+from train.losses import (SFT_LOSSES, sft_loss_fn, clipped_surrogate, group_advantages, hop_grouped_advantages, masked_mean,
                           reverse_kl, weighted_advantages)
 
 R2 = math.sqrt(2) / 2  # 0.7071...
@@ -147,3 +147,18 @@ def test_masked_mean_and_weighted_advantages():
         weighted_advantages(torch.ones(2, 2), torch.tensor([1.0, -0.1]))
     with pytest.raises(ValueError):
         weighted_advantages(torch.ones(2, 2), torch.ones(3))
+
+
+def test_sft_losses_nll_and_dft_by_hand():
+    """DFT scales each token's cross entropy by its probability, held constant: its value is
+    -p log p and its gradient p times cross entropy's; an unknown name is refused."""
+    logp = torch.log(torch.tensor([0.9, 0.5, 0.01])).requires_grad_(True)
+    p = logp.detach().exp()
+    assert torch.allclose(sft_loss_fn("nll")(logp), -logp.detach())
+    dft_loss = sft_loss_fn("dft")(logp)
+    assert torch.allclose(dft_loss, -p * logp.detach())
+    dft_loss.sum().backward()
+    assert torch.allclose(logp.grad, -p)  # cross entropy's gradient is -1 per token
+    assert set(SFT_LOSSES) == {"nll", "dft"}
+    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft, not 'focal'"):
+        sft_loss_fn("focal")

@@ -208,6 +208,42 @@ def test_loss_on_assistant_positions_only_equals_full_projection(traj_root, tiny
         assert torch.allclose(g_fast[n], p.grad, atol=1e-6, rtol=1e-4), n
 
 
+def test_dft_loss_is_cross_entropy_scaled_by_the_token_probability(traj_root, tiny_llama_dir):
+    """`--loss-type dft`: the mean over labelled tokens of -sg(p) log p, computed from the full
+    logits by hand; its gradient differs from cross entropy's."""
+    from train.sft import collate, sft_loss
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    examples, _ = load_examples(traj_root[0], "w", tok, SFTConfig(data="w", limit=3))
+    batch = collate(examples, tok.pad_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    dft = sft_loss(model, batch, loss_type="dft")
+    dft.backward()
+    g_dft = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    target = batch["labels"][:, 1:]
+    keep = target != IGNORE
+    logp = torch.log_softmax(logits[:, :-1], -1)[keep].gather(-1, target[keep].unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(dft, -(logp.detach().exp() * logp).mean(), atol=1e-6)
+    assert float(dft) < float(-logp.mean())  # every p < 1 lowers the token's share
+    model.zero_grad()
+    sft_loss(model, batch).backward()
+    assert any(not torch.allclose(g_dft[n], p.grad, atol=1e-6) for n, p in model.named_parameters())
+    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft"):
+        sft_loss(model, batch, loss_type="focal")
+
+
+def test_an_unknown_loss_type_stops_sft_before_anything_is_loaded(tmp_path):
+    from train.configs import TrainConfig
+    from train.stages import build_sft
+
+    cfg = SFTConfig(data="none", model=str(tmp_path / "no-such-model"), loss_type="focal")
+    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft, not 'focal'"):
+        build_sft(cfg, TrainConfig(), tmp_path)
+
+
 def test_train_last_layers_freezes_the_rest(tiny_llama_dir):
     from train.sft import train_last_layers
 
