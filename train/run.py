@@ -15,12 +15,14 @@ the run folder's latest complete checkpoint (train/trainer.py).
 steps, first and last metrics records, counts, `stages` (name, rows in and out, seconds, notes
 of the load and train stages, for the flow's report) and `memory_plan` (GB per part, the peak,
 the limit, whether checkpointing is on; None for a kind without a workload) and `warnings` (the
-build's: GRPO from a model trained on longer turns than its rollouts may take; empty when ranks
-are launched, whose rank 0 prints them).
+build's: GRPO from a model trained on longer turns than its rollouts may take; when ranks are
+launched, rank 0 prints them and records them in the run folder's config.json, where the
+launcher reads them).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import asdict, replace
@@ -37,12 +39,13 @@ def check_args(cfg) -> None:
         raise ValueError("--data and --out are required")
 
 
-def prepare_run(kind: str, cfg, tcfg: TrainConfig) -> Path:
-    """Check --data/--out, create the run folder and write the resolved config.json."""
+def prepare_run(kind: str, cfg, tcfg: TrainConfig, warnings: list[str] | None = None) -> Path:
+    """Check --data/--out, create the run folder and write the resolved config.json (with the
+    build's `warnings`)."""
     check_args(cfg)
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "config.json", {kind: asdict(cfg), "train": asdict(tcfg)})
+    write_json(run_dir / "config.json", {kind: asdict(cfg), "train": asdict(tcfg), "warnings": list(warnings or [])})
     return run_dir
 
 
@@ -84,7 +87,8 @@ def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
     final = run_dir / "final"
     if not (final / "config.json").exists():
         raise RuntimeError(f"the training processes wrote no final model in {final}")
-    return _summary(run_dir, final, run_dir / "curves.png", counts, stages)
+    warnings = json.loads((run_dir / "config.json").read_text()).get("warnings")  # rank 0's build's
+    return _summary(run_dir, final, run_dir / "curves.png", counts, stages, warnings=warnings)
 
 
 def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) -> dict:
@@ -107,7 +111,7 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
                 plan = plan_memory(built, tcfg, device, rank)
                 st.notes += "; " + plan.line()
         if rank == 0:
-            run_dir = prepare_run(stage.name, cfg, tcfg)
+            run_dir = prepare_run(stage.name, cfg, tcfg, built.warnings)
         with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
             trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight,
                               lengths=built.lengths, extras=built.extras, kinds=built.kinds)

@@ -263,7 +263,11 @@ def trained_turn(model: str | Path) -> int | None:
 def turn_warning(model: str | Path, max_new_tokens: int) -> str | None:
     """A warning when `model` was trained on assistant turns longer than `max_new_tokens`
     (`trained_turn`): such a turn is cut when sampled, a call mid-way. None otherwise."""
-    longest = trained_turn(model)
+    return cut_warning(model, trained_turn(model), max_new_tokens)
+
+
+def cut_warning(model: str | Path, longest: int | None, max_new_tokens: int) -> str | None:
+    """`turn_warning` given the longest trained turn already read (`trained_turn`; None: no record)."""
     if longest is None or longest <= max_new_tokens:
         return None
     return (f"{model} was trained on assistant turns of up to {longest} tokens, more than --max-new-tokens "

@@ -181,12 +181,13 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     with `max_batch_tokens` > 0 the rollouts' log-probability pass is packed into one row."""
     from train.grpo import build_session
     from train.packing import use_packed_attention
-    from train.sft import train_last_layers, trained_turn, turn_warning
+    from train.sft import cut_warning, train_last_layers, trained_turn
 
     path, tok, model = load_model(cfg.model, device)
     params = train_last_layers(model, cfg.train_layers)
     counts = {"trainable_params": params["trainable"], "params": params["total"]}
-    longest, warning = trained_turn(path), turn_warning(path, cfg.max_new_tokens)
+    longest = trained_turn(path)  # the model's record, read once
+    warning = cut_warning(path, longest, cfg.max_new_tokens)
     if longest:  # an SFT model's record goes on to GRPO's final model
         counts["longest_turn"] = longest
     if warning and os.environ.get("RANK", "0") == "0":  # its rollouts would cut such turns

@@ -158,3 +158,25 @@ def test_grpo_carries_the_sft_models_longest_turn_and_warns_when_rollouts_would_
         assert (said in next(x for x in s["stages"] if x["stage"] == "load")["notes"]) == warned
         assert len(s["warnings"]) == warned and all(said in w for w in s["warnings"])  # the loop's notes take these
         assert trained_turn(out / "final") == (7 if warned else None) == s["counts"].get("longest_turn")
+
+
+def test_grpo_in_two_processes_reports_rank_zeros_warning(world, tiny_llama_dir, tmp_path):  # noqa: F811
+    """`--nproc 2`: the ranks build and rank 0 records the build's warnings in config.json, so the
+    launcher's summary (what the loop's notes take) has them too."""
+    import shutil
+
+    from generators.llm.model_store import MARKER
+    from train.configs import GRPOConfig, TrainConfig
+    from train.run import run_stage
+
+    sft = tmp_path / "sft-final"
+    shutil.copytree(tiny_llama_dir, sft)
+    (sft / MARKER).write_text(json.dumps({"trained_from": str(tiny_llama_dir), "longest_turn": 7}))
+    out = tmp_path / "g2"
+    cfg = GRPOConfig(data="w", model=str(sft), out=str(out), limit=2, group_size=2, max_turns=1, max_new_tokens=4,
+                     tool_style="compact")
+    s = run_stage("grpo", cfg, TrainConfig(max_steps=1, batch_size=1, checkpoint_every=0, nproc=2), world[0],
+                  progress=False)
+    assert s["steps"] == 1 and len(s["warnings"]) == 1
+    assert "up to 7 tokens, more than --max-new-tokens 4" in s["warnings"][0]
+    assert json.loads((out / "config.json").read_text())["warnings"] == s["warnings"]
