@@ -176,19 +176,26 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0, loss_type: str = "nll") -> torch.Tensor:
-    """Mean next-token cross entropy (or another per-token loss, `loss_type`: train.losses.SFT_LOSSES) over the labelled (assistant) tokens of a padded batch
-    (`collate`: input_ids, labels, attention_mask) or a packed one (train/packing.py `pack`:
-    input_ids, labels, position_ids; the model runs packed attention).
+    """Mean next-token cross entropy (or another per-token loss, `loss_type`: train.losses.SFT_LOSSES)
+    over the labelled (assistant) tokens of a padded batch (`collate`: input_ids, labels,
+    attention_mask) or a packed one (train/packing.py `pack`: input_ids, labels, position_ids; the
+    model runs packed attention). `neftune_alpha` > 0 adds NEFTune's noise to the input embeddings
+    (train/neftune.py)."""
+    from train.losses import sft_loss_fn
+
+    per_token = sft_loss_fn(loss_type)
+    return per_token(labelled_logprobs(model, batch, neftune_alpha)).mean()
+
+
+def labelled_logprobs(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0) -> torch.Tensor:
+    """The log-probability of every labelled token of `batch` (`sft_loss`), one per token.
 
     Only positions that predict a labelled token are projected to the vocabulary, in chunks
     (train.packing.token_logprobs_at): the prompt and tool tokens, most of a tool-use
-    conversation, get no logits. Same loss and gradients as projecting every position.
-    `neftune_alpha` > 0 adds NEFTune's noise to the input embeddings (train/neftune.py)."""
-    from train.losses import sft_loss_fn
+    conversation, get no logits. Same loss and gradients as projecting every position."""
     from train.neftune import noisy_inputs
     from train.packing import token_logprobs_at
 
-    per_token = sft_loss_fn(loss_type)
     dev = next(model.parameters()).device
     target = batch["labels"][:, 1:].to(dev)
     rows, cols = (target != IGNORE).nonzero(as_tuple=True)  # position t predicts token t + 1
@@ -196,7 +203,7 @@ def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0, 
         raise ValueError("a micro-batch with no labelled (assistant) tokens")
     inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
     inputs = noisy_inputs(model, inputs, neftune_alpha)
-    return per_token(token_logprobs_at(model, inputs, rows, cols, target[rows, cols])).mean()
+    return token_logprobs_at(model, inputs, rows, cols, target[rows, cols])
 
 
 def train_last_layers(model, n: int) -> dict:
@@ -224,14 +231,20 @@ def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0, los
     """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"}); the
     examples of a micro-batch packed into one row (`packed`; the model runs packed attention,
     train/packing.py) or padded to the longest; NEFTune's noise when `neftune_alpha` > 0; the
-    per-token loss `loss_type` (`sft_loss`)."""
+    per-token loss `loss_type` (`sft_loss`; with another than nll the stats add the cross entropy, `nll`)."""
+    from train.losses import sft_loss_fn
     from train.packing import pack
+
+    per_token = sft_loss_fn(loss_type)
 
     def step(model, examples: list[dict]):
         batch = pack(examples) if packed else collate(examples, pad_id)
-        loss = sft_loss(model, batch, neftune_alpha, loss_type)
+        logp = labelled_logprobs(model, batch, neftune_alpha)
         tokens = batch["input_ids"].numel() if packed else int(batch["attention_mask"].sum())
-        return loss, {"tokens": tokens, "trained_tokens": int((batch["labels"] != IGNORE).sum())}
+        stats = {"tokens": tokens, "trained_tokens": int((batch["labels"] != IGNORE).sum())}
+        if loss_type != "nll":  # the loss is not the cross entropy: log that too
+            stats["nll"] = float(-logp.detach().mean())
+        return per_token(logp).mean(), stats
 
     return step
 

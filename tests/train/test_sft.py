@@ -211,7 +211,7 @@ def test_loss_on_assistant_positions_only_equals_full_projection(traj_root, tiny
 def test_dft_loss_is_cross_entropy_scaled_by_the_token_probability(traj_root, tiny_llama_dir):
     """`--loss-type dft`: the mean over labelled tokens of -sg(p) log p, computed from the full
     logits by hand; its gradient differs from cross entropy's."""
-    from train.sft import collate, sft_loss
+    from train.sft import collate, make_step, sft_loss
 
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
     examples, _ = load_examples(traj_root[0], "w", tok, SFTConfig(data="w", limit=3))
@@ -233,6 +233,9 @@ def test_dft_loss_is_cross_entropy_scaled_by_the_token_probability(traj_root, ti
     assert any(not torch.allclose(g_dft[n], p.grad, atol=1e-6) for n, p in model.named_parameters())
     with pytest.raises(ValueError, match="--loss-type must be one of nll, dft"):
         sft_loss(model, batch, loss_type="focal")
+    loss, stats = make_step(tok.pad_token_id, loss_type="dft")(model, examples)  # the step logs the cross entropy too
+    assert torch.allclose(loss, dft, atol=1e-6) and stats["nll"] == pytest.approx(float(-logp.mean()), abs=1e-5)
+    assert "nll" not in make_step(tok.pad_token_id)(model, examples)[1]
 
 
 def test_an_unknown_loss_type_stops_sft_before_anything_is_loaded(tmp_path):
