@@ -177,7 +177,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False, all_general: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -191,15 +191,14 @@ class SkeletonBuilder:
         of a single last page by its name (`asks`), else every fact. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short). With `all_general` as well, every round's lookups go to the general search and no
-        think gives a kind."""
+        short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
         rng = _rng(self.seed, plan.triple_id, plan.case)
         rounds, computed = plan.lookups, plan.computed  # searches, then the calculator call if any
         unnamed = first_general and plan.case != "escalation"  # the first round's kinds are not known yet
-        general = len(rounds) if unnamed and all_general else 1 if unnamed else 0  # rounds sent to the general search
-        rounds = [[replace(h, domain=GENERAL) for h in r] if i < general else r for i, r in enumerate(rounds)]
+        if unnamed:
+            rounds = [[replace(h, domain=GENERAL) for h in rounds[0]], *rounds[1:]]
         hops = [h for r in rounds for h in r]
         needed = list(dict.fromkeys(h.domain for h in hops))
         if plan.case == "escalation" or (plan.case == "early_stop" and rounds[0][0].domain != rounds[1][0].domain):
@@ -231,7 +230,7 @@ class SkeletonBuilder:
             return [h.query for h in rounds[i]] if i < len(rounds) else []
 
         def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
-            return [h.domain for h in rounds[i]] if general <= i < len(rounds) else []
+            return [h.domain for h in rounds[i]] if i < len(rounds) and not (unnamed and i == 0) else []
 
         phrases = _phrases(triple, rounds) if phrased and len(rounds) > 1 else {}
 

@@ -54,7 +54,7 @@ class SynthConfig:
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
     reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
-    first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name), general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says) or all (every round's lookups go to the general search, which sees every page, and no think gives a kind)"})
+    first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
     lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
@@ -98,7 +98,7 @@ class SynthConfig:
 
 
 REASONING = ("brief", "evidence", "plan")
-FIRST_SEARCH = ("domain", "general", "all")
+FIRST_SEARCH = ("domain", "general")
 LEADS = ("every", "later")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
@@ -205,8 +205,7 @@ class Session:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan",
-                                          first_general=self.cfg.first_search in ("general", "all"),
-                                          all_general=self.cfg.first_search == "all"))
+                                          first_general=self.cfg.first_search == "general"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:
