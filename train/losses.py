@@ -1,8 +1,9 @@
 """Training losses as pure torch functions (no model, no state): GRPO group advantages, HRPO
 hop-grouped advantages, the token-level clipped surrogate with a k3 KL-to-reference term,
 per-token reverse KL(student || teacher) over the full vocabulary, CARE per-prompt
-advantage weights, SFT's per-token losses (`SFT_LOSSES`: cross entropy, DFT), and token log-probabilities from hidden states in chunks (the logits of a
-long sequence never exist at once). train/objective.py composes them into the policy-gradient objective of
+advantage weights, SFT's per-token losses (`SFT_LOSSES`: cross entropy, DFT), and token
+log-probabilities from hidden states in chunks (the logits of a long sequence never exist at
+once). train/objective.py composes them into the policy-gradient objective of
 train/grpo.py (and of the stages that add terms to it).
 
 Shapes: B prompts, G samples per prompt (a group), T tokens, V vocabulary. Masks are 1 for

@@ -175,7 +175,8 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0, loss_type: str = "nll") -> torch.Tensor:
+def sft_loss(model, batch: dict[str, torch.Tensor], neftune_alpha: float = 0.0,
+             loss_type: str = "nll") -> torch.Tensor:
     """Mean next-token cross entropy (or another per-token loss, `loss_type`: train.losses.SFT_LOSSES)
     over the labelled (assistant) tokens of a padded batch (`collate`: input_ids, labels,
     attention_mask) or a packed one (train/packing.py `pack`: input_ids, labels, position_ids; the
@@ -231,7 +232,8 @@ def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0, los
     """A Trainer step function: (model, examples) -> (loss, {"tokens", "trained_tokens"}); the
     examples of a micro-batch packed into one row (`packed`; the model runs packed attention,
     train/packing.py) or padded to the longest; NEFTune's noise when `neftune_alpha` > 0; the
-    per-token loss `loss_type` (`sft_loss`; with another than nll the stats add the cross entropy, `nll`)."""
+    per-token loss `loss_type` (`sft_loss`; with a loss other than nll the stats add the cross
+    entropy, `nll`)."""
     from train.losses import sft_loss_fn
     from train.packing import pack
 

@@ -135,7 +135,7 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     from train.sft import make_step, train_last_layers
 
     check_alpha(cfg.neftune_alpha)  # before the model and the data are loaded
-    sft_loss_fn(cfg.loss_type)
+    sft_loss_fn(cfg.loss_type)  # an unknown --loss-type is refused before the model loads too
     path, tok, model = load_model(cfg.model, device)
     params = train_last_layers(model, cfg.train_layers)
     examples, counts = sft_examples(root, cfg, tok)
@@ -143,8 +143,9 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
     packed = tcfg.max_batch_tokens > 0
     if packed:
         use_packed_attention(model)
-    return Built(model, tok, make_step(tok.pad_token_id, packed, cfg.neftune_alpha, cfg.loss_type), examples, SFT_LOSS_WEIGHT, counts,
-                 f"model {path}", [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg),
+    step = make_step(tok.pad_token_id, packed, cfg.neftune_alpha, cfg.loss_type)
+    return Built(model, tok, step, examples, SFT_LOSS_WEIGHT, counts, f"model {path}",
+                 [len(e["input_ids"]) for e in examples], sft_workload(examples, tcfg),
                  kinds=[e["kind"] for e in examples])
 
 

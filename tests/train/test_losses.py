@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from train.losses import (SFT_LOSSES, sft_loss_fn, clipped_surrogate, group_advantages, hop_grouped_advantages, masked_mean,
-                          reverse_kl, weighted_advantages)
+from train.losses import (SFT_LOSSES, clipped_surrogate, group_advantages, hop_grouped_advantages, masked_mean,
+                          reverse_kl, sft_loss_fn, weighted_advantages)
 
 R2 = math.sqrt(2) / 2  # 0.7071...
 

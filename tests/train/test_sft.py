@@ -233,7 +233,7 @@ def test_dft_loss_is_cross_entropy_scaled_by_the_token_probability(traj_root, ti
     assert any(not torch.allclose(g_dft[n], p.grad, atol=1e-6) for n, p in model.named_parameters())
     with pytest.raises(ValueError, match="--loss-type must be one of nll, dft"):
         sft_loss(model, batch, loss_type="focal")
-    loss, stats = make_step(tok.pad_token_id, loss_type="dft")(model, examples)  # the step logs the cross entropy too
+    loss, stats = make_step(tok.pad_token_id, loss_type="dft")(model, examples)  # it logs the cross entropy too
     assert torch.allclose(loss, dft, atol=1e-6) and stats["nll"] == pytest.approx(float(-logp.mean()), abs=1e-5)
     assert "nll" not in make_step(tok.pad_token_id)(model, examples)[1]
 
