@@ -205,7 +205,7 @@ def main() -> None:
     ap.add_argument("--neftune-alpha", type=float, default=0.0,
                     help="NEFTune's noise on the input embeddings during SFT (train sft --neftune-alpha; 0 = off)")
     ap.add_argument("--loss-type", default="nll", choices=list(SFT_LOSSES),
-                    help="SFT's per-token loss (train sft --loss-type: nll; dft, cross entropy scaled by p; focal, scaled by (1 - p)^2)")
+                    help="SFT's per-token loss (train sft --loss-type: nll, or dft, cross entropy scaled by p)")
     ap.add_argument("--max-new-tokens", type=int, default=256,
                     help="tokens an evaluated turn may take (figures before this option used 160)")
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],

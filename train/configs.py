@@ -59,7 +59,7 @@ class SFTConfig:
     context_errors: str = field(default="repeated_call", metadata={"help": "comma-separated injected errors (a call's `injected_error`, before any ':') whose assistant turns are context, not trained: the model reads them but is not taught to make them (empty = train every assistant turn)"})
     limit: int = field(default=0, metadata={"help": "use at most this many trajectories (0 = all)"})
     train_layers: int = field(default=0, metadata={"help": "train only the last N transformer blocks and the final norm, embeddings frozen (0 = every parameter); about 2x faster on CPU"})
-    loss_type: str = field(default="nll", metadata={"help": "per-token loss of the assistant tokens: nll (cross entropy), dft (cross entropy scaled by the token's probability, held constant: Dynamic Fine-Tuning, TRL's loss_type dft) or focal (cross entropy scaled by (1 - p)^2, held constant)"})
+    loss_type: str = field(default="nll", metadata={"help": "per-token loss of the assistant tokens: nll (cross entropy) or dft (cross entropy scaled by the token's probability, held constant: Dynamic Fine-Tuning, TRL's loss_type dft)"})
     neftune_alpha: float = field(default=0.0, metadata={"help": "NEFTune: uniform noise of size alpha / sqrt(length x width) on the input embeddings while training (TRL's neftune_noise_alpha; the paper uses 5; 0 = off)"})
 
 

@@ -1,7 +1,7 @@
 """Training losses as pure torch functions (no model, no state): GRPO group advantages, HRPO
 hop-grouped advantages, the token-level clipped surrogate with a k3 KL-to-reference term,
 per-token reverse KL(student || teacher) over the full vocabulary, CARE per-prompt
-advantage weights, SFT's per-token losses (`SFT_LOSSES`: cross entropy, DFT, focal), and token
+advantage weights, SFT's per-token losses (`SFT_LOSSES`: cross entropy, DFT), and token
 log-probabilities from hidden states in chunks (the logits of a long sequence never exist at
 once). train/objective.py composes them into the policy-gradient objective of
 train/grpo.py (and of the stages that add terms to it).
@@ -35,15 +35,7 @@ def dft(logprobs: torch.Tensor) -> torch.Tensor:
     return -logprobs * logprobs.detach().exp()
 
 
-def focal(logprobs: torch.Tensor, gamma: float = 2.0) -> torch.Tensor:
-    """Per-token focal loss (Lin et al., 2017) with gamma 2: the cross entropy scaled by (1 - p)^2,
-    held constant, -sg((1 - p)^2) * log p. The opposite weighting of DFT's: tokens the model already
-    finds likely weigh little, so the few it still gets wrong (where a chain goes on or ends, the
-    names it must copy) carry the step."""
-    return -logprobs * (1.0 - logprobs.detach().exp()).pow(gamma)
-
-
-SFT_LOSSES = {"nll": nll, "dft": dft, "focal": focal}  # SFT's `--loss-type`: per-token loss from the labelled tokens' log p
+SFT_LOSSES = {"nll": nll, "dft": dft}  # SFT's `--loss-type`: per-token loss from the labelled tokens' log p
 
 
 def sft_loss_fn(name: str):

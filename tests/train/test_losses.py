@@ -149,10 +149,9 @@ def test_masked_mean_and_weighted_advantages():
         weighted_advantages(torch.ones(2, 2), torch.ones(3))
 
 
-def test_sft_losses_nll_dft_and_focal_by_hand():
+def test_sft_losses_nll_and_dft_by_hand():
     """DFT scales each token's cross entropy by its probability, held constant: its value is
-    -p log p and its gradient p times cross entropy's; focal scales it by (1 - p)^2; an unknown
-    name is refused."""
+    -p log p and its gradient p times cross entropy's; an unknown name is refused."""
     logp = torch.log(torch.tensor([0.9, 0.5, 0.01])).requires_grad_(True)
     p = logp.detach().exp()
     assert torch.allclose(sft_loss_fn("nll")(logp), -logp.detach())
@@ -160,11 +159,6 @@ def test_sft_losses_nll_dft_and_focal_by_hand():
     assert torch.allclose(dft_loss, -p * logp.detach())
     dft_loss.sum().backward()
     assert torch.allclose(logp.grad, -p)  # cross entropy's gradient is -1 per token
-    logp.grad = None
-    focal_loss = sft_loss_fn("focal")(logp)
-    assert torch.allclose(focal_loss, -(1 - p) ** 2 * logp.detach())
-    focal_loss.sum().backward()
-    assert torch.allclose(logp.grad, -(1 - p) ** 2)  # a sure token (p 0.9) weighs 0.01, an unsure one ~1
-    assert set(SFT_LOSSES) == {"nll", "dft", "focal"}
-    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft, focal, not 'mse'"):
-        sft_loss_fn("mse")
+    assert set(SFT_LOSSES) == {"nll", "dft"}
+    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft, not 'focal'"):
+        sft_loss_fn("focal")

@@ -232,7 +232,7 @@ def test_dft_loss_is_cross_entropy_scaled_by_the_token_probability(traj_root, ti
     sft_loss(model, batch).backward()
     assert any(not torch.allclose(g_dft[n], p.grad, atol=1e-6) for n, p in model.named_parameters())
     with pytest.raises(ValueError, match="--loss-type must be one of nll, dft"):
-        sft_loss(model, batch, loss_type="mse")
+        sft_loss(model, batch, loss_type="focal")
     loss, stats = make_step(tok.pad_token_id, loss_type="dft")(model, examples)  # it logs the cross entropy too
     assert torch.allclose(loss, dft, atol=1e-6) and stats["nll"] == pytest.approx(float(-logp.mean()), abs=1e-5)
     assert "nll" not in make_step(tok.pad_token_id)(model, examples)[1]
@@ -242,8 +242,8 @@ def test_an_unknown_loss_type_stops_sft_before_anything_is_loaded(tmp_path):
     from train.configs import TrainConfig
     from train.stages import build_sft
 
-    cfg = SFTConfig(data="none", model=str(tmp_path / "no-such-model"), loss_type="mse")
-    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft, focal, not 'mse'"):
+    cfg = SFTConfig(data="none", model=str(tmp_path / "no-such-model"), loss_type="focal")
+    with pytest.raises(ValueError, match="--loss-type must be one of nll, dft, not 'focal'"):
         build_sft(cfg, TrainConfig(), tmp_path)
 
 
