@@ -244,8 +244,8 @@ def main() -> None:
     for qtype, c in after["chains"].items():
         print(f"  {qtype:15} " + ", ".join(f"{k} {v}" for k, v in c.items()))
     if a.json:
-        a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]},
-                                     indent=1, default=str))
+        a.json.write_text(json.dumps({k: v for k, v in r.items() if k != "sft"} | {"sft_counts": r["sft"]["counts"]}
+                                     | {"args": vars(a)}, indent=1, default=str))
 
 
 def uniform_draw(synth):
