@@ -25,14 +25,15 @@ checkpointing is `auto` (train/memory.py: on where the step would not fit otherw
 activations outweigh the rest), so that two runs fit at a time. Besides exact match it prints
 the tool calls per rollout and the share of them that found a page the question needs
 (`found_per_call`), and with `--calculator`, per question type, how many rollouts called the
-calculator and how many got the gold answer back from it (`calculator_use`). After SFT it reads the rollouts
-(experiments/reading.py): where the searches went (the page named, a tool that cannot see
-it, ...), whether the kind a think gives each lookup is the page's, and per question type how
-many rollouts found every page they need, how many searched on after that and how many
-answered before they had. Each exact match comes with its 95% interval (Wilson): on 48
-questions a figure near 0.25 spans about 0.15 to 0.39, so two runs that differ by less than
-that are not told apart. `experiments/decisions.py --root ROOT` reads a finished run further: how
-sure its model is where a chain goes on or ends, on the training trajectories it did not train on.
+calculator and how many got the gold answer back from it (`calculator_use`). After SFT it reads
+the rollouts (experiments/reading.py): where the searches went (the page named, a tool that
+cannot see it, ...), whether the kind a think gives each lookup is the page's, and per question
+type how many rollouts found every page they need, how many searched on after that and how many
+answered before they had. Each exact match comes with its 95% interval (Wilson): on 48 questions
+a figure near 0.25 spans about 0.15 to 0.39, so two runs that differ by less than that are not
+told apart. `experiments/decisions.py --root ROOT` reads a finished run further: how sure its
+model is where a chain goes on or ends, on the training trajectories it did not train on;
+`experiments/seeds.py` puts the `--json` files of runs on several training seeds in one table.
 
 The 48 held-out questions are the first by id that synthesis leaves unused when it draws
 triples uniformly (written to ROOT/held_out.txt and asked through `train eval --hold-out`).
