@@ -5,7 +5,7 @@ both above zero). Given `--against` (the runs of another command on the same see
 order) it adds each seed's difference and their mean, which is what a change does with the draw of
 training examples held fixed.
 
-    python experiments/seeds.py /tmp/s/A0.json /tmp/s/A1.json --against /tmp/s/B0.json /tmp/s/B1.json
+    python experiments/seeds.py new0.json new1.json --against old0.json old1.json
 """
 
 from __future__ import annotations
