@@ -72,6 +72,7 @@ def table(runs: list[dict], goal: float) -> list[str]:
 
 
 def report(runs: list[dict], goal: float, name: str) -> list[str]:
+    """The table of `runs`, then a line of their summary under `name`."""
     s = summary(runs, goal)
     return table(runs, goal) + [
         f"{name}: mean exact match {s['mean']:.3f} (sd {s['sd']:.3f}, {s['min']:.3f} to {s['max']:.3f}) over "

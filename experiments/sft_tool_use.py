@@ -153,8 +153,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
                         neftune_alpha=neftune_alpha, loss_type=loss_type)
         summary = train("sft", sft, TrainConfig(max_steps=steps, batch_size=batch_size, lr=lr,
                                                 warmup_steps=min(3, steps // 4), checkpoint_every=0, seed=train_seed,
-                                                order=order,
-                                                activation_checkpointing="auto"),
+                                                order=order),  # activation checkpointing: the default, auto
                         data, progress=False)
         seconds["sft"] = time.perf_counter() - t
         after = measure(summary["final_model"], "after")
