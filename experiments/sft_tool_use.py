@@ -202,6 +202,8 @@ def main() -> None:
     ap.add_argument("--order", default="shuffle", choices=ORDERS,
                     help="SFT's data order (train sft --order): shuffle, or kinds (the kinds of question take turns, "
                          "so a seed's examples hold each kind about equally)")
+    ap.add_argument("--batch-size", type=int, default=4,
+                    help="examples per SFT step (train sft --batch-size); --steps x this many examples are trained on")
     ap.add_argument("--lr", type=float, default=3e-4, help="SFT's peak learning rate (warmup, then cosine decay)")
     ap.add_argument("--neftune-alpha", type=float, default=0.0,
                     help="NEFTune's noise on the input embeddings during SFT (train sft --neftune-alpha; 0 = off)")
@@ -217,10 +219,10 @@ def main() -> None:
 
     r = run(a.root, str(resolve_model(a.model)), a.steps, a.held_out, a.trajectories, a.seed, backend=a.backend,
               train_seed=a.train_seed, train_layers=a.train_layers, reasoning=a.reasoning, calculator=a.calculator,
-              rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr,
+              rounds_weight=a.rounds_weight, first_search=a.first_search, lr=a.lr, batch_size=a.batch_size,
               kinds_in_turn=a.kinds_in_turn, asks_in_turn=a.asks_in_turn, max_new_tokens=a.max_new_tokens,
               case_mix=a.case_mix, neftune_alpha=a.neftune_alpha, lead=a.lead, order=a.order, loss_type=a.loss_type)
-    print(f"\nSFT {a.steps} steps x 4 on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
+    print(f"\nSFT {a.steps} steps x {a.batch_size} on {r['sft']['counts']} ; loss {r['sft']['first']['loss']:.3f} -> "
           f"{r['sft']['last']['loss']:.3f}; seconds {json.dumps({k: round(v) for k, v in r['seconds'].items()})}")
     if r["sft"]["counts"]["longest_turn"] > a.max_new_tokens:
         print(f"the longest trained turn ({r['sft']['counts']['longest_turn']} tokens) does not fit an evaluated "
