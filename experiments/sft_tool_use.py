@@ -21,9 +21,9 @@ What the 135M model needs to learn something it can use at evaluation time:
 
 SFT trains the last 10 transformer blocks (`--train-layers 10`, about twice as fast here);
 `--train-layers 0` trains every parameter, as `train sft` does by default. A step takes 4
-examples (`--batch-size`), so 25 steps train on 100 of the 240 synthesized trajectories. Activation
-checkpointing is `auto` (train/memory.py: on where the step would not fit otherwise or its
-activations outweigh the rest), so that two runs fit at a time. Besides exact match it prints
+examples (`--batch-size`), so 25 steps train on 100 of the 240 synthesized trajectories.
+Activation checkpointing is `auto` (train/memory.py: on where the step would not fit otherwise
+or its activations outweigh the rest), so that two runs fit at a time. Besides exact match it prints
 the tool calls per rollout and the share of them that found a page the question needs
 (`found_per_call`), and with `--calculator`, per question type, how many rollouts called the
 calculator and how many got the gold answer back from it (`calculator_use`). After SFT it reads
