@@ -56,7 +56,7 @@ class SFTConfig:
     max_len: int = field(default=8192, metadata={"help": "drop conversations longer than this many tokens"})
     validated_only: bool = field(default=True, metadata={"help": "when the dataset has verdicts, skip trajectories that failed any"})
     cases: str = field(default="", metadata={"help": "comma-separated cases to keep (empty = all; a case no trajectory of the dataset has is an error)"})
-    context_errors: str = field(default="repeated_call", metadata={"help": "comma-separated injected errors (a call's `injected_error`, before any ':') whose assistant turns are context, not trained: the model reads them but is not taught to make them (empty = train every assistant turn)"})
+    context_errors: str = field(default="repeated_call,unknown_tool", metadata={"help": "comma-separated injected errors (a call's `injected_error`, before any ':') whose assistant turns are context, not trained: the model reads them but is not taught to make them (empty = train every assistant turn)"})
     limit: int = field(default=0, metadata={"help": "use at most this many trajectories (0 = all)"})
     train_layers: int = field(default=0, metadata={"help": "train only the last N transformer blocks and the final norm, embeddings frozen (0 = every parameter); about 2x faster on CPU"})
     loss_type: str = field(default="nll", metadata={"help": "per-token loss of the assistant tokens: nll (cross entropy) or dft (cross entropy scaled by the token's probability, held constant: Dynamic Fine-Tuning, TRL's loss_type dft)"})

@@ -11,8 +11,9 @@ Labels: the characters of each assistant message's content plus its end-of-turn 
 (`<|im_end|>` for SmolLM2) are found by rendering the conversation prefix by prefix; every
 token whose characters lie inside such a span is trained, all others get label -100. An
 assistant turn whose call carries an injected error named in `context` (SFTConfig
-`context_errors`, by default the repeat case's `repeated_call`) is not a span: the model
-reads the mistake and learns the turn after it, not the mistake.
+`context_errors`, by default the repeat case's `repeated_call` and the unknown_tool case's
+`unknown_tool`) is not a span: the model reads the mistake and learns the turn after it, not the
+mistake.
 
     from train.sft import SFTConfig, load_examples, sft_step
     examples, stats = load_examples(root, "demo", tokenizer, SFTConfig(dataset="demo"))

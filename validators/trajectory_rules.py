@@ -4,7 +4,8 @@ Checks, in order (the layer stops at the first failing check, since later checks
 earlier ones parsed): `structure` (role order, no empty message), `format` (every assistant
 turn starts with <think>; non-final turns hold only tool calls after </think>, mirrored in
 `tool_calls` and answered by the tool messages; the final turn has exactly one <answer>),
-`tools` (names offered; arguments fit the tool's JSON Schema unless flagged as an injected
+`tools` (names offered, except a call flagged `unknown_tool` whose made-up tool the next
+turn replaces with an offered one for the same query; arguments fit the tool's JSON Schema unless flagged as an injected
 error that the next turn repairs, keeping the tool for argument errors; a call flagged
 `repeated_call` repeats an earlier one and the next turn does not; unflagged calls use
 correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
@@ -219,14 +220,23 @@ def _tools(row: dict, p: Parsed) -> set[int]:
         offered[t.get("name")] = v
     for ti, turn in enumerate(p.turns):
         for c in turn:
-            if c.name not in offered:
+            if c.name in offered:
+                c.lookup = offered[c.name].lookup
+            elif c.flag != "unknown_tool":  # only the unknown_tool case calls a tool that is not offered
                 raise Reject("unknown_tool", tool=c.name, turn=ti)
-            c.lookup = offered[c.name].lookup
     correct = set(row.get("correct_tools") or [])
     repairs: set[int] = set()
     for ti, turn in enumerate(p.turns):
         nxt = p.turns[ti + 1] if ti + 1 < len(p.turns) else []
         for c in turn:
+            if c.flag == "unknown_tool":  # a made-up tool, which the next turn replaces with an offered one
+                if c.name in offered:
+                    raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
+                rep = _repair_of(c, nxt)
+                if rep is None:
+                    raise Reject("injected_error_not_repaired", tool=c.name, flag=c.flag, turn=ti)
+                repairs.add(id(rep))
+                continue
             err = offered[c.name].error(c.args) if isinstance(c.args, dict) else "arguments are not an object"
             valid = err is None
             if c.flag == "repeated_call":  # the repeat case: a call made before, which the next turn does not make again

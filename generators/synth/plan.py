@@ -33,7 +33,7 @@ from typing import Any, Callable, Hashable
 from generators.tools.compute import COMPUTE
 
 ROUTES = ("single", "parallel", "sequential", "mixed")
-CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop", "repeat")
+CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop", "repeat", "unknown_tool")
 DEFAULT_CASE_MIX = {"clean": 0.4, "wrong_args": 0.15, "wrong_tool": 0.15, "escalation": 0.15, "early_stop": 0.15}
 DEFAULT_ROUTE_MIX = {"single": 0.1, "parallel": 0.2, "sequential": 0.45, "mixed": 0.25}
 
@@ -157,6 +157,8 @@ def allowed_cases(plan: Plan) -> list[str]:
         allowed.append("escalation")  # needs a specialised tool that can fall short
     if len(rounds) >= 2 and len(rounds[0]) == 1 and len(rounds[1]) == 1:
         allowed.append("early_stop")  # two hops planned, the first result already holds both
+    if any(h.domain != "general" for r in rounds[1:] for h in r):
+        allowed.append("unknown_tool")  # a later lookup of a known kind, whose tool a model may invent
     return allowed
 
 

@@ -15,6 +15,11 @@ Cases (the error is injected at one hop, chosen per triple):
                and the next think says it is the page already read before it goes on with
                the plan. The repeated call is flagged `repeated_call`: SFT keeps its turn as
                context only
+  unknown_tool a later lookup of a known kind calls a tool that is not offered, named after
+               the kind of its page as a model makes one up ("search_film"); the simulator
+               answers `unknown_tool`, and the next turn makes the lookup with the general
+               search. The invented call is flagged `unknown_tool`: SFT keeps its turn as
+               context only (train/configs.py `context_errors`)
 
 A computed answer's skeleton ends with a turn that calls the calculator with the arithmetic
 (generators/tools/compute.py; slot kind `compute`); no case puts its error there.
@@ -66,7 +71,7 @@ class Call:
 class Slot:
     """A piece of text the LLM writes: `kind` says what the reasoning must cover."""
 
-    kind: str  # plan | next | fix_args | switch_tool | escalate | early_stop | compute | final | answer
+    kind: str  # plan | next | fix_args | switch_tool | escalate | no_tool | early_stop | compute | final | answer
     facts: dict  # with "again" (the repeat case): the lookups the turn before made a second time (set by `build`)
     sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
 
@@ -114,6 +119,19 @@ def _asks(question: str, phrase: str, name: str) -> str:
 def _operands(steps: list[str]) -> list[str]:
     """The numbers of an arithmetic step ("1863 - 1783 = 80." -> 1863, 1783, 80)."""
     return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
+
+
+# Tools a model makes up after the kind of page it wants (the unknown_tool case), by domain; each
+# becomes "search_<word>" unless a tool of the bank has that name.
+INVENTED = {"person": ("artist", "author", "director", "people"), "place": ("city", "country", "town"),
+            "organisation": ("company", "studio", "university"), "work": ("film", "book", "album", "song"),
+            "event": ("battle", "treaty", "festival"), "science": ("concept", "theory")}
+
+
+def _invented(rng: random.Random, domain: str, taken) -> str:
+    """A tool name a model could make up for a page of `domain`, which no tool in `taken` has."""
+    names = [f"search_{w}" for w in INVENTED.get(domain, ())] + [f"search_{domain}_pages"]
+    return rng.choice([n for n in names if n not in taken] or [f"search_{domain}_pages_x"])
 
 
 def _rng(seed: int, *parts) -> random.Random:
@@ -201,7 +219,8 @@ class SkeletonBuilder:
             rounds = [[replace(h, domain=GENERAL) for h in rounds[0]], *rounds[1:]]
         hops = [h for r in rounds for h in r]
         needed = list(dict.fromkeys(h.domain for h in hops))
-        if plan.case == "escalation" or (plan.case == "early_stop" and rounds[0][0].domain != rounds[1][0].domain):
+        if plan.case in ("escalation", "unknown_tool") or \
+                (plan.case == "early_stop" and rounds[0][0].domain != rounds[1][0].domain):
             needed = list(dict.fromkeys(needed + [GENERAL]))
         if computed:
             needed.append(COMPUTE)
@@ -212,6 +231,8 @@ class SkeletonBuilder:
         # the hop where the case's error happens
         if plan.case == "escalation":
             target = rng.choice([h for h in hops if h.domain != GENERAL])
+        elif plan.case == "unknown_tool":  # after a page has said what the next lookup is
+            target = rng.choice([h for r in rounds[1:] for h in r if h.domain != GENERAL])
         else:
             target = rng.choice(rounds[rng.randrange(len(rounds))])
 
@@ -270,6 +291,10 @@ class SkeletonBuilder:
                 elif hop is target and plan.case == "wrong_args":
                     bad, kind = corrupt_arguments(tool, self._args(rng, hop, tool), None, rng)
                     calls.append(self._call(sk_id, t, j, tool, bad, hop, ctx, injected=f"wrong_args:{kind}"))
+                elif hop is target and plan.case == "unknown_tool":
+                    made_up = {"name": _invented(rng, hop.domain, set(self.sim.tools) | {t["name"] for t in offered})}
+                    calls.append(self._call(sk_id, t, j, made_up, {"query": hop.query}, hop, ctx, mode="bad",
+                                            injected="unknown_tool"))
                 elif hop is target and plan.case in ("wrong_tool", "escalation"):
                     calls.append(self._call(sk_id, t, j, wrong_tool, self._args(rng, hop, wrong_tool, False), hop, ctx,
                                             mode="bad", injected="wrong_tool"))
@@ -354,6 +379,10 @@ class SkeletonBuilder:
         def detail(call: Call) -> str:
             return json.loads(call.result).get("detail", "")
 
+        if bad.injected_error == "unknown_tool":
+            add(Slot("no_tool", {"tool": bad.tool["name"], "general": chosen[GENERAL]["name"], "query": hop.query}),
+                self._args(rng, hop, chosen[GENERAL]), use=chosen[GENERAL])
+            return
         if bad.injected_error.startswith("wrong_args"):
             add(Slot("fix_args", {"tool": tool["name"], "error": detail(bad), "query": hop.query}),
                 self._args(rng, hop, tool))

@@ -186,6 +186,10 @@ def _describe(slot: Slot) -> str:
     if slot.kind == "switch_tool":
         return (f"The tool {f['wrong_tool']} searches the wrong kind of pages and did not find \"{f['query']}\". "
                 f"Next step: use {f['tool']} instead.")
+    if slot.kind == "no_tool":
+        return (f"There is no tool named {f['tool']}, so the call failed. "
+                f"Next step: search for \"{f['query']}\" with the general search {f['general']}, "
+                f"which finds pages of any kind.")
     if slot.kind == "escalate":
         return (f"{f['tool']} returned pages that do not contain the needed fact about \"{f['query']}\". "
                 f"Next step: try the general search {f['general']}.")
@@ -293,6 +297,9 @@ def _template(slot: Slot) -> str:
         said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
         return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,
                          *(f.get("steps") or []), f"So the answer is {f['answer']}."])
+    if slot.kind == "no_tool":
+        return (f"There is no tool named {f['tool']}. The general search {f['general']} finds pages of any kind, "
+                f"so now I will search for \"{f['query']}\" with it.")
     if slot.kind == "answer":
         return f["answer"]
     return _describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")
@@ -314,7 +321,7 @@ def key_terms(slot: Slot) -> list[str]:
     f = slot.facts
     if slot.kind in ("plan", "next"):
         return list(f.get("queries") or f.get("found") or [])
-    if slot.kind in ("fix_args", "switch_tool", "escalate"):
+    if slot.kind in ("fix_args", "switch_tool", "escalate", "no_tool"):
         return [f["query"], f.get("tool", ""), f.get("general", "")]
     if slot.kind == "early_stop":
         return [f["skipped"], *f.get("queries", [])]

@@ -33,7 +33,7 @@ def tools():
 
 @pytest.fixture(scope="module")
 def synthesized(inputs, tools):
-    every_case = {**planning.DEFAULT_CASE_MIX, "repeat": 0.1}  # the default mix and the opt-in repeat case
+    every_case = {**planning.DEFAULT_CASE_MIX, "repeat": 0.1, "unknown_tool": 0.1}  # the default mix and the opt-in cases
     cfg = SynthConfig(dataset="w", n=120, seed=5, case_mix=",".join(f"{k}={v}" for k, v in every_case.items()))
     s = Session(inputs, cfg, tools)
     plans = s.plans()
@@ -50,7 +50,7 @@ def test_every_trajectory_fits_the_schema(synthesized):
 
 def test_tool_calls_fit_offered_schemas_unless_flagged_and_replay_exactly(synthesized):
     s, _, rows, _ = synthesized
-    flagged = 0
+    flagged = made_up = 0
     for r in rows:
         offered = {t["name"]: json.loads(t["parameters"]) for t in r["tools"]}
         meta = json.loads(r["meta"])
@@ -62,8 +62,12 @@ def test_tool_calls_fit_offered_schemas_unless_flagged_and_replay_exactly(synthe
             parsed = parse_tool_calls(m["content"])
             assert not parsed.errors and [c["name"] for c in parsed.calls] == [c["name"] for c in m["tool_calls"]]
             for c in m["tool_calls"]:
-                assert c["name"] in offered
                 args = json.loads(c["arguments"])
+                if c["injected_error"] == "unknown_tool":  # a made-up tool: not offered, the simulator knows none
+                    assert c["name"] not in offered and json.loads(tool_msgs[c["id"]]["content"])["error"] == "unknown_tool"
+                    made_up += 1
+                    continue
+                assert c["name"] in offered
                 valid = jsonschema.Draft202012Validator(offered[c["name"]]).is_valid(args)
                 if c["injected_error"] and c["injected_error"].startswith("wrong_args"):
                     assert not valid
@@ -74,7 +78,7 @@ def test_tool_calls_fit_offered_schemas_unless_flagged_and_replay_exactly(synthe
                 replay = s.sim.call(c["name"], args, golden_doc_ids=k["golden_doc_ids"], mode=k["mode"],
                                     supporting=k["supporting"], answers=k["answers"])
                 assert replay == tool_msgs[c["id"]]["content"]
-    assert flagged > 0
+    assert flagged > 0 and made_up > 0
 
 
 def test_message_structure_and_answers(synthesized):
@@ -145,6 +149,10 @@ def test_cases_behave_as_named(synthesized):
             at = next(i for i, m in enumerate(r["messages"]) if m["tool_calls"] and m["tool_calls"][0]["injected_error"])
             again = r["messages"][at]["tool_calls"][0]
             assert sum((c["name"], c["arguments"]) == (again["name"], again["arguments"]) for c in calls) == 2
+        elif r["case"] == "unknown_tool":  # one call of a tool not offered, then the same lookup with an offered one
+            assert injected == ["unknown_tool"] and len(calls) == hops + 1
+            made_up = next(c for c in calls if c["injected_error"])
+            assert made_up["name"] not in {t["name"] for t in r["tools"]}
 
 
 def test_mix_is_configurable_and_reported(inputs, tools):

@@ -59,14 +59,19 @@ def test_labels_cover_exactly_the_assistant_replies(traj_root, embedded_tokenize
         assert text.count("<tool_call>") == sum(m["content"].count("<tool_call>") for m in msgs)
 
 
-def test_a_repeated_call_is_context_not_a_target(traj_root, embedded_tokenizer_dir):
-    """A turn flagged `repeated_call` (the repeat case) is read but not trained; the turn after it
-    (which says the page was read before) is trained, and SFTConfig's default keeps it so."""
+@pytest.mark.parametrize("case,flag,after", [("repeat", "repeated_call", "is the same page about"),
+                                              ("unknown_tool", "unknown_tool", "There is no tool named")])
+def test_a_flagged_mistake_is_context_not_a_target(traj_root, embedded_tokenizer_dir, case, flag, after):
+    """A turn flagged `repeated_call` (the repeat case) or `unknown_tool` (a call of a tool that is
+    not offered) is read but not trained; the turn after it (which says what went wrong) is trained,
+    and SFTConfig's default keeps it so."""
     tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
     root, _ = traj_root
-    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=4, seed=2, case_mix="repeat=1", texts="template"),
+    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=6, seed=2, case_mix=f"{case}=1", texts="template"),
                 build_bank(seed=3, variants_per_tool=1))
     rows, _ = s.trajectories(s.plans(), None, "run")
+    rows = [r for r in rows if r["case"] == case]
+    assert rows
     context = context_of(SFTConfig())
     for row in rows:
         msgs = row["messages"]
@@ -76,11 +81,11 @@ def test_a_repeated_call_is_context_not_a_target(traj_root, embedded_tokenizer_d
             return tok.decode([t for t, l in zip(ex["input_ids"], ex["labels"]) if l != IGNORE])
 
         replies = [m for m in msgs if m["role"] == "assistant"]
-        flagged = [m for m in replies if m["tool_calls"] and m["tool_calls"][0]["injected_error"] == "repeated_call"]
+        flagged = [m for m in replies if any(c["injected_error"] == flag for c in m["tool_calls"] or [])]
         assert len(flagged) == 1
         assert trained(frozenset()) == "".join(m["content"] + "<|im_end|>" for m in replies)
         assert trained(context) == "".join(m["content"] + "<|im_end|>" for m in replies if m is not flagged[0])
-        assert "is the same page about" in replies[replies.index(flagged[0]) + 1]["content"]
+        assert after in replies[replies.index(flagged[0]) + 1]["content"]
 
 
 def test_cases_keeps_only_the_named_reflection_cases(traj_root, embedded_tokenizer_dir):

@@ -1,4 +1,4 @@
-"""Schema + rule layers: every clean synthesized trajectory passes; 59 corrupted copies are
+"""Schema + rule layers: every clean synthesized trajectory passes; 62 corrupted copies are
 each rejected with the expected reason code (real parser, real simulator replay), among
 them reasoning that invents a number, a date or a name."""
 
@@ -132,10 +132,10 @@ def later_title(row):
     return next(x["title"] for x in json.loads(msgs[last]["content"])["results"] if x["title"] not in before)
 
 
-def repeated_turn(row):
-    """The index among assistant turns of the turn flagged `repeated_call`."""
+def repeated_turn(row, flag="repeated_call"):
+    """The index among assistant turns of the turn whose first call is flagged `flag`."""
     turns = [m for m in row["messages"] if m["role"] == "assistant"]
-    return next(k for k, m in enumerate(turns) if m["tool_calls"] and m["tool_calls"][0]["injected_error"] == "repeated_call")
+    return next(k for k, m in enumerate(turns) if m["tool_calls"] and m["tool_calls"][0]["injected_error"] == flag)
 
 
 def repeat_again(row):
@@ -211,6 +211,12 @@ CASES = [
     ("repeat_of_no_earlier_call", "rep", lambda r: set_args(r, lambda a: a.update(query="Somewhere Else"), k=repeated_turn(r)),
      "injected_error_not_an_error"),
     ("repeat_made_again", "rep", repeat_again, "injected_error_not_repaired"),
+    ("made_up_tool_unflagged", "unk", lambda r: [set_field(c, "injected_error", None) for c in flagged(r, "unknown_tool")],
+     "unknown_tool"),
+    ("made_up_tool_is_offered", "unk", lambda r: set_name(r, r["correct_tools"][0], k=repeated_turn(r, "unknown_tool")),
+     "injected_error_not_an_error"),
+    ("made_up_tool_not_replaced", "unk", lambda r: set_args(r, lambda a: a.update(query="Somewhere Else"),
+                                                            k=repeated_turn(r, "unknown_tool")), "injected_error_not_repaired"),
     ("bad_tool_schema", "seq", lambda r: set_field(r["tools"][0], "parameters", '{"type": 5}'), "bad_tool_schema"),
     ("not_an_object", "seq", lambda r: r.clear(), "schema_violation"),
     ("schema_missing_route", "seq", lambda r: r.pop("route"), "schema_violation"),
@@ -237,15 +243,17 @@ def bases(world):
             "wa": pick(rows, lambda r: r["case"] == "wrong_args" and r["route"] == "sequential"),
             "wt": pick(rows, lambda r: r["case"] == "wrong_tool" and r["route"] == "sequential"
                        and first(r)[0]["injected_error"] is None),
-            "rep": pick(repeats(world), lambda r: r["route"] == "sequential")}
+            "rep": pick(repeats(world), lambda r: r["route"] == "sequential"),
+            "unk": pick(repeats(world, case="unknown_tool"), lambda r: r["case"] == "unknown_tool" and r["route"] == "sequential")}
 
 
-def repeats(world, **kw):
-    """Trajectories of the repeat case (a lookup made twice) of the world's dataset."""
+def repeats(world, case="repeat", **kw):
+    """Trajectories of the world's dataset with `case` (by default the repeat case: a lookup made
+    twice) wherever a plan allows it."""
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
 
     root, _, _, bank = world
-    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=20, calculator=True, case_mix="repeat=1", **kw), bank)
+    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=20, calculator=True, case_mix=f"{case}=1", **kw), bank)
     rows, _ = s.trajectories(s.plans(), None, "run")
     return rows
 
@@ -267,6 +275,32 @@ def test_repeat_case_passes_every_rule_layer(world, rule_ctx, reasoning):
         results = {m["tool_call_id"]: m["content"] for m in msgs if m["role"] == "tool"}
         assert results[call["id"]] in [results[c["id"]] for c in first["tool_calls"] if c["arguments"] == call["arguments"]]
         assert "is the same page about" in msgs[assistant_idx(r, k + 1)]["content"]
+
+
+@pytest.mark.parametrize("reasoning", ["brief", "plan"])
+def test_made_up_tool_case_passes_every_rule_layer(world, rule_ctx, reasoning):
+    """The unknown_tool case: a later lookup calls a tool that is not offered, named after the kind
+    of its page; the simulator answers unknown_tool and the next turn makes the same lookup with
+    the general search, which finds the page. It passes every rule."""
+    rows = [r for r in repeats(world, case="unknown_tool", reasoning=reasoning, texts="template", first_search="general")
+            if r["case"] == "unknown_tool"]
+    assert len(rows) >= 10, len(rows)
+    offered = lambda r: {t["name"] for t in r["tools"]}  # noqa: E731
+    general = {t["name"] for t in world[3] if t["domain"] == "general"}  # the bank's general searches
+    for r in rows:
+        assert first_fail(r, rule_ctx) is None, (r["route"], first_fail(r, rule_ctx))
+        made_up = flagged(r, "unknown_tool")
+        assert len(made_up) == 1 and made_up[0]["name"].startswith("search_") and made_up[0]["name"] not in offered(r)
+        msgs = r["messages"]
+        result = next(m["content"] for m in msgs if m.get("tool_call_id") == made_up[0]["id"])
+        assert json.loads(result)["error"] == "unknown_tool"
+        at = next(i for i, m in enumerate(msgs) if m["tool_calls"] and made_up[0] in m["tool_calls"])
+        after = next(m for m in msgs[at + 1:] if m["role"] == "assistant")
+        assert f"There is no tool named {made_up[0]['name']}" in after["content"]
+        (call,) = after["tool_calls"]
+        assert call["name"] in general & offered(r)
+        assert json.loads(call["arguments"])["query"] == json.loads(made_up[0]["arguments"])["query"]
+        assert made_up[0]["name"] not in r["correct_tools"]
 
 
 def test_at_least_forty_cases_with_documented_codes():
