@@ -34,7 +34,8 @@ class SynthConfig:
     n: int = field(default=500, metadata={"help": "number of trajectories to synthesize"})
     seed: int = field(default=7, metadata={"help": "seed for tool choice, cases, errors and sampling"})
     case_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_CASE_MIX.items()),
-                          metadata={"help": "weights of the reflection cases, e.g. clean=0.4,wrong_args=0.2"})
+                          metadata={"help": "weights of the reflection cases, e.g. clean=0.4,wrong_args=0.2 (cases: "
+                                            + ", ".join(planning.CASES) + ")"})
     route_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_ROUTE_MIX.items()),
                            metadata={"help": "target weights of routes when picking triples"})
     rounds_weight: float = field(default=0.0, metadata={"help": "favour long questions: within a route, triples are drawn with weight (tool rounds) ** this; 0 draws uniformly"})
