@@ -5,10 +5,10 @@ earlier ones parsed): `structure` (role order, no empty message), `format` (ever
 turn starts with <think>; non-final turns hold only tool calls after </think>, mirrored in
 `tool_calls` and answered by the tool messages; the final turn has exactly one <answer>),
 `tools` (names offered, except a call flagged `unknown_tool` whose made-up tool the next
-turn replaces with an offered one for the same query; arguments fit the tool's JSON Schema unless flagged as an injected
-error that the next turn repairs, keeping the tool for argument errors; a call flagged
-`repeated_call` repeats an earlier one and the next turn does not; unflagged calls use
-correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
+turn replaces with an offered one for the same query; arguments fit the tool's JSON Schema
+unless flagged as an injected error that the next turn repairs, keeping the tool for argument
+errors; a call flagged `repeated_call` repeats an earlier one and the next turn does not;
+unflagged calls use correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
 `replay` (the simulator reproduces every tool message; skipped with a passing verdict when
 no corpus is known), `answer` (normalized EM / token F1 against gold and aliases) and
 `grounding` (every number and name a `<think>` mentions occurs in an earlier message;

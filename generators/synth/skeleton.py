@@ -35,6 +35,7 @@ and every fact and the derivation (the final slot).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import re
@@ -130,8 +131,8 @@ INVENTED = {"person": ("artist", "author", "director", "people"), "place": ("cit
 
 def _invented(rng: random.Random, domain: str, taken) -> str:
     """A tool name a model could make up for a page of `domain`, which no tool in `taken` has."""
-    names = [f"search_{w}" for w in INVENTED.get(domain, ())] + [f"search_{domain}_pages"]
-    return rng.choice([n for n in names if n not in taken] or [f"search_{domain}_pages_x"])
+    free = [n for n in [*(f"search_{w}" for w in INVENTED.get(domain, ())), f"search_{domain}_pages"] if n not in taken]
+    return rng.choice(free) if free else next(n for i in itertools.count() if (n := f"search_{domain}_{i}") not in taken)
 
 
 def _rng(seed: int, *parts) -> random.Random:
@@ -292,7 +293,7 @@ class SkeletonBuilder:
                     bad, kind = corrupt_arguments(tool, self._args(rng, hop, tool), None, rng)
                     calls.append(self._call(sk_id, t, j, tool, bad, hop, ctx, injected=f"wrong_args:{kind}"))
                 elif hop is target and plan.case == "unknown_tool":
-                    made_up = {"name": _invented(rng, hop.domain, set(self.sim.tools) | {t["name"] for t in offered})}
+                    made_up = {"name": _invented(rng, hop.domain, set(self.sim.tools) | {o["name"] for o in offered})}
                     calls.append(self._call(sk_id, t, j, made_up, {"query": hop.query}, hop, ctx, mode="bad",
                                             injected="unknown_tool"))
                 elif hop is target and plan.case in ("wrong_tool", "escalation"):

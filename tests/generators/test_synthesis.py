@@ -3,6 +3,7 @@ The LLM is the expensive boundary: a scripted backend stands in for it here (the
 and the slow test use real models)."""
 
 import json
+import random
 from collections import Counter
 
 import jsonschema
@@ -13,6 +14,7 @@ from generators.corpus.build import WorldConfig, write
 from generators.llm.scripted import ScriptedBackend
 from generators.llm.toolcalls import parse_tool_calls
 from generators.synth import plan as planning
+from generators.synth.skeleton import INVENTED, _invented
 from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
 from generators.tools.bank import build_bank
 from storage.schema import load
@@ -200,3 +202,13 @@ def test_reasoning_must_mention_what_the_step_is_about():
     final = Slot("final", {"found": ["Ada Quell"], "answer": "1887", "skipped": None, "question": "q"})
     assert clean_think("She was born in 1887 according to her page.", final)[1] == "llm"
     assert clean_think("She was born long ago in some year.", final)[1] == "template:off_topic"
+
+
+def test_a_made_up_tool_name_is_never_one_the_bank_has():
+    """The unknown_tool case names a tool after the kind of page (search_film for a work); a name
+    taken by the bank or the offer is skipped, and when every usual one is taken a numbered one is made."""
+    rng = random.Random(0)
+    usual = {f"search_{w}" for w in INVENTED["work"]} | {"search_work_pages"}
+    assert {_invented(rng, "work", set()) for _ in range(50)} == usual
+    assert _invented(rng, "work", usual - {"search_book"}) == "search_book"
+    assert _invented(rng, "work", usual | {"search_work_0"}) == "search_work_1"
