@@ -243,11 +243,11 @@ def bases(world):
             "wa": pick(rows, lambda r: r["case"] == "wrong_args" and r["route"] == "sequential"),
             "wt": pick(rows, lambda r: r["case"] == "wrong_tool" and r["route"] == "sequential"
                        and first(r)[0]["injected_error"] is None),
-            "rep": pick(repeats(world), lambda r: r["route"] == "sequential"),
-            "unk": pick(repeats(world, case="unknown_tool"), lambda r: r["case"] == "unknown_tool" and r["route"] == "sequential")}
+            "rep": pick(of_case(world), lambda r: r["route"] == "sequential"),
+            "unk": pick(of_case(world, case="unknown_tool"), lambda r: r["case"] == "unknown_tool" and r["route"] == "sequential")}
 
 
-def repeats(world, case="repeat", **kw):
+def of_case(world, case="repeat", **kw):
     """Trajectories of the world's dataset with `case` (by default the repeat case: a lookup made
     twice) wherever a plan allows it."""
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
@@ -262,7 +262,7 @@ def repeats(world, case="repeat", **kw):
 def test_repeat_case_passes_every_rule_layer(world, rule_ctx, reasoning):
     """A call made twice, flagged `repeated_call`, with the think after it saying so, passes every
     rule; the second call is the first one again, word for word, and brings back the same result."""
-    rows = repeats(world, reasoning=reasoning, texts="template", first_search="general")
+    rows = of_case(world, reasoning=reasoning, texts="template", first_search="general")
     assert {r["case"] for r in rows} == {"repeat"}
     for r in rows:
         assert first_fail(r, rule_ctx) is None, (r["route"], first_fail(r, rule_ctx))
@@ -282,7 +282,7 @@ def test_made_up_tool_case_passes_every_rule_layer(world, rule_ctx, reasoning):
     """The unknown_tool case: a later lookup calls a tool that is not offered, named after the kind
     of its page; the simulator answers unknown_tool and the next turn makes the same lookup with
     the general search, which finds the page. It passes every rule."""
-    rows = [r for r in repeats(world, case="unknown_tool", reasoning=reasoning, texts="template", first_search="general")
+    rows = [r for r in of_case(world, case="unknown_tool", reasoning=reasoning, texts="template", first_search="general")
             if r["case"] == "unknown_tool"]
     assert len(rows) >= 10, len(rows)
     offered = lambda r: {t["name"] for t in r["tools"]}  # noqa: E731
