@@ -8,11 +8,11 @@ turn starts with <think>; non-final turns hold only tool calls after </think>, m
 turn replaces with an offered one for the same query; arguments fit the tool's JSON Schema
 unless flagged as an injected error that the next turn repairs, keeping the tool for argument
 errors; a call flagged `repeated_call` repeats an earlier one and the next turn does not;
-unflagged calls use correct tools), `route` (rounds x calls per round fit single/parallel/sequential/mixed),
-`replay` (the simulator reproduces every tool message; skipped with a passing verdict when
-no corpus is known), `answer` (normalized EM / token F1 against gold and aliases) and
-`grounding` (every number and name a `<think>` mentions occurs in an earlier message;
-validators/grounding.py).
+unflagged calls use correct tools), `route` (rounds x calls per round fit
+single/parallel/sequential/mixed), `replay` (the simulator reproduces every tool message;
+skipped with a passing verdict when no corpus is known), `answer` (normalized EM / token F1
+against gold and aliases) and `grounding` (every number and name a `<think>` mentions occurs
+in an earlier message; validators/grounding.py).
 
     from validators.trajectory_rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
@@ -229,15 +229,13 @@ def _tools(row: dict, p: Parsed) -> set[int]:
     for ti, turn in enumerate(p.turns):
         nxt = p.turns[ti + 1] if ti + 1 < len(p.turns) else []
         for c in turn:
-            if c.flag == "unknown_tool":  # a made-up tool, which the next turn replaces with an offered one
-                if c.name in offered:
-                    raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
-                rep = _repair_of(c, nxt)
-                if rep is None:
-                    raise Reject("injected_error_not_repaired", tool=c.name, flag=c.flag, turn=ti)
-                repairs.add(id(rep))
-                continue
-            err = offered[c.name].error(c.args) if isinstance(c.args, dict) else "arguments are not an object"
+            known = c.name in offered  # else a made-up tool, flagged unknown_tool (checked above)
+            if not known:
+                err = "not offered"
+            elif isinstance(c.args, dict):
+                err = offered[c.name].error(c.args)
+            else:
+                err = "arguments are not an object"
             valid = err is None
             if c.flag == "repeated_call":  # the repeat case: a call made before, which the next turn does not make again
                 same = lambda x: x.name == c.name and x.args == c.args  # noqa: E731
@@ -246,7 +244,7 @@ def _tools(row: dict, p: Parsed) -> set[int]:
                 if any(same(x) for x in nxt):
                     raise Reject("injected_error_not_repaired", tool=c.name, flag=c.flag, turn=ti)
             elif c.flag:
-                if c.flag.startswith("wrong_args") and valid:
+                if (c.flag.startswith("wrong_args") and valid) or (c.flag == "unknown_tool" and known):
                     raise Reject("injected_error_not_an_error", tool=c.name, flag=c.flag)
                 rep = _repair_of(c, nxt)
                 if rep is None:

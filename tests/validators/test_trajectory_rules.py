@@ -132,7 +132,7 @@ def later_title(row):
     return next(x["title"] for x in json.loads(msgs[last]["content"])["results"] if x["title"] not in before)
 
 
-def repeated_turn(row, flag="repeated_call"):
+def flagged_turn(row, flag="repeated_call"):
     """The index among assistant turns of the turn whose first call is flagged `flag`."""
     turns = [m for m in row["messages"] if m["role"] == "assistant"]
     return next(k for k, m in enumerate(turns) if m["tool_calls"] and m["tool_calls"][0]["injected_error"] == flag)
@@ -140,7 +140,7 @@ def repeated_turn(row, flag="repeated_call"):
 
 def repeat_again(row):
     """The turn after the repeated call makes the same call once more (unflagged), with the same result."""
-    k = repeated_turn(row)
+    k = flagged_turn(row)
     a = assistant_idx(row, k)
     t = a + 1  # its one tool message
     again, result = copy.deepcopy(row["messages"][a]), copy.deepcopy(row["messages"][t])
@@ -208,15 +208,15 @@ CASES = [
     ("injected_error_unflagged", "wa", lambda r: [set_field(c, "injected_error", None) for c in flagged(r, "wrong_args")], "arguments_invalid"),
     ("wrong_tool_not_repaired", "wt", lambda r: set_args(r, lambda a: a.update(query="something else"),
                                                            k=1 + next(k for k in range(9) if (r["messages"][assistant_idx(r, k)]["tool_calls"][0]["injected_error"] or "") == "wrong_tool")), "injected_error_not_repaired"),
-    ("repeat_of_no_earlier_call", "rep", lambda r: set_args(r, lambda a: a.update(query="Somewhere Else"), k=repeated_turn(r)),
+    ("repeat_of_no_earlier_call", "rep", lambda r: set_args(r, lambda a: a.update(query="Somewhere Else"), k=flagged_turn(r)),
      "injected_error_not_an_error"),
     ("repeat_made_again", "rep", repeat_again, "injected_error_not_repaired"),
     ("made_up_tool_unflagged", "unk", lambda r: [set_field(c, "injected_error", None) for c in flagged(r, "unknown_tool")],
      "unknown_tool"),
-    ("made_up_tool_is_offered", "unk", lambda r: set_name(r, r["correct_tools"][0], k=repeated_turn(r, "unknown_tool")),
+    ("made_up_tool_is_offered", "unk", lambda r: set_name(r, r["correct_tools"][0], k=flagged_turn(r, "unknown_tool")),
      "injected_error_not_an_error"),
     ("made_up_tool_not_replaced", "unk", lambda r: set_args(r, lambda a: a.update(query="Somewhere Else"),
-                                                            k=repeated_turn(r, "unknown_tool")), "injected_error_not_repaired"),
+                                                            k=flagged_turn(r, "unknown_tool")), "injected_error_not_repaired"),
     ("bad_tool_schema", "seq", lambda r: set_field(r["tools"][0], "parameters", '{"type": 5}'), "bad_tool_schema"),
     ("not_an_object", "seq", lambda r: r.clear(), "schema_violation"),
     ("schema_missing_route", "seq", lambda r: r.pop("route"), "schema_violation"),
@@ -266,7 +266,7 @@ def test_repeat_case_passes_every_rule_layer(world, rule_ctx, reasoning):
     assert {r["case"] for r in rows} == {"repeat"}
     for r in rows:
         assert first_fail(r, rule_ctx) is None, (r["route"], first_fail(r, rule_ctx))
-        k = repeated_turn(r)
+        k = flagged_turn(r)
         msgs = r["messages"]
         first, second = msgs[assistant_idx(r, k - 1)], msgs[assistant_idx(r, k)]
         call = second["tool_calls"][0]
