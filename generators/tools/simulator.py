@@ -25,20 +25,26 @@ The calculator (generators/tools/compute.py) is known to every simulator and ans
 The BM25 query of a call is its lookup argument plus, for a base tool or variant, every other
 scalar argument but top_k and language; an imported tool (generators.tools.imported) searches
 its domain like that domain's base tool, with its lookup and its name arguments only.
-Benchmark: `python benchmarks/bench_simulator.py`.
+
+Many calls at once: `sim.calls([SimCall(...), ...])` (or `answers`, which returns a call's error
+instead of raising it) gives for each exactly what `call` gives, with the searches of the batch
+asked of the index together (generators/tools/retrieval.py: bm25s's scores, read over the
+documents a query can score) and a call asked twice answered once; validation replays a whole
+chunk's calls this way. Benchmark: `python benchmarks/bench_simulator.py`.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import hashlib
 import json
-import logging
 import random
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
-import bm25s
+import fastjsonschema
 import jsonschema
 import numpy as np
 
@@ -48,8 +54,7 @@ from generators.tools.compute import COMPUTE, calculator_row
 from generators.tools.compute import answer as calculate
 from generators.tools.fill import roles_of
 from generators.tools.imported import is_imported
-
-logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG lines are noise here
+from generators.tools.retrieval import BM25Index, Scored
 
 MODES = ("good", "bad", "insufficient")
 NOT_QUERY = {"query", "top_k", "language"}  # optional arguments that do not add search terms
@@ -91,6 +96,69 @@ def _entity_type(meta: Any) -> str | None:
     return ENTITY_TYPE_ALIASES.get(t, t)
 
 
+def domain_for(meta: Any) -> str:
+    """The domain tool meant for a document with this `meta`: its entity type if typed, else
+    the general search (what `Simulator.domain_of` says, without building an index)."""
+    t = _entity_type(meta)
+    return t if t in DOMAIN_ENTITY_TYPES else GENERAL
+
+
+@dataclass
+class SimCall:
+    """One tool call to answer (the arguments of `Simulator.call`)."""
+
+    tool: str
+    arguments: Any
+    golden_doc_ids: Sequence[str] = ()
+    mode: str = "good"
+    k: int | None = None
+    supporting: Sequence[str] = ()
+    answers: Sequence[str] = ()
+
+    def key(self) -> str | None:
+        """The call as canonical JSON (equal calls, equal answers); None if it is not JSON."""
+        try:
+            return canonical([self.tool, self.arguments, list(self.golden_doc_ids), self.mode, self.k,
+                              list(self.supporting), list(self.answers)])
+        except (TypeError, ValueError):
+            return None
+
+
+class _Without(collections.abc.Sequence):
+    """The ints of a sorted array less a few of its positions, as a sequence that random.sample
+    reads exactly as it reads the same ints in a list (without copying the array)."""
+
+    def __init__(self, values: np.ndarray, dropped: list[int]):
+        self.values, self.dropped = values, dropped  # dropped: positions in `values`, ascending
+
+    def __len__(self) -> int:
+        return len(self.values) - len(self.dropped)
+
+    def __getitem__(self, j: int) -> int:
+        if not 0 <= j < len(self):
+            raise IndexError(j)
+        for p in self.dropped:
+            if p <= j:
+                j += 1
+            else:
+                break
+        return int(self.values[j])
+
+
+@lru_cache(maxsize=4096)
+def _answers_pattern(answers: tuple[str, ...]) -> re.Pattern | None:
+    alts = sorted({re.escape(a.strip()) for a in answers if a.strip()}, key=len, reverse=True)
+    return re.compile(r"(?<!\w)(?:" + "|".join(alts) + r")(?!\w)", re.I) if alts else None
+
+
+def _fast_check(schema: dict):
+    """A compiled validity check of `schema` (fastjsonschema), or None where it cannot compile."""
+    try:
+        return fastjsonschema.compile({k: v for k, v in schema.items() if k != "$schema"})
+    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError):
+        return None
+
+
 class Simulator:
     """BM25 search over documents plus the tool-call semantics described in the module docstring."""
 
@@ -108,65 +176,47 @@ class Simulator:
         self.titles = [docs[d].get("title") or "" for d in self.doc_ids]
         self.texts = [docs[d].get("text") or "" for d in self.doc_ids]
         self.types = [_entity_type(docs[d].get("meta")) for d in self.doc_ids]
-        self._sentences: dict[int, list[str]] = {}
-        self._sent_tokens: dict[int, list[set[str]]] = {}
+        codes = {t: c for c, t in enumerate(sorted({t for t in self.types if t}))}
+        self._type_codes = np.array([codes.get(t, -1) if t else -1 for t in self.types], dtype=np.int64)
+        self._codes = codes
+        self._sentences: dict[int, tuple[list[str], list[str], list[set[str]]]] = {}
+        self._pools: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         typed = {t for ts in DOMAIN_ENTITY_TYPES.values() for t in ts}
         types = np.array([t if t in typed else "" for t in self.types], dtype=object)
         untyped = types == ""
         self.masks = {GENERAL: np.ones(len(self.doc_ids), dtype=bool)}
         for dom, ets in DOMAIN_ENTITY_TYPES.items():
             self.masks[dom] = untyped | np.isin(types, list(ets))
-        corpus = self._tokenize([f"{t}\n{x}" for t, x in zip(self.titles, self.texts)])
-        self.retriever = bm25s.BM25()
-        if self.doc_ids:
-            self.retriever.index(corpus, show_progress=False)
+        self.index = BM25Index([f"{t}\n{x}" for t, x in zip(self.titles, self.texts)], self.config.stopwords)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
         self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}
+        self._fast: dict[str, Any] = {}
         for row in list(base_rows()) + [calculator_row()] + list(tools or []):
             schema = parameters_of(row)
             self.tools[row["name"]] = (row["domain"], row, jsonschema.Draft202012Validator(schema))
+            self._fast[row["name"]] = _fast_check(schema)
             roles = roles_of(schema)  # an imported tool searches with its lookup and name arguments only
             names = roles.names if is_imported(row) else None
             self.search_args[row["name"]] = (roles.lookup or "query", names, roles.k)
         for row in base_rows():  # a bare domain name means that domain's base tool
             self.tools.setdefault(row["domain"], self.tools[row["name"]])
+            self._fast.setdefault(row["domain"], self._fast[row["name"]])
             self.search_args.setdefault(row["domain"], self.search_args[row["name"]])
 
     # -- plain search -------------------------------------------------------------------
-    def _tokenize(self, texts: list[str]) -> list[list[str]]:
-        return bm25s.tokenize(texts, stopwords=self.config.stopwords, return_ids=False, show_progress=False)
-
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document (index order) for `query`."""
-        toks = self._tokenize([query])[0] if query else []
-        ids = self.retriever.get_tokens_ids([t for t in toks if t]) if self.doc_ids else []
-        if not ids:
-            return np.zeros(len(self.doc_ids), dtype=np.float32)
-        return self.retriever.get_scores_from_ids(ids)
-
-    def _rank(self, scores: np.ndarray, mask: np.ndarray, exclude: Iterable[int], m: int) -> list[int]:
-        """Top-m document indices with a positive score inside `mask`; ties broken by doc_id."""
-        if m <= 0:
-            return []
-        s = np.where(mask, scores, -np.inf)
-        ex = list(exclude)
-        if ex:
-            s[ex] = -np.inf
-        idx = np.flatnonzero(s > 0)
-        if len(idx) > m:
-            cut = np.partition(s[idx], len(idx) - m)[len(idx) - m]
-            idx = idx[s[idx] >= cut]
-        order = np.lexsort((idx, -s[idx]))
-        return [int(i) for i in idx[order][:m]]
+        return self.index.scores(query)
 
     def search(self, query: str, k: int = 5, domain: str | None = None) -> list[dict]:
         """Raw BM25: [{"doc_id", "title", "score"}] best first (documents with a positive score)."""
         mask = self.masks.get(domain or GENERAL)
         if mask is None:
             raise ValueError(f"unknown domain {domain!r}; one of {', '.join(DOMAINS)}")
-        sc = self.scores(query)
-        return [{"doc_id": self.doc_ids[i], "title": self.titles[i], "score": round(float(sc[i]), 4)}
-                for i in self._rank(sc, mask, (), k)]
+        hits = self.index.score(query)
+        at = dict(zip(hits.docs.tolist(), hits.scores.tolist()))
+        return [{"doc_id": self.doc_ids[i], "title": self.titles[i], "score": round(at[i], 4)}
+                for i in self.index.top(hits, mask, (), k)]
 
     # -- helpers for trajectory builders ------------------------------------------------
     def domain_of(self, doc_id: str) -> str:
@@ -182,29 +232,29 @@ class Simulator:
         return tool in self.tools and bool(self.masks[self.tools[tool][0]][self.index_of[doc_id]])
 
     # -- tool calls -----------------------------------------------------------------------
-    def _sents(self, i: int) -> list[str]:
-        if i not in self._sentences:
+    def _sents(self, i: int) -> tuple[list[str], list[str], list[set[str]]]:
+        """A document's sentences, each also normalised and as a set of BM25 tokens."""
+        got = self._sentences.get(i)
+        if got is None:
             sents = split_sentences(self.texts[i])
-            self._sentences[i] = sents
-            self._sent_tokens[i] = [set(t) for t in self._tokenize(sents)] if sents else []
-        return self._sentences[i]
+            got = self._sentences[i] = (sents, [_norm(s) for s in sents], [set(self.index.tokenize(s)) for s in sents])
+        return got
 
     def _snippet(self, i: int, qtoks: set[str], limit: int, must: Sequence[str] = (),
                  drop: Sequence[str] = (), answers_re: re.Pattern | None = None) -> str:
-        sents = self._sents(i)
+        sents, norms, toks = self._sents(i)
         must_n, drop_n = [_norm(x) for x in must if x.strip()], [_norm(x) for x in drop if x.strip()]
 
-        def hits(s: str, keys: list[str]) -> bool:
-            n = _norm(s)
+        def hits(j: int, keys: list[str]) -> bool:
+            n = norms[j]
             return any(k in n or (len(n) > 15 and n in k) for k in keys)
 
         keep = [j for j, s in enumerate(sents)
-                if not (drop_n and hits(s, drop_n)) and not (answers_re and answers_re.search(s))]
+                if not (drop_n and hits(j, drop_n)) and not (answers_re and answers_re.search(s))]
         if sum(len(sents[j]) + 1 for j in keep) <= limit:
             return " ".join(sents[j] for j in keep)
-        first = [j for j in keep if must_n and hits(sents[j], must_n)]
-        rest = sorted((j for j in keep if j not in first),
-                      key=lambda j: (-len(qtoks & self._sent_tokens[i][j]), j))
+        first = [j for j in keep if must_n and hits(j, must_n)]
+        rest = sorted((j for j in keep if j not in first), key=lambda j: (-len(qtoks & toks[j]), j))
         chosen, used = [], 0
         for j in first + rest:
             if j in first or used + len(sents[j]) + 1 <= limit:
@@ -212,16 +262,33 @@ class Simulator:
                 used += len(sents[j]) + 1
         return " ".join(sents[j] for j in sorted(chosen))
 
-    def _fill(self, rng: random.Random, mask: np.ndarray, taken: set[int], types: set[str], m: int) -> list[int]:
+    def _pool(self, domain: str, types: set[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The documents a domain's tool can see, split into those of `types` and the others
+        (ascending indices)."""
+        key = (domain, frozenset(types))
+        pool = self._pools.get(key)
+        if pool is None:
+            same = np.isin(self._type_codes, [self._codes[t] for t in types if t in self._codes])
+            mask = self.masks[domain]
+            pool = self._pools[key] = (np.flatnonzero(mask & same), np.flatnonzero(mask & ~same))
+        return pool
+
+    def _fill(self, rng: random.Random, domain: str, taken: set[int], types: set[str], m: int) -> list[int]:
         """`m` more in-mask documents, same entity types as the golden docs first, chosen by rng."""
         if m <= 0:
             return []
-        pool = [i for i in np.flatnonzero(mask).tolist() if i not in taken]
-        same = [i for i in pool if self.types[i] in types]
-        other = [i for i in pool if self.types[i] not in types]
-        out = rng.sample(same, min(m, len(same)))
+        same, other = self._pool(domain, types)
+        drop = sorted(taken)
+
+        def without(a: np.ndarray) -> _Without:
+            pos = np.searchsorted(a, drop)
+            return _Without(a, [int(p) for p, t in zip(pos, drop) if p < len(a) and a[p] == t])
+
+        same_w = without(same)
+        out = rng.sample(same_w, min(m, len(same_w)))
         if len(out) < m:
-            out += rng.sample(other, min(m - len(out), len(other)))
+            other_w = without(other)
+            out += rng.sample(other_w, min(m - len(out), len(other_w)))
         return out
 
     def _error(self, code: str, detail: str) -> str:
@@ -231,6 +298,13 @@ class Simulator:
         """None if `arguments` fit the tool's schema, else a deterministic detail message."""
         if not isinstance(arguments, dict):
             return f"arguments must be a JSON object, got {type(arguments).__name__}"
+        fast = self._fast.get(tool)
+        if fast is not None:
+            try:
+                fast(arguments)
+                return None
+            except fastjsonschema.JsonSchemaValueException:
+                pass  # the detail message is jsonschema's
         errors = sorted(self.tools[tool][2].iter_errors(arguments),
                         key=lambda e: ([str(p) for p in e.absolute_path], e.message))
         if not errors:
@@ -253,36 +327,71 @@ class Simulator:
         `supporting`: the supporting-fact sentences of the golden docs (kept in "good", removed
         in "insufficient"); `answers`: answer strings whose sentences are removed in
         "insufficient". Pass the same values again to replay a call byte for byte."""
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if tool not in self.tools:
-            return self._error("unknown_tool", f"no tool named {tool!r}")
-        detail = self.validate(tool, arguments)
+        return self.calls([SimCall(tool, arguments, golden_doc_ids, mode, k, supporting, answers)])[0]
+
+    def calls(self, batch: Sequence[SimCall]) -> list[str]:
+        """The tool messages of many calls, each exactly what `call` gives for it (`answers`);
+        the first call that cannot be answered raises its error."""
+        out = self.answers(batch)
+        bad = next((x for x in out if isinstance(x, Exception)), None)
+        if bad is not None:
+            raise bad
+        return out
+
+    def answers(self, batch: Sequence[SimCall]) -> list[str | Exception]:
+        """For each call, its tool message, or the error that stops it (ValueError: a bad mode,
+        a golden id not in the corpus; KeyError, TypeError: arguments of the wrong shape). The
+        searches of the batch go to the index at once (`BM25Index.score_many`), and a call
+        asked twice is answered once."""
+        keys = [c.key() for c in batch]
+        first: dict[str, int] = {}
+        todo = [i for i, k in enumerate(keys) if k is None or first.setdefault(k, i) == i]
+        out: dict[int, Any] = {}
+        for i in todo:
+            try:
+                out[i] = self._prepare(batch[i])
+            except (ValueError, KeyError, TypeError) as e:
+                out[i] = e
+        searches = [i for i in todo if isinstance(out[i], tuple)]
+        for i, scored in zip(searches, self.index.score_many(out[i][0] for i in searches)):
+            try:
+                out[i] = self._answer(batch[i], *out[i], scored)
+            except (ValueError, KeyError, TypeError) as e:
+                out[i] = e
+        return [out[i] if k is None else out[first[k]] for i, k in enumerate(keys)]
+
+    def _prepare(self, c: SimCall) -> str | tuple[str, str, str | None]:
+        """A call's message when it needs no search (an error, the calculator), else (its query,
+        its tool's domain, its top-k argument name)."""
+        if c.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {c.mode!r}")
+        if c.tool not in self.tools:
+            return self._error("unknown_tool", f"no tool named {c.tool!r}")
+        detail = self.validate(c.tool, c.arguments)
         if detail:
             return self._error("invalid_arguments", detail)
-        domain = self.tools[tool][0]
+        domain = self.tools[c.tool][0]
         if domain == COMPUTE:  # the calculator searches nothing (generators/tools/compute.py)
-            return calculate(arguments[self.search_args[tool][0]])
-        unknown = [g for g in golden_doc_ids if g not in self.index_of]
+            return calculate(c.arguments[self.search_args[c.tool][0]])
+        unknown = [g for g in c.golden_doc_ids if g not in self.index_of]
         if unknown:
             raise ValueError(f"golden doc ids not in the corpus: {unknown[:5]}")
-        mask = self.masks[domain]
-        lookup, names, k_arg = self.search_args[tool]
-        n = int((arguments.get(k_arg) if k_arg else None) or k or self.config.default_k)
-        golden = sorted({self.index_of[g] for g in golden_doc_ids})
+        lookup, names, k_arg = self.search_args[c.tool]
+        return " ".join(self._terms(c.arguments, lookup, names)), domain, k_arg
+
+    def _answer(self, c: SimCall, query: str, domain: str, k_arg: str | None, scored: Scored) -> str:
+        """The results of one search call (module docstring), from its query's scores."""
+        mask, mode, supporting = self.masks[domain], c.mode, c.supporting
+        n = int((c.arguments.get(k_arg) if k_arg else None) or c.k or self.config.default_k)
+        golden = sorted({self.index_of[g] for g in c.golden_doc_ids})
         seen_golden = [i for i in golden if mask[i]]
-        key = canonical([self.seed, tool, arguments, mode, [self.doc_ids[i] for i in golden], n,
-                         list(supporting), list(answers)])
+        key = canonical([self.seed, c.tool, c.arguments, mode, [self.doc_ids[i] for i in golden], n,
+                         list(supporting), list(c.answers)])
         rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
 
-        query = " ".join(self._terms(arguments, lookup, names))
-        qtoks = set(self._tokenize([query])[0])
-        sc = self.scores(query)
+        qtoks = set(self.index.tokens(query))
         gtypes = {self.types[i] for i in golden if self.types[i]}
-        answers_re = None
-        if answers:
-            alts = sorted({re.escape(a.strip()) for a in answers if a.strip()}, key=len, reverse=True)
-            answers_re = re.compile(r"(?<!\w)(?:" + "|".join(alts) + r")(?!\w)", re.I) if alts else None
+        answers_re = _answers_pattern(tuple(c.answers)) if c.answers else None
 
         results: list[tuple[int, str]] = []
         if mode == "good":
@@ -296,8 +405,8 @@ class Simulator:
                 if snip:
                     results.append((i, snip))
         taken = set(golden)
-        others = self._rank(sc, mask, taken, n - len(results))
-        others += self._fill(rng, mask, taken | set(others), gtypes, n - len(results) - len(others))
+        others = self.index.top(scored, mask, taken, n - len(results))
+        others += self._fill(rng, domain, taken | set(others), gtypes, n - len(results) - len(others))
         limit = self.config.insufficient_chars if mode == "insufficient" else self.config.snippet_chars
         hide = mode != "good"  # copies of the needed fact in other documents must not leak
         for i in others:

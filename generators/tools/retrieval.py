@@ -1,0 +1,130 @@
+"""BM25 retrieval for the tool simulator: bm25s's index, read sparsely and in batches.
+
+bm25s scores a query by adding, token by token, each token's precomputed score row into a
+vector over every document, then selects the top k. Only documents that share a token with
+the query get a positive score, so here a query is scored over those candidates alone: the
+same float32 additions in the same token order (so the scores are bit for bit bm25s's), in
+time that grows with the query's posting lists, not with the corpus. A batch of queries is
+tokenized once, and a query asked twice in a batch is scored once.
+
+    index = BM25Index([f"{title}\\n{text}" for ...], stopwords="en")
+    hits = index.score_many(["Ada Lovelace birthplace", "London"])   # [Scored, Scored]
+    index.top(hits[0], mask, exclude={3}, m=5)                        # doc indices, best first
+    index.scores("London")                                            # a dense vector (bm25s's own)
+
+`tokenize` is bm25s.tokenize(..., return_ids=False) for one text (lower case, the
+scikit-learn token pattern, stopwords removed) without its per-call progress bar.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import bm25s
+import numpy as np
+from bm25s.tokenization import _infer_stopwords
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG lines are noise here
+
+TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # bm25s.tokenize's default
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The documents a query scores above zero: indices (ascending) and their float32 scores."""
+
+    docs: np.ndarray
+    scores: np.ndarray
+
+
+EMPTY = Scored(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+
+
+class BM25Index:
+    """A bm25s index over `texts` (one passage per document, index order = document order)."""
+
+    def __init__(self, texts: Sequence[str], stopwords: str = "en"):
+        self.stopwords = frozenset(_infer_stopwords(stopwords))
+        self.size = len(texts)
+        self.retriever = bm25s.BM25()
+        if self.size:
+            self.retriever.index([self.tokenize(t) for t in texts], show_progress=False)
+            self._data = self.retriever.scores["data"]
+            self._indices = self.retriever.scores["indices"]
+            self._indptr = self.retriever.scores["indptr"]
+        self._tokens: dict[str, list[str]] = {}
+
+    def tokenize(self, text: str) -> list[str]:
+        """bm25s's tokens of `text` (module docstring)."""
+        stop = self.stopwords
+        return [t for t in TOKEN_PATTERN.findall(text.lower()) if t not in stop]
+
+    def tokens(self, text: str) -> list[str]:
+        """`tokenize`, remembered for the texts asked often (queries, sentences)."""
+        toks = self._tokens.get(text)
+        if toks is None:
+            if len(self._tokens) > 100_000:
+                self._tokens.clear()
+            toks = self._tokens[text] = self.tokenize(text)
+        return toks
+
+    def _ids(self, query: str) -> list[int]:
+        if not query or not self.size:
+            return []
+        vocab = self.retriever.vocab_dict
+        return [vocab[t] for t in self.tokens(query) if t and t in vocab]
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every document (index order) for `query`, as bm25s computes it."""
+        ids = self._ids(query)
+        if not ids:
+            return np.zeros(self.size, dtype=np.float32)
+        return self.retriever.get_scores_from_ids(ids)
+
+    def score(self, query: str) -> Scored:
+        """The documents `query` scores above zero, with bm25s's scores."""
+        ids = self._ids(query)
+        if not ids:
+            return EMPTY
+        starts, ends = self._indptr[ids], self._indptr[np.asarray(ids) + 1]
+        postings = [self._indices[s:e] for s, e in zip(starts, ends)]
+        docs = np.unique(np.concatenate(postings))
+        acc = np.zeros(len(docs), dtype=np.float32)
+        for (s, e), p in zip(zip(starts, ends), postings):  # token by token, as bm25s adds them
+            acc[np.searchsorted(docs, p)] += self._data[s:e]
+        keep = acc > 0
+        return Scored(docs[keep], acc[keep]) if not keep.all() else Scored(docs, acc)
+
+    def score_many(self, queries: Iterable[str]) -> list[Scored]:
+        """`score` for each query; a query repeated in the batch is scored once."""
+        done: dict[str, Scored] = {}
+        out = []
+        for q in queries:
+            s = done.get(q)
+            if s is None:
+                s = done[q] = self.score(q)
+            out.append(s)
+        return out
+
+    @staticmethod
+    def top(scored: Scored, mask: np.ndarray, exclude: Iterable[int], m: int) -> list[int]:
+        """Up to `m` document indices with a positive score inside `mask`, not in `exclude`,
+        best first; ties broken by index (as the simulator has always ranked)."""
+        if m <= 0 or not len(scored.docs):
+            return []
+        keep = mask[scored.docs]
+        ex = np.fromiter(exclude, dtype=np.int64)
+        if len(ex):  # (docs are ascending: find the excluded ones by bisection)
+            pos = np.searchsorted(scored.docs, ex)
+            inside = pos < len(scored.docs)
+            pos = pos[inside]
+            keep[pos[scored.docs[pos] == ex[inside]]] = False
+        docs, s = scored.docs[keep], scored.scores[keep]
+        if len(docs) > m:  # only the best m and their ties need sorting
+            cut = np.partition(s, len(s) - m)[len(s) - m]
+            docs, s = docs[s >= cut], s[s >= cut]
+        order = np.lexsort((docs, -s))[:m]
+        return [int(i) for i in docs[order]]
