@@ -10,7 +10,8 @@ unless flagged as an injected error that the next turn repairs, keeping the tool
 errors; a call flagged `repeated_call` repeats an earlier one and the next turn does not;
 unflagged calls use correct tools), `route` (rounds x calls per round fit
 single/parallel/sequential/mixed), `replay` (the simulator reproduces every tool message;
-skipped with a passing verdict when no corpus is known), `answer` (normalized EM / token F1
+skipped with a passing verdict when no corpus is known; validators/replay.py: the layer's check
+asks for a whole chunk's calls in one batch, `check_trajectories`), `answer` (normalized EM / token F1
 against gold and aliases) and `grounding` (every number and name a `<think>` mentions occurs
 in an earlier message; validators/grounding.py).
 
@@ -39,6 +40,7 @@ from storage.schema import meta_of
 from validators.check import CheckContext, PerRecordCheck
 from validators.grounding import check_grounding
 from validators.question_rules import check_task_rules, check_triple_rules
+from validators.replay import replay, replay_requests, request_key
 from validators.verdict import Reject, Verdict, fail, ok, run_steps
 
 LAYER = "rules"
@@ -56,20 +58,39 @@ class RuleContext:
     answer_min_f1: float = 1.0
     replay: bool = True
     documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
-    _replays: dict = field(default_factory=dict, repr=False)
+    _replays: dict = field(default_factory=dict, repr=False)  # the answers of the batch being checked
     derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
 
     def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:
-        ck = json.dumps([seed, name, args, key], sort_keys=True, default=str)
-        out = self._replays.get(ck)
+        """The simulator's answer to one recorded call: from the prefetched batch, else asked now."""
+        out = self._replays.get(request_key(seed, name, args, key)) if self._replays else None
         if out is None:
-            sim = self.simulator_for(seed)
-            out = sim.call(name, args, golden_doc_ids=key.get("golden_doc_ids", ()), mode=key.get("mode", "good"),
-                           supporting=key.get("supporting", ()), answers=key.get("answers", ()))
-            if len(self._replays) > 200_000:
-                self._replays.clear()
-            self._replays[ck] = out
+            return self.simulator_for(seed).call(
+                name, args, golden_doc_ids=key.get("golden_doc_ids", ()), mode=key.get("mode", "good"),
+                supporting=key.get("supporting", ()), answers=key.get("answers", ()))
+        if isinstance(out, Exception):
+            raise out
         return out
+
+    def prefetch(self, requests: list[tuple[int, str, Any, dict]]) -> None:
+        """Answer many recorded calls at once (validators/replay.py), one batch per seed."""
+        if not self.replay or self.simulator_for is None:
+            return
+        from generators.tools.simulator import SimCall
+
+        by_seed: dict[int, dict[str, SimCall]] = {}
+        for seed, name, args, key in requests:
+            ck = request_key(seed, name, args, key)
+            if ck not in self._replays and isinstance(key, dict):
+                by_seed.setdefault(seed, {})[ck] = SimCall(
+                    name, args, key.get("golden_doc_ids", ()), key.get("mode", "good"), None,
+                    key.get("supporting", ()), key.get("answers", ()))
+        for seed, calls in by_seed.items():
+            self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()))))
+
+    def forget(self) -> None:
+        """Drop the prefetched answers (a chunk's batch is not kept for the next)."""
+        self._replays.clear()
 
 
 @dataclass
@@ -293,27 +314,6 @@ def _route(row: dict, p: Parsed, repairs: set[int]) -> list[int]:
     return sizes
 
 
-def _replay(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
-    if not ctx.replay or ctx.simulator_for is None:
-        return ok(LAYER, "replay", reason="replay_skipped_no_corpus")
-    calls_meta = meta.get("calls") or {}
-    seed = meta.get("seed")
-    n = 0
-    for calls, tools in zip(p.turns, p.tool_msgs):
-        for c, t in zip(calls, tools):
-            key = calls_meta.get(c.id) if c.id else None
-            if key is None or seed is None:
-                return fail(LAYER, "replay", "replay_failed", detail={"call": c.id, "why": "no replay key"})
-            try:
-                out = ctx.replay_call(int(seed), c.name, c.args, key)
-            except (ValueError, KeyError, TypeError) as e:
-                return fail(LAYER, "replay", "replay_failed", detail={"call": c.id, "why": str(e)[:200]})
-            if out != t["content"]:
-                return fail(LAYER, "replay", "replay_mismatch", detail={"call": c.id, "tool": c.name})
-            n += 1
-    return ok(LAYER, "replay", detail={"calls": n})
-
-
 def _answer(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
     aliases = [a for a in (meta.get("aliases") or row.get("aliases") or []) if isinstance(a, str)]
     m = match(p.answer, str(row.get("answer") or ""), aliases)
@@ -323,11 +323,8 @@ def _answer(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
     return fail(LAYER, "answer", "wrong_answer", score=m.f1, detail=detail)
 
 
-def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]:
-    """Verdicts of the rule checks, ending at the first failing one."""
-    ctx = ctx or RuleContext()
-    st: dict[str, Any] = {}  # what earlier steps parsed, for the later ones
-
+def _parse_steps(row: dict, st: dict) -> list:
+    """The steps up to the replay: they parse the record into `st` (messages, calls, repairs)."""
     def fmt() -> Verdict:
         st["p"] = p = _format(st["msgs"])
         return ok(LAYER, "format", detail={"turns": len(p.turns)})
@@ -335,14 +332,51 @@ def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]
     def route() -> Verdict:
         return ok(LAYER, "route", detail={"shape": _route(row, st["p"], st["repairs"])})
 
-    return run_steps(LAYER, [
-        ("structure", lambda: st.update(msgs=_structure(row))),
-        ("format", fmt),
-        ("tools", lambda: st.update(repairs=_tools(row, st["p"]))),
-        ("route", route),
-        ("replay", lambda: _replay(row, st["p"], ctx, st.setdefault("meta", meta_of(row)))),
-        ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
-        ("grounding", lambda: ok(LAYER, "grounding", detail=check_grounding(st["msgs"])))])
+    return [("structure", lambda: st.update(msgs=_structure(row))),
+            ("format", fmt),
+            ("tools", lambda: st.update(repairs=_tools(row, st["p"]))),
+            ("route", route)]
+
+
+def _result_steps(row: dict, st: dict, ctx: RuleContext) -> list:
+    """The steps from the replay on, over what `_parse_steps` parsed."""
+    return [("replay", lambda: replay(st["p"], ctx, st.setdefault("meta", meta_of(row)))),
+            ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
+            ("grounding", lambda: ok(LAYER, "grounding", detail=check_grounding(st["msgs"])))]
+
+
+def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]:
+    """Verdicts of the rule checks, ending at the first failing one."""
+    ctx = ctx or RuleContext()
+    st: dict[str, Any] = {}
+    verdicts = run_steps(LAYER, _parse_steps(row, st))
+    if verdicts[-1].passed:
+        verdicts += run_steps(LAYER, _result_steps(row, st, ctx))
+    return verdicts
+
+
+def check_trajectories(rows: list, ctx: RuleContext) -> list[list[Verdict]]:
+    """`check_trajectory` of each row, with the replays of all rows asked as one batch
+    (validators/replay.py): the same verdicts, row by row."""
+    parsed = []
+    for row in rows:
+        st: dict[str, Any] = {}
+        parsed.append((st, run_steps(LAYER, _parse_steps(row, st))))
+    requests = []
+    for row, (st, verdicts) in zip(rows, parsed):
+        if verdicts[-1].passed:
+            try:
+                requests += replay_requests(st["p"], st.setdefault("meta", meta_of(row)))
+            except Exception:  # noqa: BLE001 (the replay step reports it for this row)
+                pass
+    ctx.prefetch(requests)
+    try:
+        for row, (st, verdicts) in zip(rows, parsed):
+            if verdicts[-1].passed:
+                verdicts += run_steps(LAYER, _result_steps(row, st, ctx))
+    finally:
+        ctx.forget()
+    return [verdicts for _, verdicts in parsed]
 
 
 def check_record(row: dict, kind: str, ctx: RuleContext | None = None) -> list[Verdict]:
@@ -367,6 +401,13 @@ class TrajectoryRules(PerRecordCheck):
 
     def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
         return check_trajectory(row, ctx.rules)
+
+    def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
+        """The records' verdicts with their replays batched (`check_trajectories`)."""
+        try:
+            return check_trajectories(records.values, ctx.rules or RuleContext())
+        except Exception:  # noqa: BLE001 (a row's own error becomes its check_crashed verdict)
+            return super().run(records, ctx)
 
 
 RULED_KINDS = ("trajectories", "triples", "tasks")
