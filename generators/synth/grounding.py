@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from functools import lru_cache
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
 
 NUMBER_RE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?!\d)")
-WORD_RUN_RE = re.compile(r"\w+(?:-\w+)*")  # words joined by hyphens: "twenty-one", "one-time"
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_WORD_NUMBER_RE = re.compile(  # a number word as a whole part of a hyphenated run, pairs first
+    r"(?<!\w)(?:(?:" + "|".join(_TENS) + r")-(?:one|two|three|four|five|six|seven|eight|nine)|"
+    + "|".join(sorted((w for w in WORD_NUMBERS if "-" not in w), key=len, reverse=True)) + r")(?!\w)")
 TOKEN_RE = re.compile(r"[^\W\d_][^\W_]*(?:['’\-][^\W\d_]+)*['’]?")
 CONNECTORS = {"of", "the", "de", "van", "von", "la"}
 SENTENCE_END = re.compile(r"[.!?:;\n]")
@@ -92,31 +96,10 @@ def _num(raw: str) -> str:
 
 
 def numbers_in(text: str) -> list[str]:
-    """Number values of `text` in order (digits, then number words)."""
-    return [_num(m.group(1)) for m in NUMBER_RE.finditer(text)] + _word_numbers(text)
-
-
-def _word_numbers(text: str) -> list[str]:
-    """Number words of `text` in order; a hyphenated pair ("twenty-one") is one number, and
-    in other hyphenated runs each part counts alone ("one-time" holds "one")."""
-    out: list[str] = []
-    for run in WORD_RUN_RE.findall(text.lower()):
-        if run in WORD_NUMBERS:
-            out.append(str(WORD_NUMBERS[run]))
-            continue
-        if "-" not in run:
-            continue
-        parts, i = run.split("-"), 0
-        while i < len(parts):
-            pair = "-".join(parts[i:i + 2]) if i + 1 < len(parts) else ""
-            if pair in WORD_NUMBERS:
-                out.append(str(WORD_NUMBERS[pair]))
-                i += 2
-                continue
-            if parts[i] in WORD_NUMBERS:
-                out.append(str(WORD_NUMBERS[parts[i]]))
-            i += 1
-    return out
+    """Number values of `text` in order (digits, then number words). A number word is a whole
+    part of a run of words joined by hyphens, read left to right with a tens word and a unit
+    word taken as one ("twenty-one" is 21, "one-time" holds 1, "twenty--one" is 20 and 1)."""
+    return [_num(m) for m in NUMBER_RE.findall(text)] + [str(WORD_NUMBERS[w]) for w in _WORD_NUMBER_RE.findall(text.lower())]
 
 
 def _small(n: str) -> bool:
@@ -128,11 +111,16 @@ def _lower_words(text: str) -> set[str]:
 
 
 def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
-    """Capitalised names of `text` (module docstring); `common` adds words used in lower case."""
+    """Capitalised names of `text` (module docstring); `common` adds words used in lower case.
+
+    The words of `text` are TOKEN_RE's, in order. While no name is open, a stretch of
+    lower-case words and other characters changes nothing but where the last word ended, so
+    one precompiled pattern (`_skip`) jumps over it to the next capitalised word; word by word
+    reading resumes there and lasts while a name is open."""
     out: list[str] = []
     run: list[str] = []
     pending: list[str] = []  # connectors seen after the run, kept only if a name word follows
-    prev_end = 0
+    prev_end, pos, skip = 0, 0, _skip()
 
     def flush() -> None:
         if run:
@@ -140,10 +128,27 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
         run.clear()
         pending.clear()
 
-    for m in TOKEN_RE.finditer(text):
-        word, gap = m.group(), text[prev_end:m.start()]
+    while True:
+        if not run:
+            jump = skip.match(text, pos)
+            if jump.start(1) >= 0:  # the last lower-case word it passed
+                prev_end = jump.end(1)
+            pos = jump.end()
+        m = TOKEN_RE.search(text, pos)
+        if m is None:
+            break
+        word = m.group()
+        pos = m.end()
+        gap = text[prev_end:m.start()]
+        if not word[0].isupper():  # no name word: it carries an open name over as a connector, or ends it
+            prev_end = pos
+            if run and not gap.strip() and word.lower() in CONNECTORS:
+                pending.append(word)
+            else:
+                flush()
+            continue
         starts = prev_end == 0 or bool(SENTENCE_END.search(gap))
-        prev_end = m.end()
+        prev_end = pos
         if gap.strip():
             flush()  # punctuation or a number between two words ends a name
         possessive = word.endswith(("'s", "’s", "'", "’"))
@@ -169,6 +174,23 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
     return [n[4:] if n.startswith("The ") else n for n in out if n not in ("The",)]
 
 
+@lru_cache(maxsize=1)
+def _skip() -> re.Pattern:
+    """A pattern over a stretch of TOKEN_RE words that do not start with a capital (its last
+    one is group 1) and of characters no word starts with, up to the next capitalised word.
+    Built on first use: the capitals are every letter of Unicode for which `isupper()` holds."""
+    letter = re.compile(r"[^\W\d_]")
+    caps = [c for c in map(chr, range(sys.maxunicode + 1)) if c.isupper() and letter.match(c)]
+    ranges, start = [], 0
+    for i in range(1, len(caps) + 1):
+        if i == len(caps) or ord(caps[i]) != ord(caps[i - 1]) + 1:
+            a, b = caps[start], caps[i - 1]
+            ranges.append(re.escape(a) if a == b else f"{re.escape(a)}-{re.escape(b)}")
+            start = i
+    lower_word = r"(?![" + "".join(ranges) + r"])" + TOKEN_RE.pattern
+    return re.compile(r"(?:(" + lower_word + r")|[\W\d_])*")
+
+
 class Sources:
     """What a text may draw on: numbers, names and lower-case words of source texts."""
 
@@ -181,11 +203,11 @@ class Sources:
             self.add(t)
 
     def add(self, content: str) -> "Sources":
-        norm, numbers, lower = _read(content or "")
-        self._parts.append(norm)
+        pieces = _read(content or "")
+        self._parts.append(" ".join([p[0] for p in pieces if p[0]]))
+        self.numbers.update(*[p[1] for p in pieces])
+        self.lower.update(*[p[2] for p in pieces])
         self._text = None
-        self.numbers.update(numbers)
-        self.lower |= lower
         return self
 
     @property
@@ -208,23 +230,33 @@ class Sources:
                 bad.append(("number", n))
             elif n not in grounded:
                 grounded.append(n)
-        common = self.lower | _lower_words(text)
+        common = _Either(self.lower, _lower_words(text))
         bad += [("name", n) for n in dict.fromkeys(names_in(text, common)) if not self.has_name(n)]
         return bad
 
 
-def _read(content: str) -> tuple[str, frozenset[str], frozenset[str]]:
-    """(normalised text, numbers, lower-case words) of a source, line by line: no mention
-    spans a line, and the lines repeat across a dataset's conversations (the tool schemas of
-    every system prompt, the passages tools return), so each line is read once."""
-    parts = [_read_line(line) for line in plain_text(content).split("\n")]
-    return (" ".join(p[0] for p in parts if p[0]), frozenset().union(*(p[1] for p in parts)),
-            frozenset().union(*(p[2] for p in parts)))
+class _Either:
+    """Membership in either of two sets, without building their union."""
+
+    def __init__(self, a: set[str], b: set[str]):
+        self.a, self.b = a, b
+
+    def __contains__(self, x: str) -> bool:
+        return x in self.a or x in self.b
 
 
-@lru_cache(maxsize=8192)
-def _read_line(line: str) -> tuple[str, frozenset[str], frozenset[str]]:
-    return _norm(line), frozenset(numbers_in(line)), frozenset(_lower_words(line))
+# Source texts are read in pieces cut at whitespace (lines, and the space after a full stop): no
+# mention, number word or name spans whitespace-cut pieces differently from the whole text, and
+# the pieces repeat across a dataset's conversations (the tool schemas of every system prompt,
+# the sentences of the passages tools return), so each is read once (`_read_piece`).
+def _read(content: str) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+    """(normalised text, numbers, lower-case words) of each piece of a source (see above)."""
+    return [_read_piece(p) for p in plain_text(content).replace(". ", ".\n").split("\n") if p]
+
+
+@lru_cache(maxsize=1 << 16)
+def _read_piece(piece: str) -> tuple[str, frozenset[str], frozenset[str]]:
+    return _norm(piece), frozenset(numbers_in(piece)), frozenset(_lower_words(piece))
 
 
 def _derived(n: str, grounded: list[str]) -> bool:
