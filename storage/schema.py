@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+import fastjsonschema
 import jsonschema
 import pyarrow as pa
 
@@ -43,6 +44,18 @@ def _is_datetime(value: object) -> bool:
     if isinstance(value, str):
         dt.datetime.fromisoformat(value)
     return True
+
+
+def _passes(check) -> object:
+    def passes(value: object) -> bool:
+        try:
+            return bool(check(value))
+        except ValueError:
+            return False
+    return passes
+
+
+_FAST_FORMATS = {"json": _passes(_is_json), "date-time": _passes(_is_datetime)}
 
 
 class RowError(ValueError):
@@ -152,16 +165,35 @@ class KindSchema:
     def __post_init__(self) -> None:
         self._validator = jsonschema.Draft202012Validator(self.json, format_checker=_FORMATS)
 
+    def _fast(self):
+        """The schema compiled by fastjsonschema (None where it cannot compile it)."""
+        if not hasattr(self, "_compiled"):
+            try:
+                self._compiled = fastjsonschema.compile(copy.deepcopy(self.json), formats=_FAST_FORMATS)
+            except Exception:  # noqa: BLE001 (jsonschema alone then)
+                self._compiled = None
+        return self._compiled
+
     @property
     def content_fields(self) -> list[str]:
         return [n for n in self.json["properties"] if n not in SHARED_COLUMNS]
 
     def validate_rows(self, rows: Iterable[dict]) -> None:
-        """Raise RowError for the first row that breaks the schema."""
+        """Raise RowError for the first row that breaks the schema. A row is checked with the
+        schema compiled by fastjsonschema; only one that fails there is read by jsonschema,
+        which has the last word and words the error."""
+        fast = self._fast()
         for i, row in enumerate(rows):
             if not isinstance(row, dict):
                 raise RowError(self.kind, i, "<row>", f"expected an object, got {type(row).__name__}")
-            err = jsonschema.exceptions.best_match(self._validator.iter_errors(_jsonable(row)))
+            value = _jsonable(row)
+            if fast is not None:
+                try:
+                    fast(value)
+                    continue
+                except Exception:  # noqa: BLE001 (jsonschema decides, below)
+                    pass
+            err = jsonschema.exceptions.best_match(self._validator.iter_errors(value))
             if err is not None:
                 path = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err.absolute_path)
                 path = path.replace(".[", "[") or "<row>"
