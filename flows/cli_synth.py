@@ -62,6 +62,10 @@ def register(app: typer.Typer) -> None:
 
         summary = run(synth, backend, data_root, runner=runner, workers=opts.workers)
         console = Console()
+        if summary["planned"] < summary["asked"]:  # --allow-fewer
+            console.print(f"[yellow]{summary['planned']} of the {summary['asked']} asked: the dataset's "
+                          f"{summary['triples_in_use']} triples in use allow {summary['per_triple']} each "
+                          f"(--per-triple)[/yellow]")
         console.print(_mix_table(summary))
         console.print(slot_table(summary))
         u = summary.get("usage") or {}

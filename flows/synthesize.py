@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import asdict
+from itertools import islice
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
@@ -34,9 +35,12 @@ from flows.common import Stages, tie_temporary_server
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, make_backend
-from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report, pending
+from generators.synth.assemble import traj_id_for
+from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report
 from generators.tools.imported import imported_rows
-from storage import ShardWriter, load_table, resolve_root, write_rows
+from storage import load_table, resolve_root, write_rows
+from storage.idset import IdSet
+from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config, without_later_defaults
 
 
@@ -62,17 +66,22 @@ def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, li
 
 @task(name="synthesize-chunk", cache_policy=NONE, retries=2, retry_delay_seconds=5)
 def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id: str, lineage: dict,
-               triple_ids: dict) -> dict:
-    """Generate one chunk's trajectories and commit them as one shard; its stats, with the
-    backend usage of this chunk (a copy of the backend in a worker process counts there)."""
+               triple_ids: dict, writer: RunWriter | None = None) -> dict:
+    """Generate one chunk's trajectories and commit them as one shard (with `writer`, the
+    run's writer in the flow process, which knows what the run committed; a worker commits
+    on its own); its stats, with the backend usage of this chunk (a copy of the backend in a
+    worker process counts there)."""
     used = getattr(backend, "usage", None)
     before = asdict(used) if used is not None else None
     rows, stats = session.trajectories(plans, backend, run_id)
     if used is not None:
         stats["usage"] = {k: v - before[k] for k, v in asdict(backend.usage).items()}
     t = time.perf_counter()
-    with ShardWriter(root, dataset, "trajectories", run_id, lineage=lineage) as w:
-        w.write([{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows])
+    rows = [{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows]
+    if writer is not None:
+        writer.commit(dataset, "trajectories", rows)
+    else:
+        write_rows(root, dataset, "trajectories", run_id, rows, lineage=lineage)
     stats["write_s"] = time.perf_counter() - t
     stats["mix"] = mix_report(rows)
     return stats
@@ -89,7 +98,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
-    keyed = {"synth": without_later_defaults(asdict(cfg), LATER_DEFAULTS),
+    keyed = {"synth": without_later_defaults({k: v for k, v in asdict(cfg).items() if k != "allow_fewer"},
+                                             LATER_DEFAULTS),
              "backend": bcfg.config_hash()}
     if imported:  # new imports make a new run; without any, run ids stay what they were
         keyed["imported_tools"] = [t["tool_id"] for t in imported]
@@ -101,6 +111,10 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         inputs = load_task(root, cfg.dataset)
         st.rows_in = st.rows_out = len(inputs.triples)
         st.notes = f"{len(inputs.documents)} documents"
+    session = Session(inputs, cfg)
+    short = session.shortfall()  # before the bank is gated and any model loads
+    if short:
+        raise ValueError(short)
     be = make_backend(bcfg) if cfg.texts == "llm" else None
     lineage = {"model": str(getattr(be, "model", bcfg.model)) if be else None, "backend": bcfg.backend if be else None,
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
@@ -110,17 +124,20 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         st.rows_out = len(tools)
         st.notes = ", ".join([f"{k}={v}" for k, v in gate_reasons.items()] + [f"imported={len(imported)}"])
     with stages.stage("plan", rows_in=len(inputs.triples)) as st:
-        session = Session(inputs, cfg, tools)
-        plans = session.plans()
-        committed = load_table(cfg.dataset, "trajectories", root, run_id=run_id, columns=["traj_id"])
-        todo = pending(plans, run_id, committed.column("traj_id").to_pylist())
-        st.rows_out = len(plans)
-        st.notes = (f"{len(plans) - len(todo)} already committed; held out: {len(session.held_out)}; "
-                    f"unplannable: {dict(session.rejected)}")
+        session.set_tools(tools)
+        if session.shortfall():  # (the bank had no calculator after all: routes may differ)
+            raise ValueError(session.shortfall())
+        planned = min(cfg.n, session.capacity())
+        done = IdSet(load_table(cfg.dataset, "trajectories", root, run_id=run_id, columns=["traj_id"]).column("traj_id"))
+        st.rows_out = planned
+        st.notes = (f"{len(done)} already committed; {session.triples_in_use()} triples in use, up to "
+                    f"{cfg.per_triple} each; held out: {len(session.held_out)}; unplannable: {dict(session.rejected)}")
 
     triple_ids = {tr["triple_id"]: tr["id"] for tr in inputs.triples}
-    tally, in_flight = Tally(), deque()  # (size, stats or their future) of chunks not added yet
-    with tqdm(total=len(todo), desc="synthesize", unit="traj", disable=not progress) as bar:
+    todo = (p for p in session.picks() if traj_id_for(run_id, p.triple_id, p.case, p.variant) not in done)
+    writer = None if fan_out else RunWriter(root, run_id, lineage)
+    tally, in_flight, written = Tally(), deque(), 0  # (size, stats or their future) of chunks not added yet
+    with tqdm(total=max(0, planned - len(done)), desc="synthesize", unit="traj", disable=not progress) as bar:
         def add_oldest() -> None:
             size, out = in_flight.popleft()
             stats = out.result() if fan_out else out
@@ -132,10 +149,10 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                 bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
 
         try:
-            for i in range(0, len(todo), cfg.chunk):
-                chunk = todo[i:i + cfg.chunk]
+            while chunk := list(islice(todo, cfg.chunk)):
+                written += len(chunk)
                 args = (session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
-                in_flight.append((len(chunk), chunk_task.submit(*args) if fan_out else chunk_task(*args)))
+                in_flight.append((len(chunk), chunk_task.submit(*args) if fan_out else chunk_task(*args, writer)))
                 while len(in_flight) >= (2 * workers if fan_out else 1):  # workers stay busy, memory bounded
                     add_oldest()
             while in_flight:
@@ -147,11 +164,13 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         be.close()
 
     wall = time.perf_counter() - t0
-    stages.add("synthesize", len(todo), len(todo), tally.llm_s + tally.program_s,
+    stages.add("synthesize", written, written, tally.llm_s + tally.program_s,
                f"LLM {tally.llm_s:.1f}s, program {tally.program_s:.2f}s, {tally.slots} texts")
-    stages.add("write", rows_out=len(todo), seconds=tally.write_s)
-    summary = {"run_id": run_id, "dataset": cfg.dataset, "planned": len(plans), "written": len(todo),
-               "skipped_committed": len(plans) - len(todo), "case": dict(tally.case), "route": dict(tally.route),
+    stages.add("write", rows_out=written, seconds=tally.write_s)
+    summary = {"run_id": run_id, "dataset": cfg.dataset, "asked": cfg.n, "planned": planned, "written": written,
+               "skipped_committed": planned - written, "capacity": session.capacity(),
+               "triples_in_use": session.triples_in_use(), "per_triple": cfg.per_triple,
+               "case": dict(tally.case), "route": dict(tally.route),
                "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks),
                "texts_by_slot": tally.slot_report(), "usage": usage,
                "seconds": wall, "llm_seconds": tally.llm_s,

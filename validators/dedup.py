@@ -6,6 +6,12 @@ Near duplicates: word n-gram shingles -> MinHash signature (numpy, `num_perm` un
 hashes over 64-bit xxhash shingle hashes) -> LSH bands for candidates -> estimated Jaccard
 >= threshold. The first record seen wins; later copies are rejected.
 
+Records of one group (`record_group`: the trajectories of one triple, which a synthesis run
+makes several of, each its own route, case or offered tools) share their question and answer
+on purpose: they are not duplicates of each other, unless their conversations are the same
+(`body`: the hash of the messages). The index keeps one signature per question, so it grows
+with the questions, not with the trajectories made from them.
+
     d = Deduper(threshold=0.8); d.add_heldout(["q1", ...]); d.check("some question text")
 
 `DedupCheck` is the layer's check (validators/check.py): its index lives for the run, in
@@ -15,6 +21,7 @@ the flow process, and records are checked in record order.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +43,18 @@ def record_text(row: dict, kind: str) -> str:
     return f"{row.get('question', '')} || {row.get('answer', '')}"
 
 
+def record_group(row: dict, kind: str) -> str | None:
+    """The group whose records may share their text (module docstring): a trajectory's triple."""
+    group = row.get("triple_id") if kind == "trajectories" else None
+    return group if isinstance(group, str) and group else None
+
+
+def record_body(row: dict) -> str:
+    """A hash of a record's messages: two records of one group with the same body are copies."""
+    return hashlib.sha256(json.dumps(row.get("messages"), sort_keys=True, default=str,
+                                     ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 class Deduper:
     def __init__(self, threshold: float = 0.8, ngram: int = 3, num_perm: int = 64, bands: int = 16, seed: int = 1):
         self.threshold, self.ngram, self.num_perm, self.bands = threshold, ngram, num_perm, bands
@@ -46,6 +65,8 @@ class Deduper:
         self.buckets: list[dict[bytes, list[int]]] = [{} for _ in range(bands)]
         self.sigs: list[np.ndarray] = []
         self.owners: list[str] = []
+        self.groups: dict[str, str] = {}  # owner -> its group, for owners that have one
+        self.bodies: dict[str, str] = {}  # body hash -> the record of a group that had it first
 
     def signature(self, text: str) -> np.ndarray:
         toks = normalize(text).split()
@@ -72,18 +93,25 @@ class Deduper:
         for i, t in enumerate(texts):
             self._add(f"{name}:{i}", t, self.signature(t))
 
-    def check(self, record_id: str, text: str) -> Verdict:
-        """Verdict for `text`; a passing text joins the index."""
+    def check(self, record_id: str, text: str, group: str | None = None, body: str | None = None) -> Verdict:
+        """Verdict for `text` (of `group`, with `body`: module docstring); a passing text joins
+        the index."""
         key = hashlib.sha256(normalize(text).encode('utf-8', 'surrogatepass')).hexdigest()
         first = self.exact.get(key)
-        if first is not None and first != record_id:
+        if first is not None and first != record_id and (group is None or self.groups.get(first) != group):
             reason = "heldout_overlap" if first.startswith("heldout") else "exact_duplicate"
             return fail(LAYER, "dedup", reason, score=1.0, detail={"duplicate_of": first})
+        if body is not None:
+            copy = self.bodies.setdefault(body, record_id)
+            if copy != record_id:
+                return fail(LAYER, "dedup", "exact_duplicate", score=1.0, detail={"duplicate_of": copy})
+        if first is not None and first != record_id:  # another record of the group asked it first
+            return ok(LAYER, "dedup", detail={"same_question_as": first})
         sig = self.signature(text)
         cands = {i for band, k in zip(self.buckets, self._bands(sig)) for i in band.get(k, ())}
         best, best_i = 0.0, None
         for i in cands:
-            if self.owners[i] == record_id:
+            if self.owners[i] == record_id or (group is not None and self.groups.get(self.owners[i]) == group):
                 continue
             j = float(np.mean(self.sigs[i] == sig))
             if j > best:
@@ -91,8 +119,12 @@ class Deduper:
         if best_i is not None and best >= self.threshold:
             owner = self.owners[best_i]
             reason = "heldout_overlap" if owner.startswith("heldout") else "near_duplicate"
+            if body is not None:
+                self.bodies.pop(body, None)
             return fail(LAYER, "dedup", reason, score=best, detail={"duplicate_of": owner, "jaccard": round(best, 3)})
         if first is None:
+            if group is not None:
+                self.groups[record_id] = group
             self._add(record_id, text, sig)
         return ok(LAYER, "dedup", score=best)
 
@@ -115,7 +147,7 @@ def read_heldout(path: str) -> list[str]:
 class DedupCheck(Check):
     name, layer, verdict_layer, per_record = "dedup", "dedup", LAYER, False
     reasons = ("exact_duplicate", "near_duplicate", "heldout_overlap", "check_crashed")
-    columns = ("question", "answer", "title", "text")  # what record_text reads
+    columns = ("question", "answer", "title", "text", "triple_id", "messages")  # what it reads
 
     def start(self, ctx: CheckContext) -> None:
         o = ctx.options
@@ -127,13 +159,18 @@ class DedupCheck(Check):
         d = ctx.state[self.name]
         for rid, row in zip(records.ids, records.fields(self.columns)):
             if isinstance(row, dict):
-                d.check(rid, record_text(row, ctx.kind))
+                _check(d, rid, row, ctx.kind)
 
     def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
         d, out = ctx.state[self.name], []
         for rid, row in zip(records.ids, records.fields(self.columns)):
             try:
-                out.append([d.check(rid, record_text(row, ctx.kind))])
+                out.append([_check(d, rid, row, ctx.kind)])
             except Exception as e:  # data is data: reject, never crash
                 out.append([Verdict(LAYER, "dedup", False, "check_crashed", detail=f"{type(e).__name__}: {e}"[:300])])
         return out
+
+
+def _check(d: Deduper, record_id: str, row: dict, kind: str) -> Verdict:
+    group = record_group(row, kind)
+    return d.check(record_id, record_text(row, kind), group, record_body(row) if group else None)

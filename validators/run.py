@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from generators.llm.registry import BackendConfig, make_backend
 from storage import Catalog
+from storage.idset import IdSet
 from storage.reader import entries, iter_tables, prefetched
 from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config
@@ -103,8 +104,8 @@ class ValidationRun:
         self.writer = RunWriter(self.root, self.run_id, {
             "model": str(getattr(self.backend, "model", None)) if self.backend else None,
             "backend": bcfg.backend if self.backend else None, "config_hash": config_hash(identity)})
-        self.done = set(self.writer.committed(self.verdict_ds, "verdicts", "record_id").to_pylist())
-        self.kept = set(self.writer.committed(self.accepted_ds, cfg.kind).to_pylist()) if self.done else set()
+        self.done = IdSet(self.writer.committed(self.verdict_ds, "verdicts", "record_id"))
+        self.kept = IdSet(self.writer.committed(self.accepted_ds, cfg.kind) if len(self.done) else ())
         self.seconds: Counter = Counter()
         self.skipped = self.written = self.accepted = 0
         self.failed: tuple[Commit, str] | None = None  # a commit that failed, and its error

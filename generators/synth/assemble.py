@@ -34,13 +34,14 @@ def tool_call_block(name: str, arguments: dict) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
 
-def traj_id_for(run_key: str, triple_id: str, case: str) -> str:
-    """Stable id of the trajectory a run makes for (triple, case): reruns find it again."""
-    return hashlib.sha256(f"{run_key}|{triple_id}|{case}".encode()).hexdigest()[:24]
+def traj_id_for(run_key: str, triple_id: str, case: str, variant: int = 0) -> str:
+    """Stable id of the trajectory a run makes for (triple, case, variant): reruns find it again."""
+    tail = f"|{variant}" if variant else ""
+    return hashlib.sha256(f"{run_key}|{triple_id}|{case}{tail}".encode()).hexdigest()[:24]
 
 
 def traj_id(sk: Skeleton, run_key: str) -> str:
-    return traj_id_for(run_key, sk.plan.triple_id, sk.plan.case)
+    return traj_id_for(run_key, sk.plan.triple_id, sk.plan.case, sk.plan.variant)
 
 
 def to_row(sk: Skeleton, thinks: list[str], final_think: str, answer: str, sources: list[str],

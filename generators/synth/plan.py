@@ -20,6 +20,13 @@ The reflection case is drawn from a configurable mix among the cases the plan al
 deterministically per (seed, triple). `select_by_route` picks the plans a run makes: routes
 follow their mix, and within a route long plans may be favoured (`rounds_weight`) and the kinds
 of question may take turns (`in_turn`).
+
+A triple can give several trajectories: `variant_of(plan, v, ...)` is its v-th (v = 0 is the
+plan itself). A variant draws its own case from the mix, takes the sequential route on odd v
+where the plan has a round of several lookups (they do not depend on each other, so one at a
+time is a route too), and its skeleton its own offered tools, distractors and arguments (the
+builder's random draws are salted with v), so no two variants of a triple are the same
+conversation.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class Plan:
     route: str = ""
     case: str = "clean"
     allowed: list[str] = field(default_factory=list)
+    variant: int = 0  # the how-many-th trajectory of its triple (variant_of)
 
     @property
     def hops(self) -> list[Hop]:
@@ -168,17 +176,32 @@ def _unit(*parts) -> float:
 
 
 def choose_case(plan: Plan, mix: dict[str, float], seed: int) -> str:
-    """A case from `mix`, renormalised over the cases this plan allows; deterministic."""
+    """A case from `mix`, renormalised over the cases this plan allows; deterministic per
+    (seed, triple, variant)."""
     weights = {c: mix.get(c, 0.0) for c in plan.allowed if mix.get(c, 0.0) > 0}
     if not weights:
         return "clean"
-    u, acc, total = _unit(seed, plan.triple_id, "case"), 0.0, sum(weights.values())
+    salt = ("case",) if not plan.variant else ("case", plan.variant)
+    u, acc, total = _unit(seed, plan.triple_id, *salt), 0.0, sum(weights.values())
     for c in CASES:
         if c in weights:
             acc += weights[c] / total
             if u < acc:
                 return c
     return list(weights)[-1]
+
+
+def variant_of(plan: Plan, v: int, mix: dict[str, float], seed: int) -> Plan:
+    """The v-th trajectory plan of `plan`'s triple (module docstring); v = 0 is `plan`."""
+    if v == 0:
+        return plan
+    rounds = plan.rounds
+    if v % 2 and any(len(r) > 1 for r in rounds):  # one lookup at a time (a calculator round stays last)
+        rounds = [[h] for r in rounds for h in r]
+    out = Plan(plan.triple_id, rounds, route_of(rounds), variant=v)
+    out.allowed = allowed_cases(out)
+    out.case = choose_case(out, mix, seed)
+    return out
 
 
 def parse_mix(text: str | dict, known: tuple[str, ...]) -> dict[str, float]:

@@ -213,7 +213,8 @@ class SkeletonBuilder:
         short)."""
         ev = evidence or Evidence()
         shows = evidence is not None and every_step
-        rng = _rng(self.seed, plan.triple_id, plan.case)
+        salt = (plan.case,) if not plan.variant else (plan.case, plan.variant)  # a variant draws anew
+        rng = _rng(self.seed, plan.triple_id, *salt)
         rounds, computed = plan.lookups, plan.computed  # searches, then the calculator call if any
         unnamed = first_general and plan.case != "escalation"  # the first round's kinds are not known yet
         if unnamed:
@@ -246,7 +247,7 @@ class SkeletonBuilder:
                 answers[h.doc_id] = ([x.query for x in rounds[i + 1]] if i + 1 < len(rounds)
                                      else [triple["answer"], *triple.get("aliases", [])])
         ctx = {"supporting": supporting, "answers": answers}
-        sk_id = hashlib.sha256(f"{self.seed}|{plan.triple_id}|{plan.case}".encode()).hexdigest()
+        sk_id = hashlib.sha256("|".join(map(str, (self.seed, plan.triple_id, *salt))).encode()).hexdigest()
 
         def queries(i: int) -> list[str]:
             return [h.query for h in rounds[i]] if i < len(rounds) else []

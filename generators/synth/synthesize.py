@@ -17,6 +17,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from generators.corpus.questions import question_ask, question_kind
 from generators.llm.base import ChatRequest
@@ -31,7 +32,9 @@ class SynthConfig:
     """How `forgeplay synthesize` builds trajectories."""
 
     dataset: str = field(default="demo", metadata={"help": "dataset holding documents and triples; trajectories and tools are written there too"})
-    n: int = field(default=500, metadata={"help": "number of trajectories to synthesize"})
+    n: int = field(default=500, metadata={"help": "number of trajectories to synthesize; past the number of triples, a triple gives several (other routes, cases, offered tools; see --per-triple)"})
+    per_triple: int = field(default=8, metadata={"help": "most trajectories made from one triple (each its own route, case or offered tools)"})
+    allow_fewer: bool = field(default=False, metadata={"help": "when --n is more than the triples allow (triples in use x --per-triple), make as many as they allow instead of stopping with an error"})
     seed: int = field(default=7, metadata={"help": "seed for tool choice, cases, errors and sampling"})
     case_mix: str = field(default=",".join(f"{k}={v}" for k, v in planning.DEFAULT_CASE_MIX.items()),
                           metadata={"help": "weights of the reflection cases, e.g. clean=0.4,wrong_args=0.2 (cases: "
@@ -76,6 +79,8 @@ class SynthConfig:
         self.top_k_choices()
         if self.rounds_weight < 0:
             raise ValueError(f"--rounds-weight must be >= 0, not {self.rounds_weight}")
+        if self.n < 1 or self.per_triple < 1:
+            raise ValueError(f"--n and --per-triple must be >= 1, not {self.n} and {self.per_triple}")
 
     def held_out(self, triple_ids=None) -> set[str]:
         """The triple ids of the `hold_out` file (none without one), each checked to be one of
@@ -104,7 +109,7 @@ LEADS = ("every", "later")
 # options added after runs existed: in a run's id only when set, so an older run keeps its id
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
-                  "asks_in_turn": False, "lead": "every"}
+                  "asks_in_turn": False, "lead": "every", "per_triple": 8, "allow_fewer": False}
 
 
 @dataclass
@@ -127,24 +132,59 @@ def load_inputs(root, dataset: str) -> Inputs:
 class Session:
     """Everything a synthesis run needs in memory, built once per process."""
 
-    def __init__(self, inputs: Inputs, cfg: SynthConfig, tools: list[dict]):
-        from generators.tools.compute import is_compute
-        from generators.tools.simulator import Simulator
+    def __init__(self, inputs: Inputs, cfg: SynthConfig, tools: list[dict] | None = None):
+        from generators.tools.simulator import domain_for
 
         self.cfg = cfg
         self.docs = {d["doc_id"]: d for d in inputs.documents}
         self.triples = {t["triple_id"]: t for t in inputs.triples}
-        self.tools = tools
-        self.sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
-        self.builder = SkeletonBuilder(self.sim, tools, seed=cfg.seed,
-                                       distractors=(cfg.distractors_min, cfg.distractors_max),
-                                       top_k_rate=cfg.top_k_rate, top_k_choices=cfg.top_k_choices())
+        self._documents = inputs.documents
         self.case_mix = planning.parse_mix(cfg.case_mix, planning.CASES)
         self.route_mix = planning.parse_mix(cfg.route_mix, planning.ROUTES)
         self.rejected: Counter = Counter()
-        self.computes = cfg.calculator and any(is_compute(t) for t in tools)  # plans end with a calculator call
         self._fact_cache: dict = {}  # facts per document, shared by planning and evidence
         self.held_out = cfg.held_out(self.triples)
+        self._pool: list[planning.Plan] | None = None
+        self._domains = {d: domain_for(doc.get("meta")) for d, doc in self.docs.items()}
+        self.tools: list[dict] = []
+        self._sim = self._builder = None
+        self.computes = cfg.calculator  # plans end with a calculator call (the bank will have one)
+        if tools is not None:
+            self.set_tools(tools)
+
+    def set_tools(self, tools: list[dict]) -> None:
+        """The tool bank the trajectories offer. Plans do not depend on it, but for whether it
+        has the calculator: a run can be planned, and its size checked, before the bank is built."""
+        from generators.tools.compute import is_compute
+
+        self.tools = tools
+        self._sim = self._builder = None
+        computes = self.cfg.calculator and any(is_compute(t) for t in tools)
+        if computes != self.computes:
+            self._pool = None
+        self.computes = computes
+
+    def domain_of(self, doc_id: str) -> str:
+        """The domain tool meant for a document (generators.tools.simulator.domain_for)."""
+        return self._domains[doc_id]
+
+    @property
+    def sim(self):
+        """The tool simulator over the documents (its BM25 index is built on first use)."""
+        if self._sim is None:
+            from generators.tools.simulator import Simulator
+
+            self._sim = Simulator(self._documents, seed=self.cfg.seed, tools=self.tools)
+        return self._sim
+
+    @property
+    def builder(self) -> SkeletonBuilder:
+        if self._builder is None:
+            cfg = self.cfg
+            self._builder = SkeletonBuilder(self.sim, self.tools, seed=cfg.seed,
+                                            distractors=(cfg.distractors_min, cfg.distractors_max),
+                                            top_k_rate=cfg.top_k_rate, top_k_choices=cfg.top_k_choices())
+        return self._builder
 
     def _docs_of(self, triple: dict) -> dict[str, tuple[str, str]]:
         """(title, text) of the triple's golden documents, by doc_id."""
@@ -157,12 +197,15 @@ class Session:
         if isinstance(meta, dict) and "program" in meta:
             golden = [(self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs]
             facts = FactBase.from_docs(golden, cache=fact_cache)
-            return planning.program_rounds(triple, self.docs, self.sim.domain_of, facts)
-        return planning.structural_rounds(triple, self.docs, self.sim.domain_of)
+            return planning.program_rounds(triple, self.docs, self.domain_of, facts)
+        return planning.structural_rounds(triple, self.docs, self.domain_of)
 
-    def plans(self) -> list[planning.Plan]:
+    def _usable(self) -> list[planning.Plan]:
         """One plan per usable triple that is not held out (route from structure, case from
-        the mix); triples that cannot be planned are counted in `rejected` by reason."""
+        the mix), sorted by triple id; triples that cannot be planned are counted in
+        `rejected` by reason. Built once."""
+        if self._pool is not None:
+            return self._pool
         from generators.synth.evidence import evidence_for
 
         out, cache = [], self._fact_cache
@@ -186,9 +229,58 @@ class Session:
             p.allowed = planning.allowed_cases(p)
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
             out.append(p)
-        return planning.select_by_route(out, self.cfg.n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight,
+        self._pool = out
+        return out
+
+    def _select(self, n: int) -> list[planning.Plan]:
+        return planning.select_by_route(self._usable(), n, self.route_mix, self.cfg.seed, self.cfg.rounds_weight,
                                         kind=self.kind if self.cfg.kinds_in_turn else None,
                                         ask=self.ask if self.cfg.asks_in_turn else None)
+
+    def triples_in_use(self) -> int:
+        """Triples a run can draw on: usable ones whose route has a weight in the route mix."""
+        return sum(1 for p in self._usable() if self.route_mix.get(p.route, 0.0) > 0)
+
+    def capacity(self) -> int:
+        """How many trajectories this config can make: `per_triple` for each triple in use."""
+        return self.triples_in_use() * self.cfg.per_triple
+
+    def shortfall(self) -> str | None:
+        """Why `n` trajectories cannot be made, or None when they can (or `allow_fewer`)."""
+        can = self.capacity()
+        if self.cfg.n <= can or self.cfg.allow_fewer:
+            return None
+        unused = len(self._usable()) - self.triples_in_use()
+        return (f"asked for {self.cfg.n} trajectories, but dataset {self.cfg.dataset!r} allows {can}: "
+                f"{self.triples_in_use()} triples in use x --per-triple {self.cfg.per_triple} "
+                f"(held out: {len(self.held_out)}; unplannable: {sum(self.rejected.values())}"
+                f"{f' {dict(self.rejected)}' if self.rejected else ''}; on routes with no weight in --route-mix: "
+                f"{unused}). Raise --per-triple, add triples, or pass --allow-fewer to make {can}")
+
+    def picks(self) -> Iterator[planning.Plan]:
+        """The plans of the run, in order, made as they are asked for: up to `n` triples'
+        plans picked by route (`select_by_route`); past the triples in use, their variants
+        (planning.variant_of) in the same order, variant 1 of each, then 2, ... up to
+        `per_triple`. Nothing here grows with `n` but the triples' own plans."""
+        n, in_use = min(self.cfg.n, self.capacity()), self.triples_in_use()
+        if n <= in_use:
+            yield from self._select(n)
+            return
+        base = self._select(in_use)
+        picked = {p.triple_id for p in base}
+        base += [p for p in self._usable() if p.triple_id not in picked and self.route_mix.get(p.route, 0.0) > 0]
+        yield from base
+        made = len(base)
+        for v in range(1, self.cfg.per_triple):
+            for p in base:
+                if made >= n:
+                    return
+                yield planning.variant_of(p, v, self.case_mix, self.cfg.seed)
+                made += 1
+
+    def plans(self) -> list[planning.Plan]:
+        """Every plan of the run (`picks`), as a list."""
+        return list(self.picks())
 
     def kind(self, p: planning.Plan) -> str:
         """A plan's kind of question: its triple's type and hop count ("compositional/2")."""
@@ -287,7 +379,7 @@ class Tally:
 def pending(plans: list[planning.Plan], run_id: str, committed_traj_ids) -> list[planning.Plan]:
     """The plans whose trajectory is not committed yet in run `run_id` (what a rerun resumes)."""
     done = set(committed_traj_ids)
-    return [p for p in plans if traj_id_for(run_id, p.triple_id, p.case) not in done]
+    return [p for p in plans if traj_id_for(run_id, p.triple_id, p.case, p.variant) not in done]
 
 
 def mix_report(rows: list[dict]) -> dict[str, dict[str, int]]:

@@ -49,3 +49,27 @@ def test_dedup_exact_near_and_heldout():
     assert d.check("d", "Which river flows through the city of Maara in the north? || Orvane").reason == "heldout_overlap"
     assert d.check("e", "How many people live in Femar according to the census? || 1505300").passed
     assert d.check("a", base).passed  # a record is not its own duplicate
+
+
+def test_trajectories_of_one_triple_are_not_duplicates_unless_their_conversations_are():
+    """Several trajectories of one triple share its question: dedup keeps each distinct
+    conversation, rejects a copy of one, and still rejects the question under another triple."""
+    from validators.dedup import _check
+
+    d = Deduper()
+    question = ("In which city of the old kingdom was the mathematician and writer Ada Lovelace, who worked with "
+                "Charles Babbage on the analytical engine and wrote its first program, born?")
+    row = {"question": question, "answer": "London", "triple_id": "t1",
+           "messages": [{"role": "user", "content": question}]}
+    other = dict(row, messages=row["messages"] + [{"role": "assistant", "content": "<think>x</think>"}])
+    assert _check(d, "a", row, "trajectories").passed
+    assert _check(d, "b", other, "trajectories").passed  # a variant of the same triple
+    copy = _check(d, "c", dict(other), "trajectories")
+    assert not copy.passed and copy.code == "exact_duplicate" and "b" in copy.detail_text()
+    elsewhere = _check(d, "d", dict(other, triple_id="t2"), "trajectories")
+    assert not elsewhere.passed and elsewhere.code == "exact_duplicate"
+    asked = question.replace("born?", "born and raised?")
+    near = _check(d, "e", dict(row, question=asked, triple_id="t3", messages=[{"role": "user", "content": asked}]),
+                  "trajectories")
+    assert not near.passed and near.code == "near_duplicate"
+    assert _check(d, "b", other, "trajectories").passed  # a record checked again (a resumed run) is no copy of itself
