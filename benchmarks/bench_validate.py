@@ -1,17 +1,20 @@
-"""Benchmark the schema + rule layers (records/s) on N trajectories made by replicating
-synthesized ones with new ids; replay is off (no corpus). Three ways, in the same run:
-a raw loop in one process, a raw ProcessPoolExecutor, and the real `validate` flow
-(flows.validate.run: reads the shards, runs the chunk tasks on its task runner, commits
-verdicts and accepted shards) with --workers 1 and with --workers N; each with records/s
-and its ratio to the raw one-process loop. Then the flow on each distributed task runner of
---runners (a local cluster of --workers workers, started and stopped inside the run), with
-its ratios to the default runner's one-worker flow and N-process flow. The raw loop and the one-worker flow run
---repeat times alternately; the medians and their ratio come last. With --judge K, also
-the judge layer on K records with the embedded model: records/s and tokens/s against the
-same backend generating the same judge prompts raw (the peer).
+"""Benchmark validation as users run it: the default layers (schema, rules with replay of every
+tool call and grounding, dedup) over N synthesized trajectories of a world corpus (template
+texts, several per triple), committed with the world's documents and tool bank so replay runs.
+Three ways, in the same run: a raw loop in one process (the same checks called directly), a raw
+ProcessPoolExecutor of the per-record checks, and the real `validate` flow (flows.validate.run:
+reads the shards, runs the chunk tasks on its task runner, commits verdicts and accepted shards)
+with --workers 1 and with --workers N; each with records/s and its ratio to the raw one-process
+loop. A second row, labelled as stripped, runs the flow with replay off and no dedup (what this
+benchmark measured before). Then the flow on each distributed task runner of --runners (a local
+cluster of --workers workers, started and stopped inside the run), with its ratios to the default
+runner's one-worker flow and N-process flow. The raw loop and the one-worker flow run --repeat
+times alternately; the medians and their ratio come last. With --judge K, also the judge layer
+on K records with the embedded model: records/s and tokens/s against the same backend generating
+the same judge prompts raw (the peer).
 
-    .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2 --judge 8
-    .venv/bin/python benchmarks/bench_validate.py --n 100000 --workers 2 --repeat 1 --runners dask,ray
+    .venv/bin/python benchmarks/bench_validate.py --n 20000 --workers 2 --judge 8
+    .venv/bin/python benchmarks/bench_validate.py --n 20000 --workers 2 --repeat 1 --runners dask,ray
 """
 
 from __future__ import annotations
@@ -31,28 +34,41 @@ from concurrent.futures import ProcessPoolExecutor
 from comparisons import record
 
 
-def _work(rows: list[dict]) -> int:
-    from validators.trajectory_rules import RuleContext, check_trajectory
+def _work(args: tuple[str, list[dict]]) -> int:
+    """The default layers' checks over rows, called directly: schema, rules (replay through the
+    dataset's corpus, grounding) and, in one process, dedup; the records that pass."""
+    from validators.context import corpus_fingerprint, rule_context
+    from validators.dedup import Deduper, _check
     from validators.schema_layer import check_schema
+    from validators.trajectory_rules import check_trajectories
 
-    ctx, n = RuleContext(replay=False), 0
-    for r in rows:
-        if check_schema(r, "trajectories").passed and check_trajectory(r, ctx)[-1].passed:
-            n += 1
+    root, rows = args
+    ctx = rule_context(root, "b", corpus_fingerprint(root, "b"))
+    dedup, n = Deduper(), 0
+    for i in range(0, len(rows), 2000):
+        part = [r for r in rows[i:i + 2000] if check_schema(r, "trajectories").passed]
+        for r, vs in zip(part, check_trajectories(part, ctx)):
+            n += vs[-1].passed and _check(dedup, r["id"], r, "trajectories").passed
     return n
 
 
-def make_rows(n: int) -> list[dict]:
+def make_rows(n: int, root: str) -> list[dict]:
+    """n template trajectories of a world with enough triples (several per triple), with the
+    world, its tool bank and the trajectories committed as dataset "b" under `root`."""
     from generators.corpus.build import WorldConfig, write
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
     from generators.tools.bank import build_bank
-    from generators.llm.scripted import ScriptedBackend
+    from storage import write_rows
 
-    root = tempfile.mkdtemp()
-    write(WorldConfig(seed=3, entities=300), root, "w")
-    s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=200), build_bank(seed=3, variants_per_tool=1))
-    base, _ = s.trajectories(s.plans(), ScriptedBackend(), "run")
-    return [dict(base[i % len(base)], id=f"r{i}", traj_id=f"t{i}") for i in range(n)]
+    entities = max(2000, n // 4)
+    write(WorldConfig(seed=3, entities=entities), root, "b")
+    bank = build_bank(seed=3, variants_per_tool=1)
+    s = Session(load_inputs(root, "b"), SynthConfig(dataset="b", n=n, texts="template",
+                                                    per_triple=-(-n // (entities // 2))), bank)
+    rows, _ = s.trajectories(s.plans(), None, "run")
+    write_rows(root, "b", "tools", "bank", bank)
+    write_rows(root, "b", "trajectories", "run", rows)
+    return rows
 
 
 def main() -> None:
@@ -67,12 +83,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="pairs of (raw loop, one-worker flow) run alternately; medians and their ratio are printed")
     a = ap.parse_args()
-    rows = make_rows(a.n)
-    root = committed_root(rows)
+    root = tempfile.mkdtemp()
+    rows = make_rows(a.n, root)
     ones, flows = [], []
     for r in range(a.repeat):  # alternating, so a slower spell of the machine hits both sides
         t = time.perf_counter()
-        passed = _work(rows)
+        passed = _work((root, rows))
         ones.append(a.n / (time.perf_counter() - t))
         flows.append(flow_bench(root, a.n, 1, ones[-1], a.chunk))
         print(json.dumps({"repeat": r, "passed": passed, "records_per_s_one_process": round(ones[-1]), **flows[-1]}), flush=True)
@@ -80,13 +96,17 @@ def main() -> None:
     print(json.dumps({"n": a.n, "repeats": a.repeat, "median_records_per_s_one_process": round(one),
                       "median_records_per_s_flow_1_worker": round(flow_1),
                       "flow_1_worker_vs_one_process": round(flow_1 / one, 3)}), flush=True)
-    setting = f"{a.n:,} trajectories, schema + rules"
+    setting = f"{a.n:,} trajectories, default layers (replay, grounding, dedup)"
     record("validate flow, 1 worker", [f["records_per_s_flow"] for f in flows], "raw loop, one process", ones,
            "records/s", paired=True, setting=setting)
+    stripped = flow_bench(root, a.n, 1, one, a.chunk, layers="schema,rules", replay=False)
+    print(json.dumps({"stripped": "replay off, no dedup", **stripped}), flush=True)
+    record("validate flow, 1 worker, stripped: replay off, no dedup", stripped["records_per_s_flow"],
+           "validate flow, 1 worker, default layers", flow_1, "records/s", setting=f"{a.n:,} trajectories")
     if a.workers > 1:
-        parts = [rows[i::a.workers] for i in range(a.workers)]
+        parts = [(root, rows[i::a.workers]) for i in range(a.workers)]
         t = time.perf_counter()
-        with ProcessPoolExecutor(a.workers) as ex:
+        with ProcessPoolExecutor(a.workers) as ex:  # (each part deduplicated on its own: a raw peer)
             passed_pool = sum(ex.map(_work, parts))
         pool = a.n / (time.perf_counter() - t)
         print(json.dumps({"passed_pool": passed_pool, "records_per_s_pool": round(pool), "workers": a.workers,
@@ -112,26 +132,12 @@ def main() -> None:
                judged["raw"]["tokens_per_s"], "tokens/s", setting=f"{a.judge} records")
 
 
-def committed_root(rows: list[dict]) -> str:
-    """A data root with `rows` committed as dataset "b" (passed to the writer as Arrow: the
-    rows are schema-valid by construction, so the writer checks only types)."""
-    import pyarrow as pa
-
-    from storage import ShardWriter, load_schema
-    from storage.shards import stamp
-
-    schema = load_schema("trajectories")
-    root = tempfile.mkdtemp()
-    with ShardWriter(root, "b", "trajectories", "bench") as w:
-        w.write(pa.Table.from_pylist(stamp(rows, schema, "bench"), schema=schema.arrow))
-    return root
-
-
-def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int, runner: str = "default") -> dict:
-    """The validate flow (schema,rules) over dataset "b" of a copy of `root` on task runner
-    `runner`; records/s inside the flow (a distributed runner's local cluster starts before
-    it, its workers import the task's modules within it) and around it (incl. Prefect's and
-    the cluster's start), and seconds per phase."""
+def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int, runner: str = "default",
+               layers: str = "schema,rules,dedup", replay: bool = True) -> dict:
+    """The validate flow (by default its default layers) over dataset "b" of a copy of `root` on
+    task runner `runner`; records/s inside the flow (a distributed runner's local cluster starts
+    before it, its workers import the task's modules within it) and around it (incl. Prefect's
+    and the cluster's start), and seconds per phase."""
     from flows.runners import RunnerConfig
     from flows.validate import run
     from validators.runner import ValidateConfig
@@ -139,7 +145,7 @@ def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int, 
     copy = tempfile.mkdtemp()
     shutil.copytree(root, copy, dirs_exist_ok=True)
     t = time.perf_counter()
-    s = run(ValidateConfig(dataset="b", layers="schema,rules", replay=False, workers=workers, chunk=chunk),
+    s = run(ValidateConfig(dataset="b", layers=layers, replay=replay, workers=workers, chunk=chunk),
             data_root=copy, progress=False, runner=RunnerConfig(task_runner=runner))
     wall = time.perf_counter() - t
     shutil.rmtree(copy, ignore_errors=True)

@@ -55,6 +55,22 @@ def record_body(row: dict) -> str:
                                      ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def bodies(records, kind: str, con) -> list[str | None]:
+    """`record_body` of each record that has a group, else None. Rows read from a dataset's shards
+    are hashed by DuckDB over their Arrow messages (`hash`, 64 bits; the Python rows are not
+    rebuilt for it); the values of a user's file by `record_body`."""
+    table = records.table
+    if kind != "trajectories":
+        return [None] * len(records.ids)
+    if table is None or "messages" not in table.column_names:
+        return [record_body(r) if isinstance(r, dict) and record_group(r, kind) else None for r in records.values]
+    con.register("chunk", table.select(["messages"]))
+    try:
+        return [f"duckdb:{h}" for (h,) in con.execute("SELECT hash(messages) FROM chunk").fetchall()]
+    finally:
+        con.unregister("chunk")
+
+
 class Deduper:
     def __init__(self, threshold: float = 0.8, ngram: int = 3, num_perm: int = 64, bands: int = 16, seed: int = 1):
         self.threshold, self.ngram, self.num_perm, self.bands = threshold, ngram, num_perm, bands
@@ -147,30 +163,41 @@ def read_heldout(path: str) -> list[str]:
 class DedupCheck(Check):
     name, layer, verdict_layer, per_record = "dedup", "dedup", LAYER, False
     reasons = ("exact_duplicate", "near_duplicate", "heldout_overlap", "check_crashed")
-    columns = ("question", "answer", "title", "text", "triple_id", "messages")  # what it reads
+    columns = ("question", "answer", "title", "text", "triple_id")  # what it reads (and the messages' hash)
 
     def start(self, ctx: CheckContext) -> None:
+        import duckdb
+
         o = ctx.options
         ctx.state[self.name] = d = Deduper(o.dedup_threshold, o.dedup_ngram)
+        ctx.state[f"{self.name}:con"] = duckdb.connect()
         for f in o.heldout:
             d.add_heldout(read_heldout(f), name=f"heldout:{Path(f).name}")
 
+    def _each(self, records, ctx: CheckContext):
+        """(id, row, body) of each record; a record without a group has no body."""
+        rows = records.fields(self.columns)
+        body = bodies(records, ctx.kind, ctx.state[f"{self.name}:con"])
+        return [(rid, row, b if isinstance(row, dict) and record_group(row, ctx.kind) else None)
+                for rid, row, b in zip(records.ids, rows, body)]
+
     def remember(self, records, ctx: CheckContext) -> None:
         d = ctx.state[self.name]
-        for rid, row in zip(records.ids, records.fields(self.columns)):
+        for rid, row, body in self._each(records, ctx):
             if isinstance(row, dict):
-                _check(d, rid, row, ctx.kind)
+                d.check(rid, record_text(row, ctx.kind), record_group(row, ctx.kind), body)
 
     def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
         d, out = ctx.state[self.name], []
-        for rid, row in zip(records.ids, records.fields(self.columns)):
+        for rid, row, body in self._each(records, ctx):
             try:
-                out.append([_check(d, rid, row, ctx.kind)])
+                out.append([d.check(rid, record_text(row, ctx.kind), record_group(row, ctx.kind), body)])
             except Exception as e:  # data is data: reject, never crash
                 out.append([Verdict(LAYER, "dedup", False, "check_crashed", detail=f"{type(e).__name__}: {e}"[:300])])
         return out
 
 
 def _check(d: Deduper, record_id: str, row: dict, kind: str) -> Verdict:
+    """One record of `kind` through `d`, as the check does it (its body from its messages)."""
     group = record_group(row, kind)
     return d.check(record_id, record_text(row, kind), group, record_body(row) if group else None)

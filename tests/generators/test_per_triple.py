@@ -101,3 +101,12 @@ def test_every_variant_passes_every_layer_and_a_rerun_writes_nothing(world, tmp_
     assert short.returncode != 0 and "allows 800" in short.stdout + short.stderr
     fewer = cli("synthesize", "--dataset", "w", "--n", "5000", "--texts", "template", "--allow-fewer")
     assert fewer.returncode == 0 and "800 written" in fewer.stdout.replace("\n", " "), fewer.stdout
+    # that run's first 300 are the first run's conversations again (another run id, the same
+    # texts): validating the dataset again keeps one of each
+    with Catalog(root) as cat:
+        before = cat.scalar("SELECT count(*) FROM w_valid_trajectories")
+    assert cli("validate", "--dataset", "w").returncode == 0
+    with Catalog(root) as cat:
+        assert cat.scalar("SELECT count(*) - count(DISTINCT hash(messages)) FROM w_valid_trajectories") == 0
+        assert 490 <= cat.scalar("SELECT count(*) FROM w_valid_trajectories") - before <= 500
+        assert cat.scalar("SELECT count(*) FROM w_verdicts WHERE reason = 'exact_duplicate'") >= 290
