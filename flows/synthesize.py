@@ -1,10 +1,12 @@
 """The `synthesize` Prefect flow: documents + triples -> tool bank + trajectories shards.
 
-Tasks: load the inputs, build the gated tool bank (written as `tools`; the tools
-`forgeplay tools import` put in the dataset join it), plan every triple,
-then one task per chunk that asks the backend for the reasoning texts and commits the
-chunk's trajectories as one shard. A rerun of the same config resumes: trajectories whose
-id is already committed are skipped, so nothing is generated or written twice. The flow ends
+Tasks: load the inputs, check that the triples allow --n (before the bank is gated or a model
+loads), build the gated tool bank (written as `tools`; the tools `forgeplay tools import` put in
+the dataset join it), plan the run (Session.picks: the triples' plans, then their variants past
+the number of triples), then one task per chunk that asks the backend for the reasoning texts
+and commits the chunk's trajectories (model texts: a shard per chunk; template texts: shards of
+TEMPLATE_SHARD rows, `committer`). A rerun of the same config resumes: trajectories whose id is
+already committed are skipped, so nothing is generated or written twice. The flow ends
 with a Prefect artifact (rows per stage, case and route mix, text sources overall and per
 slot kind with the reasons for template fallbacks, timing).
 
@@ -25,7 +27,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import asdict
+from functools import partial
 from itertools import islice
+from typing import Callable
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
@@ -38,13 +42,14 @@ from generators.llm.registry import BackendConfig, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report
 from generators.tools.imported import imported_rows
-from storage import load_table, resolve_root, write_rows
+from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.idset import IdSet
 from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config, without_later_defaults
 
 
 SHIPPED_BACKENDS = ("openai",)  # backends whose object a worker process can receive (an HTTP client's settings)
+TEMPLATE_SHARD = 5000  # trajectories a shard of template texts holds (committer)
 
 
 @task(name="load-inputs", cache_policy=NONE, retries=1)
@@ -66,11 +71,10 @@ def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, li
 
 @task(name="synthesize-chunk", cache_policy=NONE, retries=2, retry_delay_seconds=5)
 def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id: str, lineage: dict,
-               triple_ids: dict, writer: RunWriter | None = None) -> dict:
-    """Generate one chunk's trajectories and commit them as one shard (with `writer`, the
-    run's writer in the flow process, which knows what the run committed; a worker commits
-    on its own); its stats, with the backend usage of this chunk (a copy of the backend in a
-    worker process counts there)."""
+               triple_ids: dict, commit: Callable[[list[dict]], int] | None = None) -> dict:
+    """Generate one chunk's trajectories and commit them (with `commit`, the run's writer in
+    the flow process; a worker commits the chunk as one shard on its own); its stats, with the
+    backend usage of this chunk (a copy of the backend in a worker process counts there)."""
     used = getattr(backend, "usage", None)
     before = asdict(used) if used is not None else None
     rows, stats = session.trajectories(plans, backend, run_id)
@@ -78,13 +82,22 @@ def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id
         stats["usage"] = {k: v - before[k] for k, v in asdict(backend.usage).items()}
     t = time.perf_counter()
     rows = [{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows]
-    if writer is not None:
-        writer.commit(dataset, "trajectories", rows)
+    if commit is not None:
+        commit(rows)
     else:
         write_rows(root, dataset, "trajectories", run_id, rows, lineage=lineage)
     stats["write_s"] = time.perf_counter() - t
     stats["mix"] = mix_report(rows)
     return stats
+
+
+def committer(root: str, dataset: str, run_id: str, lineage: dict, texts: str) -> ShardWriter | RunWriter:
+    """The flow process's writer of a run's trajectories: model-written texts are committed chunk
+    by chunk (paid work is kept at once); template texts, cheap to make again, in shards of
+    TEMPLATE_SHARD rows (a few commits for a large run; a kill redoes at most one shard)."""
+    if texts == "template":
+        return ShardWriter(root, dataset, "trajectories", run_id, lineage=lineage, rows_per_shard=TEMPLATE_SHARD)
+    return RunWriter(root, run_id, lineage)
 
 
 @flow(name="synthesize", log_prints=True)
@@ -135,7 +148,13 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
 
     triple_ids = {tr["triple_id"]: tr["id"] for tr in inputs.triples}
     todo = (p for p in session.picks() if traj_id_for(run_id, p.triple_id, p.case, p.variant) not in done)
-    writer = None if fan_out else RunWriter(root, run_id, lineage)
+    writer = None if fan_out else committer(root, cfg.dataset, run_id, lineage, cfg.texts)
+    if writer is None:
+        commit = None
+    elif isinstance(writer, ShardWriter):
+        commit = writer.write
+    else:
+        commit = partial(writer.commit, cfg.dataset, "trajectories")
     tally, in_flight, written = Tally(), deque(), 0  # (size, stats or their future) of chunks not added yet
     with tqdm(total=max(0, planned - len(done)), desc="synthesize", unit="traj", disable=not progress) as bar:
         def add_oldest() -> None:
@@ -152,11 +171,13 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
             while chunk := list(islice(todo, cfg.chunk)):
                 written += len(chunk)
                 args = (session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
-                in_flight.append((len(chunk), chunk_task.submit(*args) if fan_out else chunk_task(*args, writer)))
+                in_flight.append((len(chunk), chunk_task.submit(*args) if fan_out else chunk_task(*args, commit)))
                 while len(in_flight) >= (2 * workers if fan_out else 1):  # workers stay busy, memory bounded
                     add_oldest()
             while in_flight:
                 add_oldest()
+            if isinstance(writer, ShardWriter):
+                writer.close()  # the last template shard
         finally:
             cancel([out for _, out in in_flight] if fan_out else [])
     usage = be.usage.to_dict() if getattr(be, "usage", None) else {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from generators.corpus.derive import EXTRACTOR, DerivationError, Fact, FactBase, evaluate, run_chain
 from generators.corpus.relations import REL, format_value, value_kind
@@ -50,7 +51,12 @@ def _norm_title(s: str) -> str:
 
 
 def _with_article(name: str, text: str) -> str:
-    return f"the {name}" if re.search(rf"\b[Tt]he {re.escape(name)}\b", text) else name
+    return f"the {name}" if _the(name).search(text) else name
+
+
+@lru_cache(maxsize=1 << 14)
+def _the(name: str) -> re.Pattern:
+    return re.compile(rf"\b[Tt]he {re.escape(name)}\b")
 
 
 def _shown(rel: str, value) -> str:

@@ -145,10 +145,25 @@ class _Without(collections.abc.Sequence):
         return int(self.values[j])
 
 
-@lru_cache(maxsize=4096)
-def _answers_pattern(answers: tuple[str, ...]) -> re.Pattern | None:
-    alts = sorted({re.escape(a.strip()) for a in answers if a.strip()}, key=len, reverse=True)
-    return re.compile(r"(?<!\w)(?:" + "|".join(alts) + r")(?!\w)", re.I) if alts else None
+class _AnyOf:
+    """Whether a text names any of some answers: each as whole words, case ignored."""
+
+    def __init__(self, answers: Sequence[str]):
+        self.patterns = [_answer_pattern(a.strip()) for a in dict.fromkeys(answers) if a.strip()]
+
+    def search(self, text: str) -> bool:
+        return any(p.search(text) for p in self.patterns)
+
+
+@lru_cache(maxsize=1 << 15)
+def _answer_pattern(answer: str) -> re.Pattern:
+    """One answer's pattern, compiled once (answers recur across calls; their lists seldom do)."""
+    return re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", re.I)
+
+
+def _answers_pattern(answers: tuple[str, ...]) -> _AnyOf | None:
+    found = _AnyOf(answers)
+    return found if found.patterns else None
 
 
 def _fast_check(schema: dict):
@@ -241,7 +256,7 @@ class Simulator:
         return got
 
     def _snippet(self, i: int, qtoks: set[str], limit: int, must: Sequence[str] = (),
-                 drop: Sequence[str] = (), answers_re: re.Pattern | None = None) -> str:
+                 drop: Sequence[str] = (), answers_re: _AnyOf | None = None) -> str:
         sents, norms, toks = self._sents(i)
         must_n, drop_n = [_norm(x) for x in must if x.strip()], [_norm(x) for x in drop if x.strip()]
 
