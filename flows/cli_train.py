@@ -9,8 +9,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
-import selfplay.update  # noqa: F401  (registers the self-play update stages)
+import selfplay.update  # noqa: F401  (registers the self-play update stages; flows/train.py the labellers)
 from storage.configcli import USER_ERRORS, config_command
 from train.evaluate import EvalConfig
 from train.stages import add_stage_commands
