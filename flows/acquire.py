@@ -17,14 +17,12 @@ from __future__ import annotations
 import io
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 from acquire.buy import labelled_ids
 from acquire.ledger import Ledger
 from acquire.session import AcquireConfig, Session, load_prompts
 from acquire.sources import make_source
 from flows.common import Stages, tie_temporary_server
+from flows.engine import flow, task
 from storage import resolve_root
 from storage.manifest import dataset_dir
 from storage.resumable import RunWriter
@@ -34,7 +32,7 @@ from storage.runs import config_hash
 UNHASHED = ("budget", "limit", "backend", "url", "served_model")  # not part of the run's identity
 
 
-@task(name="acquire-batch", cache_policy=NONE)
+@task(name="acquire-batch")
 def batch_task(session: Session, prompts: list, step: int) -> dict:
     return session.run_batch(prompts, step)
 

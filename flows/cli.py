@@ -23,6 +23,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from flows.engine import PREFECT_ENV
+
 # command -> the module that registers it, in the order --help lists them
 COMMANDS: dict[str, str] = {
     "datasets": "cli_data", "sql": "cli_data", "inspect": "cli_data", "verify": "cli_data",
@@ -63,9 +65,17 @@ app = typer.Typer(cls=LazyGroup, no_args_is_help=True, add_completion=False, pre
 @app.callback()
 def _root(data_root: Optional[Path] = typer.Option(
               None, "--data-root", help="Root folder of all datasets, for every subcommand "
-              "(default: $FORGEPLAY_DATA, else ./data).")) -> None:
+              "(default: $FORGEPLAY_DATA, else ./data)."),
+          prefect: bool = typer.Option(
+              False, "--prefect", help=f"Run flows as Prefect flow runs (recorded with their tasks, logs and "
+              f"artifacts) even with no Prefect server configured: Prefect then starts a temporary local server "
+              f"(also ${PREFECT_ENV}=1). Without it a flow is a Prefect flow run only when PREFECT_API_URL names a "
+              f"server, it fans out (--workers N, --task-runner) or it is served; else it runs in this process.")
+          ) -> None:
     if data_root is not None:
         os.environ["FORGEPLAY_DATA"] = str(data_root)
+    if prefect:
+        os.environ[PREFECT_ENV] = "1"
 
 
 def main() -> None:

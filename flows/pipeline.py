@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 from flows.common import Stages, tie_temporary_server
 from flows.configs import PipelineConfig
+from flows.engine import flow, task
 from generators.llm.registry import BackendConfig
 from storage import manifest, resolve_root
 
 
-@task(name="world-corpus", cache_policy=NONE, retries=1)
+@task(name="world-corpus", retries=1)
 def corpus_task(root: str, cfg: PipelineConfig) -> dict:
     from generators.corpus.build import WorldConfig, write
 
@@ -27,7 +25,7 @@ def corpus_task(root: str, cfg: PipelineConfig) -> dict:
     return {"run_id": run_id, **written}
 
 
-@task(name="prepare-model", cache_policy=NONE, retries=1)
+@task(name="prepare-model", retries=1)
 def model_task(model: str | None) -> str:
     from generators.llm.model_store import resolve_model
 

@@ -39,10 +39,8 @@ import time
 from collections import Counter
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 from flows.common import Stages, tie_temporary_server
+from flows.engine import flow, task
 from flows.train import stage_task
 from selfplay.phases import commit_examine, commit_replayed, demonstrated
 from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
@@ -51,10 +49,9 @@ from storage import load_table, resolve_root
 from storage.resumable import RunWriter
 from storage.runs import config_hash, read_run, save_run_config, without_later_defaults
 from train.configs import SFTConfig, TrainConfig
-from train.trainer import read_metrics
 
 
-@task(name="examiner-demonstrations", cache_policy=NONE)
+@task(name="examiner-demonstrations")
 def demos_task(cfg: WarmstartConfig, root: str) -> dict:
     """Build the demonstrations and commit them; counts of what was made and left out."""
     from generators.synth.synthesize import load_inputs
@@ -112,7 +109,7 @@ def _phase_done(root: str, ds: str, phase_run: str) -> dict | None:
         return None
 
 
-@task(name="selfplay-examine", cache_policy=NONE)
+@task(name="selfplay-examine")
 def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, run: str, it: int, root: str,
                  progress: bool, reader=None) -> dict:
     """The examiner's outputs of iteration `it`, filtered (with `reader`, answerability too)
@@ -122,7 +119,7 @@ def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, r
     return {**commit_examine(root, cfg, run, it, outs), **timings}
 
 
-@task(name="selfplay-demo-tasks", cache_policy=NONE)
+@task(name="selfplay-demo-tasks")
 def demo_task(sim, inputs, tools: list, cfg: PlayConfig, run: str, root: str) -> dict:
     """`--demo-tasks`: iteration 0's tasks from the world's demonstrations, committed as the
     examine phase's outputs."""
@@ -132,7 +129,7 @@ def demo_task(sim, inputs, tools: list, cfg: PlayConfig, run: str, root: str) ->
             "generation_s": time.perf_counter() - started}
 
 
-@task(name="selfplay-attempt", cache_policy=NONE)
+@task(name="selfplay-attempt")
 def attempt_task(student, sim, tools: list, cfg: PlayConfig, run: str, it: int, root: str, progress: bool) -> dict:
     """The student's attempts at iteration `it`'s committed tasks, committed; k per task."""
     ds = cfg.out_dataset()
@@ -152,6 +149,8 @@ def _warmstart(cfg: PlayConfig, root: str, progress: bool) -> dict:
     world's demonstrations, committed to <dataset>_examiner, then SFT of `cfg.examiner`)."""
     import shutil
 
+    from train.trainer import read_metrics
+
     ws = WarmstartConfig(dataset=cfg.dataset, hop_mix=cfg.hop_mix, draw_seed=cfg.seed, model=cfg.examiner,
                          out=f"{cfg.checkpoints}/warmstart", train_layers=cfg.train_layers)
     shutil.rmtree(ws.out, ignore_errors=True)  # killed before it was marked done: start over
@@ -170,6 +169,7 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     import shutil
 
     from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig, learns
+    from train.trainer import read_metrics
 
     role = kind.split("-")[1]
     out = f"{cfg.checkpoints}/it{it}/{role}"

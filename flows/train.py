@@ -24,19 +24,17 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
 import selfplay.update  # noqa: F401  (registers the self-play update stages)
 from flows.common import publish_artifact, tie_temporary_server
+from flows.engine import flow, task
 from storage import resolve_root
 from train.configs import TrainConfig
 from train.run import run_stage
 from train.stages import get_kind
 
 
-@task(name="train-stage", cache_policy=NONE)
+@task(name="train-stage")
 def stage_task(kind: str, cfg, tcfg: TrainConfig, root: str, progress: bool) -> dict:
     return run_stage(kind, cfg, tcfg, root, progress)
 
