@@ -65,6 +65,20 @@ def tie_temporary_server() -> None:
         _tied.add(proc.pid)
 
 
+def require_world(root, dataset: str, option: str = "--dataset") -> None:
+    """A dataset with documents and triples (a world or an imported corpus: what synthesis,
+    self-play and label acquisition read), checked before a flow starts; a one-line
+    ValueError that says how to make one."""
+    from storage.reader import require_rows
+
+    for kind in ("triples", "documents"):
+        try:
+            require_rows(root, dataset, kind, option)
+        except ValueError as e:
+            raise ValueError(f"{e}; {option} needs documents and triples: build them with `forgeplay corpus "
+                             f"world --out {dataset}` or `forgeplay corpus import FILE --out {dataset}`") from None
+
+
 class Stages(runs.Stages):
     """storage.runs.Stages that also publishes itself as the flow's artifacts."""
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from flows.common import Stages, tie_temporary_server
 from flows.configs import PipelineConfig
 from flows.engine import flow, task
-from generators.llm.registry import BackendConfig
+from generators.llm.registry import BackendConfig, check_backend
 from storage import manifest, resolve_root
 
 
@@ -69,4 +69,9 @@ def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> 
 
 
 def run(cfg: PipelineConfig, bcfg: BackendConfig, data_root=None) -> dict:
+    """The flow, after the dataset name and the backend options are checked (before a model
+    loads or a server starts)."""
+    manifest.check_name("dataset name", cfg.dataset)
+    if cfg.texts == "llm":
+        check_backend(bcfg)
     return pipeline_flow(asdict(cfg), bcfg.to_dict(), str(data_root) if data_root else None)

@@ -237,5 +237,8 @@ def _plain(summary: dict) -> dict:
 
 
 def run(config: dict, data_root=None, run_id: str | None = None, progress: bool = True) -> dict:
-    """The loop on a checked config (loop_config.check); `run_id` default: the config's hash."""
+    """The loop on a checked config (loop_config.check), after what it names is checked
+    (loop_config.check_names: the base model, a corpus file) before a model loads or a
+    server starts; `run_id` default: the config's hash."""
+    loop_config.check_names(config)
     return loop_flow(config, run_id or loop_config.run_id(config), str(data_root) if data_root else None, progress)

@@ -39,9 +39,10 @@ import time
 from collections import Counter
 from dataclasses import asdict
 
-from flows.common import Stages, tie_temporary_server
+from flows.common import Stages, require_world, tie_temporary_server
 from flows.engine import flow, task
 from flows.train import stage_task
+from generators.llm.model_store import check_model
 from selfplay.phases import commit_examine, commit_replayed, demonstrated
 from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
 from selfplay.warmstart import WarmstartConfig, demonstrations, examiner_tool
@@ -98,6 +99,11 @@ def warmstart_flow(config: dict, train: dict, data_root: str | None = None, prog
 
 
 def run_warmstart(cfg: WarmstartConfig, train: TrainConfig, data_root=None, progress: bool = True) -> dict:
+    """The warm-start flow, after its options and what they name are checked (the world
+    dataset, and with --out the model to fine-tune) before a model loads or a server starts."""
+    require_world(resolve_root(data_root), cfg.dataset)
+    if cfg.out:
+        check_model(cfg.model)
     return warmstart_flow(asdict(cfg), asdict(train), str(data_root) if data_root else None, progress)
 
 
@@ -283,5 +289,10 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
 
 
 def run_selfplay(cfg: PlayConfig, data_root=None, progress: bool = True) -> dict:
-    cfg.check()  # a bad option fails before Prefect starts
+    """The self-play flow, after its options and what they name are checked (the world
+    dataset, the models of the roles) before a model loads or a server starts."""
+    cfg.check()
+    require_world(resolve_root(data_root), cfg.dataset)
+    for option, model in (("--examiner", cfg.examiner), ("--student", cfg.student), ("--reader", cfg.reader)):
+        check_model(model, option)
     return selfplay_flow(asdict(cfg), str(data_root) if data_root else None, progress)

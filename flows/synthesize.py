@@ -28,11 +28,11 @@ from dataclasses import asdict
 
 from tqdm.auto import tqdm
 
-from flows.common import Stages, tie_temporary_server
+from flows.common import Stages, require_world, tie_temporary_server
 from flows.engine import flow, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Usage
-from generators.llm.registry import BackendConfig, make_backend
+from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report, pending
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
@@ -167,10 +167,23 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     return summary
 
 
+def check_inputs(cfg: SynthConfig, bcfg: BackendConfig, root) -> None:
+    """What a run reads and the options that name it, checked before any model loads or
+    Prefect server starts (one-line ValueError): the dataset's triples and documents, the
+    --hold-out file and --top-k, and the backend when a model writes texts or variants."""
+    require_world(root, cfg.dataset)
+    cfg.held_out()
+    cfg.top_k_choices()
+    if cfg.texts == "llm" or cfg.llm_variants:
+        check_backend(bcfg)
+
+
 def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = True,
         runner: RunnerConfig | None = None, workers: int = 1) -> dict:
-    """Run the flow: on `runner`'s task runner when it fans out (a Prefect flow run), else as
-    flows/engine.py decides. The data root is made absolute for workers elsewhere."""
+    """Check the options and what they name (the task runner, `check_inputs`) before any model
+    loads or Prefect server starts; then run the flow: on `runner`'s task runner when it fans
+    out (a Prefect flow run), else as flows/engine.py decides. The data root is made absolute
+    for workers elsewhere."""
     runner = runner or RunnerConfig()
     root = resolve_root(data_root).absolute()
     if workers < 1:
@@ -181,5 +194,6 @@ def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = 
         raise ValueError(f"fanning out (--workers {workers}, --task-runner {runner.task_runner}) sends each chunk "
                          f"to another process, and the {bcfg.backend} backend's model cannot go along: use "
                          f"--texts template or --backend {' or '.join(SHIPPED_BACKENDS)}")
+    check_inputs(cfg, bcfg, root)
     with workers_report_here(runner, workers):
         return flow(asdict(cfg), bcfg.to_dict(), str(root), progress, asdict(runner), workers)

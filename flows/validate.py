@@ -35,7 +35,7 @@ from flows.engine import flow, one_thread, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.registry import BackendConfig
 from storage import resolve_root
-from validators.run import ValidationRun
+from validators.run import ValidationRun, check_inputs
 from validators.runner import ValidateConfig, check_chunk
 
 
@@ -177,12 +177,14 @@ def flow_for(cfg: ValidateConfig, bcfg: BackendConfig | None = None, runner: Run
 
 def run(cfg: ValidateConfig, bcfg: BackendConfig | None = None, data_root=None, progress: bool = True,
         runner: RunnerConfig | None = None) -> dict:
-    """Run the flow: on `runner`'s task runner when it fans out (a Prefect flow run), else as
-    flows/engine.py decides. The data root is made absolute: a Dask or Ray worker need not
-    share the flow's working directory."""
+    """Check the options and what they name (the task runner, then validators.run.check_inputs),
+    before any model loads or Prefect server starts; then run the flow: on `runner`'s task
+    runner when it fans out (a Prefect flow run), else as flows/engine.py decides. The data
+    root is made absolute: a Dask or Ray worker need not share the flow's working directory."""
     runner, bcfg = runner or RunnerConfig(), bcfg or BackendConfig()
     root = resolve_root(data_root).absolute()
     fan_out = runner.fans_out(cfg.workers)
     flow = flow_for(cfg, bcfg, runner) if fan_out else validate_flow  # a missing extra fails here
+    check_inputs(cfg, bcfg, root)
     with workers_report_here(runner, cfg.workers):
         return flow(asdict(cfg), bcfg.to_dict(), str(root), progress, asdict(runner))
