@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 
-import torch
-
-from train.losses import group_advantages
-
 
 def cag(pseudo_rewards, true_rewards) -> float:
     """|| A(pseudo) - A(true) ||_2 for one prompt's responses."""
+    import torch  # here, not at the top: the command line imports the strategies
+
+    from train.losses import group_advantages
+
     p = torch.as_tensor(pseudo_rewards, dtype=torch.float64)
     t = torch.as_tensor(true_rewards, dtype=torch.float64)
     if p.shape != t.shape or p.dim() != 1:

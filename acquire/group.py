@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from acquire.vote import Vote, vote
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: the command line reads this module's users
+    import torch
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Group:
 
 def vote_features(vote: Vote, lengths: list[int]) -> torch.Tensor:
     """[1 + 2n]: valid ratio, sorted cluster sizes / n, sorted lengths / longest (module docstring)."""
+    import torch
+
     n = vote.n
     sizes = sorted(vote.sizes, reverse=True) + [0] * (n - len(vote.sizes))
     longest = max(lengths, default=0) or 1
@@ -58,7 +62,6 @@ def vote_features(vote: Vote, lengths: list[int]) -> torch.Tensor:
     return torch.tensor([vote.valid] + [s / n for s in sizes] + lens[:n], dtype=torch.float32)
 
 
-@torch.no_grad()
 def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: list[list[int]] | None = None) -> dict:
     """Hidden states, token log-probabilities and self-certainty of `responses` after the
     prompt; with `masks` (1 = a token the policy wrote), only those tokens count (a
@@ -67,6 +70,8 @@ def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: lis
     that returns no cache reads prompt and response whole). A policy in training mode (GRPO's,
     with activation checkpointing, which turns the cache off) is read in evaluation mode
     without gradients, and left in the mode it was in."""
+    import torch
+
     was = model.training
     model.eval()
     try:
@@ -77,6 +82,8 @@ def signals(model, prompt_ids: list[int], responses: list[list[int]], masks: lis
 
 
 def _signals(model, prompt_ids: list[int], responses: list[list[int]], masks: list[list[int]] | None) -> dict:
+    import torch
+
     device = next(model.parameters()).device
     pre = model(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True, output_hidden_states=True)
     prompt_state = pre.hidden_states[-1][0, -1].float().cpu()  # after the final norm
@@ -110,6 +117,7 @@ def _signals(model, prompt_ids: list[int], responses: list[list[int]], masks: li
 
 def scorer(model):
     """`model` (a folder or prepared name) loaded here for `signals` (module docstring)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from generators.llm.model_store import resolve_model

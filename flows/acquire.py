@@ -17,14 +17,13 @@ from __future__ import annotations
 import io
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 from acquire.buy import labelled_ids
 from acquire.ledger import Ledger
 from acquire.session import AcquireConfig, Session, load_prompts
 from acquire.sources import make_source
-from flows.common import Stages, tie_temporary_server
+from flows.common import Stages, require_world, tie_temporary_server
+from flows.engine import flow, task
+from generators.llm.model_store import check_model
 from storage import resolve_root
 from storage.manifest import dataset_dir
 from storage.resumable import RunWriter
@@ -34,7 +33,7 @@ from storage.runs import config_hash
 UNHASHED = ("budget", "limit", "backend", "url", "served_model")  # not part of the run's identity
 
 
-@task(name="acquire-batch", cache_policy=NONE)
+@task(name="acquire-batch")
 def batch_task(session: Session, prompts: list, step: int) -> dict:
     return session.run_batch(prompts, step)
 
@@ -121,5 +120,11 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
 
 
 def run_acquire(cfg: AcquireConfig, data_root=None, progress: bool = True) -> dict:
-    cfg.check()  # a bad option fails before Prefect starts
+    """The flow, after its options and what they name are checked (the world dataset, the
+    policy and an in-process annotator model) before a model loads or a server starts."""
+    cfg.check()
+    require_world(resolve_root(data_root), cfg.dataset)
+    check_model(cfg.model)
+    if cfg.source == "llm" and cfg.annotator_backend != "openai":
+        check_model(cfg.annotator_model, "--annotator-model")
     return acquire_flow(asdict(cfg), str(data_root) if data_root else None, progress)

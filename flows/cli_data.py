@@ -1,6 +1,7 @@
 """Dataset commands: `datasets`, `sql`, `inspect`, `verify`.
 
-All read only committed shards through the manifest (storage.reader / storage.catalog).
+All read only committed shards through the manifest (storage.reader / storage.catalog);
+`sql` imports DuckDB and the catalog alone (no pyarrow), so a query answers at once.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from storage import manifest, reader
+from storage import manifest
+from storage.catalog import Catalog, verify as verify_shards, view_name
 from storage.configcli import DataRoot
 from storage.manifest import resolve_root
-from storage.catalog import Catalog, verify as verify_shards, view_name
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
@@ -64,6 +65,8 @@ def emit(columns: list[str], rows: list[tuple], fmt: Format) -> None:
 def datasets(data_root: DataRoot = None,
              format: Annotated[Format, typer.Option("--format", "-f", help="Output format on stdout.")] = Format.table) -> None:
     """List datasets, kinds and runs with shard and row counts (from the manifests)."""
+    from storage import reader
+
     rows = reader.summary(resolve_root(data_root))
     if not rows:
         err.print(f"no datasets under {resolve_root(data_root)}")
@@ -114,6 +117,8 @@ def inspect(dataset: Annotated[str, typer.Argument(help="Dataset name.")],
             data_root: DataRoot = None,
             rows: Annotated[int, typer.Option("--rows", "-n", help="Sample rows shown per kind.")] = 3) -> None:
     """Show a dataset's kinds: schema, counts per run, and a few rows."""
+    from storage import reader
+
     r = resolve_root(data_root)
     if dataset not in manifest.datasets(r):
         err.print(f"[red]no dataset {dataset!r} under {r}[/red]; known: {', '.join(manifest.datasets(r)) or 'none'}")

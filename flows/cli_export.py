@@ -13,10 +13,12 @@ from typing import Annotated, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from storage.configcli import DataRoot
 from storage.manifest import resolve_root
+from storage.reader import require_rows
 
 err = Console(stderr=True)
 export_app = typer.Typer(no_args_is_help=True, help="Export a dataset as Parquet that verl or TRL trainers read as is.")
@@ -39,6 +41,15 @@ def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[s
     bad = [k for k in chosen if k not in KINDS]
     if bad:
         err.print(f"[red]unknown kind(s) {', '.join(bad)}[/red]; choose from {', '.join(KINDS)}")
+        raise typer.Exit(2)
+    try:  # what the options name, before a tokenizer loads
+        require_rows(resolve_root(data_root), data, chosen, "--data")
+        if options.get("corpus"):
+            require_rows(resolve_root(data_root), options["corpus"], "documents", "--corpus")
+        if options.get("tokenizer") is not None and not Path(options["tokenizer"]).exists():
+            raise ValueError(f"--tokenizer: no such folder: {options['tokenizer']}")
+    except ValueError as e:
+        err.print(f"[red]export failed:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2)
     try:
         with err.status(f"exporting {data} for {target}"):

@@ -51,6 +51,8 @@ def register(app: typer.Typer) -> None:
         except StageFailed as e:
             Console(stderr=True).print(f"[red]run failed:[/red] {e}", soft_wrap=True)
             raise typer.Exit(1) from None
+        except ValueError as e:  # what the config names (loop_config.check_names), before any stage
+            fail(str(e))
         show(record, resolve_root(data_root))
 
 

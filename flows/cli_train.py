@@ -6,11 +6,12 @@ in N processes (torchrun on this machine; train/dist.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.console import Console
 
-import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
-import selfplay.update  # noqa: F401  (registers the self-play update stages)
+import selfplay.update  # noqa: F401  (registers the self-play update stages; flows/train.py the labellers)
 from storage.configcli import USER_ERRORS, config_command
 from train.evaluate import EvalConfig
 from train.stages import add_stage_commands
@@ -28,11 +29,13 @@ def _report(summary: dict) -> None:
 def _train(kind: str, cfg, train, data_root) -> None:
     """Run the training flow; a failed training process is reported in one line, exit 1."""
     from flows.train import run
-    from train.dist import LaunchFailed
 
     try:
         summary = run(kind, cfg, train, data_root)
-    except LaunchFailed as e:
+    except Exception as e:
+        dist = sys.modules.get("train.dist")  # a launch imported it (and torch); else this is no LaunchFailed
+        if dist is None or not isinstance(e, dist.LaunchFailed):
+            raise
         Console(stderr=True).print(f"[red]train {kind} failed:[/red] {e}")
         raise typer.Exit(1) from None
     _report(summary)

@@ -4,7 +4,7 @@ its rows in and out) and the end-of-flow artifacts it publishes: a markdown repo
 notes, then a row per count such as a reject reason), which the Prefect client reads back.
 Run records (a run's resolved config and its hash, which names the run) are storage/runs.py
 too. (Prefect's defaults for running with no server are set in flows/__init__.py, before
-prefect is imported.)
+prefect is imported; whether a flow runs as a Prefect flow run at all is flows/engine.py's.)
 
     stages = Stages()
     with stages.stage("load") as st:
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 
+from flows.engine import in_prefect_run
 from storage import lifeline, runs
 
 
@@ -49,8 +50,11 @@ def tie_temporary_server() -> None:
     """Tie the temporary Prefect server this process started (no PREFECT_API_URL set) to this
     process (storage/lifeline.py), so it ends with it even when the kernel kills the flow
     process; called first in every flow (the server starts before a flow's body runs). Does
-    nothing with a configured server or when the server is already tied. Also keeps bad
-    input from being reported twice on the console (`quiet_bad_input`)."""
+    nothing with a configured server, when the server is already tied, and in a local run
+    (flows/engine.py: no Prefect flow run, no server). Also keeps bad input from being
+    reported twice on the console (`quiet_bad_input`)."""
+    if not in_prefect_run():
+        return
     from prefect.server.api.server import SubprocessASGIServer
 
     quiet_bad_input()
@@ -59,6 +63,20 @@ def tie_temporary_server() -> None:
     if proc is not None and proc.poll() is None and proc.pid not in _tied:
         lifeline.tie(proc.pid)
         _tied.add(proc.pid)
+
+
+def require_world(root, dataset: str, option: str = "--dataset") -> None:
+    """A dataset with documents and triples (a world or an imported corpus: what synthesis,
+    self-play and label acquisition read), checked before a flow starts; a one-line
+    ValueError that says how to make one."""
+    from storage.reader import require_rows
+
+    for kind in ("triples", "documents"):
+        try:
+            require_rows(root, dataset, kind, option)
+        except ValueError as e:
+            raise ValueError(f"{e}; {option} needs documents and triples: build them with `forgeplay corpus "
+                             f"world --out {dataset}` or `forgeplay corpus import FILE --out {dataset}`") from None
 
 
 class Stages(runs.Stages):
@@ -104,13 +122,13 @@ def publish_artifact(key: str, title: str, stages: list[dict], counts: dict[str,
         md += ["", f"## {name}", "", "| value | count |", "|---|---:|"]
         md += [f"| {k} | {v} |" for k, v in sorted(table.items(), key=lambda kv: -kv[1])]
     text = "\n".join(md)
+    if not in_prefect_run():  # a local run (flows/engine.py) publishes nothing
+        return text
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact
-        from prefect.context import FlowRunContext
 
-        if FlowRunContext.get() is not None:
-            create_markdown_artifact(markdown=text, key=artifact_key(key), description=title)
-            create_table_artifact(table_rows(stages, counts), key=artifact_key(f"{key}-table"), description=title)
+        create_markdown_artifact(markdown=text, key=artifact_key(key), description=title)
+        create_table_artifact(table_rows(stages, counts), key=artifact_key(f"{key}-table"), description=title)
     except Exception as e:  # an artifact is a report; never fail a flow over it
         logging.getLogger(__name__).warning("artifact %s not published: %s: %s", key, type(e).__name__, e)
     return text

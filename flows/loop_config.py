@@ -129,6 +129,24 @@ def check(doc: dict) -> dict:
     return out
 
 
+def check_names(config: dict) -> None:
+    """What a resolved loop config names outside itself, checked before the loop starts
+    (one-line ValueError): the base model (a model folder or a prepared name), a corpus file
+    to import, and the backend section's backend."""
+    from pathlib import Path
+
+    from generators.llm.model_store import check_model
+    from generators.llm.registry import BACKENDS
+
+    check_model(config["model"], "model")
+    file = config["corpus"].get("file")
+    if file and not Path(file).is_file():
+        raise ValueError(f"corpus.file: no such file: {file}")
+    backend = config["backend"].get("backend", "transformers")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend.backend: unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
 def load(path=None, **top) -> dict:
     """Read and check a loop config file (none: the defaults), top-level settings in `top`
     (e.g. dataset) overriding the file's; ConfigFileError "<file>: <field>: <what is wrong>"."""

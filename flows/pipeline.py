@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 from flows.common import Stages, tie_temporary_server
 from flows.configs import PipelineConfig
-from generators.llm.registry import BackendConfig
+from flows.engine import flow, task
+from generators.llm.registry import BackendConfig, check_backend
 from storage import manifest, resolve_root
 
 
-@task(name="world-corpus", cache_policy=NONE, retries=1)
+@task(name="world-corpus", retries=1)
 def corpus_task(root: str, cfg: PipelineConfig) -> dict:
     from generators.corpus.build import WorldConfig, write
 
@@ -27,7 +25,7 @@ def corpus_task(root: str, cfg: PipelineConfig) -> dict:
     return {"run_id": run_id, **written}
 
 
-@task(name="prepare-model", cache_policy=NONE, retries=1)
+@task(name="prepare-model", retries=1)
 def model_task(model: str | None) -> str:
     from generators.llm.model_store import resolve_model
 
@@ -71,4 +69,9 @@ def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> 
 
 
 def run(cfg: PipelineConfig, bcfg: BackendConfig, data_root=None) -> dict:
+    """The flow, after the dataset name and the backend options are checked (before a model
+    loads or a server starts)."""
+    manifest.check_name("dataset name", cfg.dataset)
+    if cfg.texts == "llm":
+        check_backend(bcfg)
     return pipeline_flow(asdict(cfg), bcfg.to_dict(), str(data_root) if data_root else None)

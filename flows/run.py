@@ -26,11 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 from flows import loop_config
 from flows.common import publish_artifact, tie_temporary_server
+from flows.engine import flow, task
 from storage import resolve_root
 from storage.looprun import LoopRecord
 
@@ -39,14 +37,14 @@ class StageFailed(RuntimeError):
     """A stage of the loop raised; the message names the stage, the error and how to resume."""
 
 
-@task(name="evaluate", cache_policy=NONE)
+@task(name="evaluate")
 def eval_task(cfg, root: str, progress: bool) -> dict:
     from train.evaluate import run_eval
 
     return run_eval(cfg, root, progress, warn=lambda w: print(f"warning: {w}"))  # before its rollouts
 
 
-@task(name="import-corpus", cache_policy=NONE)
+@task(name="import-corpus")
 def import_task(path: str, root: str, dataset: str) -> dict:
     from pathlib import Path
 
@@ -239,5 +237,8 @@ def _plain(summary: dict) -> dict:
 
 
 def run(config: dict, data_root=None, run_id: str | None = None, progress: bool = True) -> dict:
-    """The loop on a checked config (loop_config.check); `run_id` default: the config's hash."""
+    """The loop on a checked config (loop_config.check), after what it names is checked
+    (loop_config.check_names: the base model, a corpus file) before a model loads or a
+    server starts; `run_id` default: the config's hash."""
+    loop_config.check_names(config)
     return loop_flow(config, run_id or loop_config.run_id(config), str(data_root) if data_root else None, progress)

@@ -108,10 +108,13 @@ def workers_report_here(runner: RunnerConfig, workers: int):
     cluster). Without it each worker process, finding no server configured, started a
     temporary server of its own to report its task runs to (one more process and about ten
     seconds on two cores per worker). The address is taken back afterwards."""
+    if not runner.fans_out(workers):  # no worker processes (and no Prefect flow run unless wanted)
+        yield
+        return
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
-    if not runner.fans_out(workers) or settings.api.url or not settings.server.ephemeral.enabled:
+    if settings.api.url or not settings.server.ephemeral.enabled:
         yield
         return
     from prefect.server.api.server import SubprocessASGIServer
@@ -131,9 +134,10 @@ def workers_report_here(runner: RunnerConfig, workers: int):
 
 def cancel(futures) -> None:
     """Tasks still queued after an error need not run: cancels what a runner's futures can
-    cancel (a pool's or Dask's future; a Ray object ref cannot be, it runs out)."""
+    cancel (a pool's or Dask's future, a local flow run's (flows/engine.py); a Ray object ref
+    cannot be, it runs out)."""
     for f in futures:
-        stop = getattr(getattr(f, "wrapped_future", None), "cancel", None)
+        stop = getattr(getattr(f, "wrapped_future", f), "cancel", None)
         if stop is not None:
             stop()
 

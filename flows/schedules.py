@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from acquire.session import AcquireConfig
+from flows.engine import Flow
 from flows.configs import PipelineConfig
 from flows.runners import RunnerConfig
 from generators.llm.registry import BackendConfig
@@ -39,10 +40,11 @@ from validators.runner import ValidateConfig
 
 @dataclass(frozen=True)
 class Servable:
-    """A flow `forgeplay serve` can schedule: `target` ("module:attribute", a Prefect flow or
-    a function of the configs that returns one) and the config dataclasses whose fields are
-    its parameters, each passed as a dict to the flow parameter named beside it in `params`;
-    `check(*configs)` raises ValueError on values the command would refuse before running."""
+    """A flow `forgeplay serve` can schedule: `target` ("module:attribute", a flow of
+    flows/engine.py or a function of the configs that returns one) and the config dataclasses
+    whose fields are its parameters, each passed as a dict to the flow parameter named beside
+    it in `params`; `check(*configs)` raises ValueError on values the command would refuse
+    before running."""
 
     target: str
     configs: tuple[type, ...]
@@ -50,9 +52,10 @@ class Servable:
     check: Callable | None = None
 
     def flow(self, configs: list):
+        """The Prefect flow to deploy (flows/engine.py `Flow.prefect`)."""
         module, attr = self.target.split(":")
         obj = getattr(importlib.import_module(module), attr)
-        return obj if hasattr(obj, "to_deployment") else obj(*configs)
+        return (obj if isinstance(obj, Flow) else obj(*configs)).prefect()
 
 
 SERVABLE = {

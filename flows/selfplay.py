@@ -39,11 +39,10 @@ import time
 from collections import Counter
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
-from flows.common import Stages, tie_temporary_server
+from flows.common import Stages, require_world, tie_temporary_server
+from flows.engine import flow, task
 from flows.train import stage_task
+from generators.llm.model_store import check_model
 from selfplay.phases import commit_examine, commit_replayed, demonstrated
 from selfplay.play import PlayConfig, attempt, examine, phase_run, run_id, score
 from selfplay.warmstart import WarmstartConfig, demonstrations, examiner_tool
@@ -51,10 +50,9 @@ from storage import load_table, resolve_root
 from storage.resumable import RunWriter
 from storage.runs import config_hash, read_run, save_run_config, without_later_defaults
 from train.configs import SFTConfig, TrainConfig
-from train.trainer import read_metrics
 
 
-@task(name="examiner-demonstrations", cache_policy=NONE)
+@task(name="examiner-demonstrations")
 def demos_task(cfg: WarmstartConfig, root: str) -> dict:
     """Build the demonstrations and commit them; counts of what was made and left out."""
     from generators.synth.synthesize import load_inputs
@@ -101,6 +99,11 @@ def warmstart_flow(config: dict, train: dict, data_root: str | None = None, prog
 
 
 def run_warmstart(cfg: WarmstartConfig, train: TrainConfig, data_root=None, progress: bool = True) -> dict:
+    """The warm-start flow, after its options and what they name are checked (the world
+    dataset, and with --out the model to fine-tune) before a model loads or a server starts."""
+    require_world(resolve_root(data_root), cfg.dataset)
+    if cfg.out:
+        check_model(cfg.model)
     return warmstart_flow(asdict(cfg), asdict(train), str(data_root) if data_root else None, progress)
 
 
@@ -112,7 +115,7 @@ def _phase_done(root: str, ds: str, phase_run: str) -> dict | None:
         return None
 
 
-@task(name="selfplay-examine", cache_policy=NONE)
+@task(name="selfplay-examine")
 def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, run: str, it: int, root: str,
                  progress: bool, reader=None) -> dict:
     """The examiner's outputs of iteration `it`, filtered (with `reader`, answerability too)
@@ -122,7 +125,7 @@ def examine_task(examiner, sim, documents: list, tools: list, cfg: PlayConfig, r
     return {**commit_examine(root, cfg, run, it, outs), **timings}
 
 
-@task(name="selfplay-demo-tasks", cache_policy=NONE)
+@task(name="selfplay-demo-tasks")
 def demo_task(sim, inputs, tools: list, cfg: PlayConfig, run: str, root: str) -> dict:
     """`--demo-tasks`: iteration 0's tasks from the world's demonstrations, committed as the
     examine phase's outputs."""
@@ -132,7 +135,7 @@ def demo_task(sim, inputs, tools: list, cfg: PlayConfig, run: str, root: str) ->
             "generation_s": time.perf_counter() - started}
 
 
-@task(name="selfplay-attempt", cache_policy=NONE)
+@task(name="selfplay-attempt")
 def attempt_task(student, sim, tools: list, cfg: PlayConfig, run: str, it: int, root: str, progress: bool) -> dict:
     """The student's attempts at iteration `it`'s committed tasks, committed; k per task."""
     ds = cfg.out_dataset()
@@ -152,6 +155,8 @@ def _warmstart(cfg: PlayConfig, root: str, progress: bool) -> dict:
     world's demonstrations, committed to <dataset>_examiner, then SFT of `cfg.examiner`)."""
     import shutil
 
+    from train.trainer import read_metrics
+
     ws = WarmstartConfig(dataset=cfg.dataset, hop_mix=cfg.hop_mix, draw_seed=cfg.seed, model=cfg.examiner,
                          out=f"{cfg.checkpoints}/warmstart", train_layers=cfg.train_layers)
     shutil.rmtree(ws.out, ignore_errors=True)  # killed before it was marked done: start over
@@ -170,6 +175,7 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     import shutil
 
     from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig, learns
+    from train.trainer import read_metrics
 
     role = kind.split("-")[1]
     out = f"{cfg.checkpoints}/it{it}/{role}"
@@ -283,5 +289,10 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
 
 
 def run_selfplay(cfg: PlayConfig, data_root=None, progress: bool = True) -> dict:
-    cfg.check()  # a bad option fails before Prefect starts
+    """The self-play flow, after its options and what they name are checked (the world
+    dataset, the models of the roles) before a model loads or a server starts."""
+    cfg.check()
+    require_world(resolve_root(data_root), cfg.dataset)
+    for option, model in (("--examiner", cfg.examiner), ("--student", cfg.student), ("--reader", cfg.reader)):
+        check_model(model, option)
     return selfplay_flow(asdict(cfg), str(data_root) if data_root else None, progress)

@@ -31,14 +31,13 @@ from functools import partial
 from itertools import islice
 from typing import Callable
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
 from tqdm.auto import tqdm
 
-from flows.common import Stages, tie_temporary_server
+from flows.common import Stages, require_world, tie_temporary_server
+from flows.engine import flow, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Usage
-from generators.llm.registry import BackendConfig, make_backend
+from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report
 from generators.tools.imported import imported_rows
@@ -52,12 +51,12 @@ SHIPPED_BACKENDS = ("openai",)  # backends whose object a worker process can rec
 TEMPLATE_SHARD = 5000  # trajectories a shard of template texts holds (committer)
 
 
-@task(name="load-inputs", cache_policy=NONE, retries=1)
+@task(name="load-inputs", retries=1)
 def load_task(root: str, dataset: str):
     return load_inputs(root, dataset)
 
 
-@task(name="build-tool-bank", cache_policy=NONE, retries=1)
+@task(name="build-tool-bank", retries=1)
 def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, imported: list,
               backend=None, calculator: bool = False):
     """The gated bank (written as this run's `tools`) plus the dataset's imported tools."""
@@ -69,7 +68,7 @@ def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, li
     return build.tools + imported, build.reasons()
 
 
-@task(name="synthesize-chunk", cache_policy=NONE, retries=2, retry_delay_seconds=5)
+@task(name="synthesize-chunk", retries=2, retry_delay_seconds=5)
 def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id: str, lineage: dict,
                triple_ids: dict, commit: Callable[[list[dict]], int] | None = None) -> dict:
     """Generate one chunk's trajectories and commit them (with `commit`, the run's writer in
@@ -208,16 +207,33 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     return summary
 
 
+def check_inputs(cfg: SynthConfig, bcfg: BackendConfig, root) -> None:
+    """What a run reads and the options that name it, checked before any model loads or
+    Prefect server starts (one-line ValueError): the dataset's triples and documents, the
+    --hold-out file and --top-k, and the backend when a model writes texts or variants."""
+    require_world(root, cfg.dataset)
+    cfg.held_out()
+    cfg.top_k_choices()
+    if cfg.texts == "llm" or cfg.llm_variants:
+        check_backend(bcfg)
+
+
 def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = True,
         runner: RunnerConfig | None = None, workers: int = 1) -> dict:
-    """Run the flow on `runner`'s task runner (Prefect's temporary local server when no
-    PREFECT_API_URL is set); the data root is made absolute for workers elsewhere."""
+    """Check the options and what they name (the task runner, `check_inputs`) before any model
+    loads or Prefect server starts; then run the flow: on `runner`'s task runner when it fans
+    out (a Prefect flow run), else as flows/engine.py decides. The data root is made absolute
+    for workers elsewhere."""
     runner = runner or RunnerConfig()
-    task_runner = runner.make(workers)
-    if runner.fans_out(workers) and cfg.texts == "llm" and bcfg.backend not in SHIPPED_BACKENDS:
+    root = resolve_root(data_root).absolute()
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    fan_out = runner.fans_out(workers)
+    flow = synthesize_flow.with_options(task_runner=runner.make(workers)) if fan_out else synthesize_flow
+    if fan_out and cfg.texts == "llm" and bcfg.backend not in SHIPPED_BACKENDS:
         raise ValueError(f"fanning out (--workers {workers}, --task-runner {runner.task_runner}) sends each chunk "
                          f"to another process, and the {bcfg.backend} backend's model cannot go along: use "
                          f"--texts template or --backend {' or '.join(SHIPPED_BACKENDS)}")
+    check_inputs(cfg, bcfg, root)
     with workers_report_here(runner, workers):
-        return synthesize_flow.with_options(task_runner=task_runner)(
-            asdict(cfg), bcfg.to_dict(), str(resolve_root(data_root).absolute()), progress, asdict(runner), workers)
+        return flow(asdict(cfg), bcfg.to_dict(), str(root), progress, asdict(runner), workers)

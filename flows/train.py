@@ -24,19 +24,17 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-
 import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
 import selfplay.update  # noqa: F401  (registers the self-play update stages)
 from flows.common import publish_artifact, tie_temporary_server
+from flows.engine import flow, task
 from storage import resolve_root
 from train.configs import TrainConfig
-from train.run import run_stage
+from train.run import check_stage, run_stage
 from train.stages import get_kind
 
 
-@task(name="train-stage", cache_policy=NONE)
+@task(name="train-stage")
 def stage_task(kind: str, cfg, tcfg: TrainConfig, root: str, progress: bool) -> dict:
     return run_stage(kind, cfg, tcfg, root, progress)
 
@@ -53,5 +51,8 @@ def train_flow(kind: str, config: dict, train: dict, data_root: str | None = Non
 
 
 def run(kind: str, cfg, train: TrainConfig, data_root=None, progress: bool = True) -> dict:
-    """The flow from config instances; returns the summary of train/run.py plus `report`."""
+    """The flow from config instances, after train/run.py `check_stage` (the options and what
+    they name, before a model loads or a Prefect server starts); returns the summary of
+    train/run.py plus `report`."""
+    check_stage(kind, cfg, train, data_root)
     return train_flow(kind, asdict(cfg), asdict(train), str(data_root) if data_root else None, progress)

@@ -28,16 +28,14 @@ from collections import Counter, deque
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 
-from prefect import flow, task
-from prefect.cache_policies import NONE
-from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
 from flows.common import Stages, tie_temporary_server
+from flows.engine import flow, one_thread, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.registry import BackendConfig
 from storage import resolve_root
-from validators.run import ValidationRun
+from validators.run import ValidationRun, check_inputs
 from validators.runner import ValidateConfig, check_chunk
 
 
@@ -53,7 +51,7 @@ class Opaque:
         self.value = value
 
 
-@task(name="validate-records", cache_policy=NONE, retries=1)
+@task(name="validate-records", retries=1)
 def records_task(records: Opaque, config: dict, root: str, fingerprint: str) -> Opaque:
     """The per-record checks over one chunk; runs on the flow's task runner (in a worker
     process with --workers N > 1 or a Dask/Ray worker), building its RuleContext once per
@@ -61,7 +59,7 @@ def records_task(records: Opaque, config: dict, root: str, fingerprint: str) -> 
     return Opaque(check_chunk(records.value, config, root, fingerprint))
 
 
-@task(name="validate-commit", cache_policy=NONE, retries=1)
+@task(name="validate-commit", retries=1)
 def commit_task(run: Opaque, commit: Opaque) -> tuple[int, int]:
     """Commit one chunk: the accepted shard first, then the verdict shard (rows already
     committed are skipped by id, so a retry writes only what is missing)."""
@@ -105,7 +103,7 @@ def short_switches(seconds: float = 0.0005):
         sys.setswitchinterval(old)
 
 
-@flow(name="validate", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
+@flow(name="validate", log_prints=True, task_runner=one_thread)
 def validate_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True,
                   runner: dict | None = None) -> dict:
     """Validate records with the layers of `config` (ValidateConfig fields). `run` puts the
@@ -179,10 +177,14 @@ def flow_for(cfg: ValidateConfig, bcfg: BackendConfig | None = None, runner: Run
 
 def run(cfg: ValidateConfig, bcfg: BackendConfig | None = None, data_root=None, progress: bool = True,
         runner: RunnerConfig | None = None) -> dict:
-    """Run the flow on `runner`'s task runner (Prefect's temporary local server when no
-    PREFECT_API_URL is set). The data root is made absolute: a Dask or Ray worker need not
-    share the flow's working directory."""
-    with workers_report_here(runner or RunnerConfig(), cfg.workers):
-        return flow_for(cfg, bcfg, runner)(asdict(cfg), (bcfg or BackendConfig()).to_dict(),
-                                           str(resolve_root(data_root).absolute()), progress,
-                                           asdict(runner) if runner else None)
+    """Check the options and what they name (the task runner, then validators.run.check_inputs),
+    before any model loads or Prefect server starts; then run the flow: on `runner`'s task
+    runner when it fans out (a Prefect flow run), else as flows/engine.py decides. The data
+    root is made absolute: a Dask or Ray worker need not share the flow's working directory."""
+    runner, bcfg = runner or RunnerConfig(), bcfg or BackendConfig()
+    root = resolve_root(data_root).absolute()
+    fan_out = runner.fans_out(cfg.workers)
+    flow = flow_for(cfg, bcfg, runner) if fan_out else validate_flow  # a missing extra fails here
+    check_inputs(cfg, bcfg, root)
+    with workers_report_here(runner, cfg.workers):
+        return flow(asdict(cfg), bcfg.to_dict(), str(root), progress, asdict(runner))

@@ -33,6 +33,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from generators.llm.toolcalls import final_answer, render_tools_block
 from selfplay.answerable import check_answerable
@@ -40,8 +41,10 @@ from selfplay.examiner import examiner_messages, parse_examiner
 from selfplay.rewards import FORMAT_WEIGHT, examiner_reward, solve_count
 from selfplay.warmstart import examiner_tool, parse_hop_mix, row_messages
 from train.configs import RolloutConfig
-from train.rollout import Prompt, rollout
 from validators.verdict import Reject, verdict_id
+
+if TYPE_CHECKING:  # train.rollout imports torch: imported where a rollout runs, not by the command line
+    from train.rollout import Prompt
 
 
 @dataclass
@@ -187,6 +190,8 @@ def draw_seeds(documents: list[dict], cfg: PlayConfig, iteration: int) -> list[t
 def _rollouts(backend, simulator, prompts: list[Prompt], cfg: PlayConfig, turns: int, seed: int,
               progress: bool) -> list:
     """The prompts' rollouts, `cfg.batch_size` at a time (a batch's seed: `seed` + its start)."""
+    from train.rollout import rollout
+
     outs = []
     for start in range(0, len(prompts), cfg.batch_size):
         outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(turns),
@@ -200,6 +205,8 @@ def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: P
     and either its `task` row or its reject `reason` (module docstring); with `reader` and
     `cfg.answerability`, the accepted tasks are also checked for answerability. `timings`
     gets the seconds of generation (`generation_s`) and of parsing and filtering (`filter_s`)."""
+    from train.rollout import Prompt
+
     started = time.perf_counter()
     block = render_tools_block([examiner_tool(tools)])
     seeds = draw_seeds(documents, cfg, iteration)

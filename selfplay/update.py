@@ -173,6 +173,7 @@ def follow(trainer, teacher, tokenizer, out: Path) -> None:
 
 register(StageKind(
     "selfplay-examiner", ExaminerUpdateConfig, build_examiner, curves=("loss", "reward", "kl"), one_process=True,
+    reads=("rollouts",),
     help="""Update a self-play examiner from one iteration's outputs: the examiner reward of
     each output (0.5 for a well-formed task plus (n-k)/(n-1) when 0<k<n of the student's n
     attempts solved it), advantages normalised within equal target hop counts (HRPO), the
@@ -180,6 +181,7 @@ register(StageKind(
 
 register(StageKind(
     "selfplay-student", StudentUpdateConfig, build_student, curves=("loss", "reward", "teacher_kl"), one_process=True,
+    reads=("rollouts",),
     help="""Update a self-play student from one iteration's attempts: GRPO on exact match plus
     lambda times KL(student || teacher) on its own tokens, where the teacher (an EMA of the
     student) also reads the task's question construction path. Writes OUT/final and the

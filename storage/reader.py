@@ -143,3 +143,32 @@ def summary(root) -> list[dict]:
     for row in out.values():
         row["schema_versions"] = ",".join(str(v) for v in sorted(row["schema_versions"]))
     return list(out.values())
+
+
+def require_rows(root, dataset: str, kinds: str | Sequence[str], option: str = "--dataset") -> int:
+    """The committed rows of `dataset` of `kinds` (one kind, or any of several), as a command
+    checks its options before it loads a model or starts a server: a one-line ValueError
+    naming `option` when the name is not a dataset name, no such dataset is under the root
+    (with the closest names there) or it has no rows of these kinds (with the kinds it has)."""
+    import difflib
+    from collections import Counter
+
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    root = manifest.resolve_root(root)
+    try:
+        manifest.check_name("dataset name", dataset)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None
+    missing = f"{option} {dataset!r} has no {' or '.join(kinds)} rows under {root}"
+    known = manifest.datasets(root)
+    if dataset not in known:
+        close = difflib.get_close_matches(dataset, known, n=3)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"datasets there: {', '.join(known[:12]) or 'none'}"
+        raise ValueError(f"{missing}: no dataset of that name ({hint})")
+    rows: Counter = Counter()
+    for e in entries(root, dataset):
+        rows[e.kind] += e.rows
+    n = sum(rows[k] for k in kinds)
+    if not n:
+        raise ValueError(f"{missing} (it has {', '.join(f'{k} ({v})' for k, v in sorted(rows.items()) if v) or 'none'})")
+    return n

@@ -234,14 +234,39 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
     return served
 
 
+def check_sampling(kind: str, model, url: str = "") -> None:
+    """A rollout backend's options checked before anything loads (one-line ValueError): a
+    known --backend, --url for openai, a --model that is a model folder or a prepared name
+    (every kind reads its tokenizer)."""
+    from generators.llm.model_store import check_model
+
+    if kind not in BACKEND_KINDS:
+        raise ValueError(f"--backend must be transformers, vllm-server or openai, not {kind!r}")
+    if kind == "openai" and not url:
+        raise ValueError("--backend openai needs --url (the server's address)")
+    check_model(model)
+
+
+def check_eval(cfg: EvalConfig, root) -> None:
+    """The options of an evaluation and what they name, before a model loads: --data with
+    triples, a --hold-out file, the backend and the model."""
+    from storage.reader import require_rows
+
+    if not cfg.data:
+        raise ValueError("--data is required")
+    require_rows(root, cfg.data, "triples", "--data")
+    if cfg.hold_out and not os.path.isfile(cfg.hold_out):
+        raise ValueError(f"--hold-out: no such file: {cfg.hold_out}")
+    check_sampling(cfg.backend, cfg.model, cfg.url)
+
+
 def run_eval(cfg: EvalConfig, data_root=None, progress: bool = True, warn=None) -> dict:
     """Load `cfg.model` with `cfg.backend` and evaluate it; the summary dict. A warning about the
     model (train.sft.turn_warning) goes to `warn` before the evaluation starts and into the
     summary's `warnings`."""
     from storage import resolve_root
 
-    if not cfg.data:
-        raise ValueError("--data is required")
+    check_eval(cfg, resolve_root(data_root))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from train.sft import turn_warning
 

@@ -39,6 +39,32 @@ def check_args(cfg) -> None:
         raise ValueError("--data and --out are required")
 
 
+def check_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None) -> None:
+    """What a stage's options can tell wrong before a model loads or a process starts
+    (one-line ValueError): the kind, --data and --out, the process count, options wrong
+    together (the kind's `check`), rows of what the kind trains on (`reads`) in --data and a
+    --model that is a model folder or a prepared name."""
+    from generators.llm.model_store import check_model
+    from storage import resolve_root
+    from storage.reader import require_rows
+
+    stage = get_kind(kind)
+    check_args(cfg)
+    if tcfg.nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, not {tcfg.nproc}")
+    if tcfg.nproc > 1:
+        from train import dist  # imports torch: counts the GPUs
+
+        dist.check_nproc(tcfg.nproc)
+    if stage.one_process and tcfg.nproc > 1:
+        raise ValueError(f"training stage {kind} runs in one process (--nproc 1), not {tcfg.nproc}")
+    if stage.check is not None:
+        stage.check(cfg, tcfg)
+    if stage.reads:
+        require_rows(resolve_root(data_root), cfg.data, stage.reads, "--data")
+    check_model(cfg.model)
+
+
 def prepare_run(kind: str, cfg, tcfg: TrainConfig, warnings: list[str] | None = None) -> Path:
     """Check --data/--out, create the run folder and write the resolved config.json (with the
     build's `warnings`)."""
@@ -50,17 +76,12 @@ def prepare_run(kind: str, cfg, tcfg: TrainConfig, warnings: list[str] | None = 
 
 
 def run_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None, progress: bool = True) -> dict:
-    """Train stage `kind` with its config `cfg` (module docstring); returns the summary.
-    Raises dist.LaunchFailed when a rank of a launched multi-process run fails."""
+    """Train stage `kind` with its config `cfg` (module docstring; `check_stage` first); returns
+    the summary. Raises dist.LaunchFailed when a rank of a launched multi-process run fails."""
     from storage import resolve_root
-    from train import dist
 
     stage, root = get_kind(kind), resolve_root(data_root)
-    dist.check_nproc(tcfg.nproc)
-    if stage.one_process and tcfg.nproc > 1:
-        raise ValueError(f"training stage {kind} runs in one process (--nproc 1), not {tcfg.nproc}")
-    if stage.check is not None:
-        stage.check(cfg, tcfg)
+    check_stage(kind, cfg, tcfg, root)
     if "WORLD_SIZE" in os.environ:  # a rank under torchrun: the process count is torchrun's
         return _train_here(stage, cfg, replace(tcfg, nproc=int(os.environ["WORLD_SIZE"])), root, progress)
     if tcfg.nproc > 1:

@@ -1,8 +1,9 @@
 """The registry of training stage kinds. A kind is a name, a config class (its fields are the
 command's options), a `build` that loads the model and the data and makes the Trainer step
 function, an optional cheap `count` of the training rows (no model loaded; the launcher of a
-multi-process run reports and checks it before starting the ranks) and the metrics drawn in
-curves.png. train/run.py runs any kind; `python -m train KIND` and `forgeplay train KIND` are
+multi-process run reports and checks it before starting the ranks), the record kinds of
+`--data` it trains on (`reads`: train/run.py `check_stage` refuses a dataset without them
+before a model loads) and the metrics drawn in curves.png. train/run.py runs any kind; `python -m train KIND` and `forgeplay train KIND` are
 generated from this registry (`add_stage_commands`), so a new kind needs no CLI code:
 
     def build_toy(cfg, tcfg, root, device) -> Built:
@@ -65,6 +66,7 @@ class StageKind:
     help: str = ""
     one_process: bool = False  # registered outside train/ (python -m train cannot launch its ranks)
     check: Callable[[Any, TrainConfig], None] | None = None  # (cfg, train_cfg): options wrong together
+    reads: tuple[str, ...] = ()  # record kinds of --data it trains on (any of them): checked before a model loads
 
 
 KINDS: dict[str, StageKind] = {}
@@ -225,7 +227,7 @@ def count_grpo(root, cfg: GRPOConfig) -> tuple[int, dict]:
 
 
 register(StageKind(
-    "sft", SFTConfig, build_sft, count_sft, curves=("loss", "lr", "tokens_per_s"),
+    "sft", SFTConfig, build_sft, count_sft, curves=("loss", "lr", "tokens_per_s"), reads=("trajectories",),
     help="""Fine-tune a model on a dataset's validated trajectories (loss on assistant tokens
     only, rendered with the model's chat template). Writes checkpoints, metrics.jsonl,
     curves.png and the trained model (OUT/final); --resume continues after a kill; --nproc N
@@ -233,6 +235,7 @@ register(StageKind(
 
 register(StageKind(
     "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"), check=check_labels,
+    reads=("triples",),
     help="""GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
     virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final <answer>
     plus a format reward. Writes checkpoints, metrics.jsonl, curves.png and OUT/final;

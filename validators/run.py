@@ -27,14 +27,15 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
 
-from generators.llm.registry import BackendConfig, make_backend
+from generators.llm.registry import BackendConfig, check_backend, make_backend
 from storage import Catalog
 from storage.idset import IdSet
-from storage.reader import entries, iter_tables, prefetched
+from storage.reader import entries, iter_tables, prefetched, require_rows
 from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config
 from storage.schema import SHARED_COLUMNS
@@ -64,35 +65,54 @@ class Commit:
     trusted: bool  # the accepted rows passed the schema layer
 
 
+def check_inputs(cfg: ValidateConfig, bcfg: BackendConfig, root) -> None:
+    """What a run reads and the options that name it, checked before anything is loaded or
+    started (one-line ValueError): the layers, --chunk and --workers, --input with --out and
+    an existing file, or a --dataset with rows of --kind, a --corpus with documents, and the
+    backend when a layer uses a model."""
+    layers = cfg.layer_list()
+    if cfg.chunk < 1 or cfg.workers < 1:
+        raise ValueError(f"--chunk and --workers must be >= 1, got {cfg.chunk} and {cfg.workers}")
+    if cfg.input:
+        if not cfg.out:
+            raise ValueError("--input needs --out (the dataset that receives verdicts and accepted records)")
+        if not Path(cfg.input).is_file():
+            raise ValueError(f"no such input file: {cfg.input}")
+    elif not cfg.dataset:
+        raise ValueError("give --dataset or --input")
+    else:
+        require_rows(root, cfg.dataset, cfg.kind)
+    if cfg.corpus:
+        try:
+            require_rows(root, cfg.corpus, "documents", "--corpus")
+        except ValueError as e:
+            raise ValueError(f"{e}; import one with `forgeplay corpus import`") from None
+    for f in cfg.heldout:
+        if not Path(f).is_file():
+            raise ValueError(f"--heldout: no such file: {f}")
+    if uses_backend(layers):
+        check_backend(bcfg)
+
+
 class ValidationRun:
     """One run of the validate flow (see the module docstring)."""
 
     def __init__(self, cfg: ValidateConfig, bcfg: BackendConfig, root: str):
         self.t0 = time.perf_counter()
         self.cfg, self.bcfg, self.root = cfg, bcfg, str(root)
+        check_inputs(cfg, bcfg, root)
         self.layers = cfg.layer_list()
-        if cfg.chunk < 1 or cfg.workers < 1:
-            raise ValueError(f"--chunk and --workers must be >= 1, got {cfg.chunk} and {cfg.workers}")
         model = uses_backend(self.layers)
         identity = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # results do not depend on workers
         self.run_id = cfg.run_id or f"validate-{config_hash({'v': identity, 'b': bcfg.config_hash() if model else None})}"
         if cfg.input:
-            if not cfg.out:
-                raise ValueError("--input needs --out (the dataset that receives verdicts and accepted records)")
             self.values = read_input(cfg.input)
             self.rows_in = len(self.values)
             self.verdict_ds = self.accepted_ds = cfg.out
         else:
-            if not cfg.dataset:
-                raise ValueError("give --dataset or --input")
             self.rows_in = sum(e.rows for e in entries(self.root, cfg.dataset, cfg.kind))
-            if not self.rows_in:
-                raise ValueError(f"dataset {cfg.dataset!r} has no {cfg.kind} rows under {self.root}")
             self.verdict_ds, self.accepted_ds = cfg.dataset, cfg.out or f"{cfg.dataset}_valid"
         corpus = cfg.corpus_dataset()
-        if cfg.corpus and not any(e.kind == "documents" for e in entries(self.root, cfg.corpus)):
-            raise ValueError(f"--corpus {cfg.corpus!r} has no documents under {self.root} "
-                             "(import one with `forgeplay corpus import`)")
         self.fingerprint = corpus_fingerprint(self.root, corpus)
         self.backend = make_backend(bcfg) if model else None
         try:

@@ -217,6 +217,18 @@ def resolve_model(name_or_path: str | Path | None, cache: Path | None = None,
         "with a .gguf file or a model folder, or pass a folder path.")
 
 
+def check_model(name_or_path: str | Path | None, option: str = "--model") -> None:
+    """A model option checked before anything loads: None or the embedded model's name passes
+    (it is prepared on first use); anything else must be a model folder or a prepared name,
+    else ModelNotFoundError naming `option` (one line)."""
+    if name_or_path is None or str(name_or_path) in EMBEDDED_ALIASES:
+        return
+    try:
+        resolve_model(name_or_path)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{option}: {e}") from None
+
+
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 

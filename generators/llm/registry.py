@@ -96,6 +96,21 @@ BACKENDS: dict[str, Callable[[BackendConfig], Backend]] = {
     "transformers": _transformers, "vllm": _vllm, "openai": _openai}
 
 
+def check_backend(cfg: BackendConfig) -> None:
+    """The backend options checked before anything loads or starts (one-line ValueError): a
+    known --backend, --base-url for openai, and for a backend in this process a --model that
+    is a model folder or a prepared name (generators/llm/model_store.py)."""
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"unknown --backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if cfg.backend == "openai":
+        if not cfg.base_url:
+            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        return
+    from generators.llm.model_store import check_model
+
+    check_model(cfg.model)
+
+
 def make_backend(cfg: BackendConfig | None = None) -> Backend:
     """A ready backend for `cfg` (the default config gives the embedded model on CPU)."""
     cfg = cfg or BackendConfig()

@@ -7,6 +7,7 @@ missing extra. The Dask cluster the runner starts itself (no --address) runs the
 chunks in tests/flows/test_synthesize_runners.py: one flow run per path keeps CI short."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -76,11 +77,22 @@ def test_bad_runner_choices_fail_with_one_line(monkeypatch, tmp_path):
     assert bad.stderr.strip() == "validate failed: --task-runner ray needs prefect-ray: pip install 'forgeplay[ray]'"
 
 
-def test_bad_input_found_inside_a_flow_is_one_line(tmp_path):
-    """An error of bad input raised inside the flow's body (after its Prefect server started)
-    is printed once, as one line: Prefect's engine logged it first with a traceback."""
-    bad = subprocess.run([sys.executable, "-m", "flows.cli", "validate", "--dataset", "nope"], cwd=REPO,
+@pytest.mark.parametrize("mode", [[], ["--prefect"]], ids=["local", "prefect"])
+def test_bad_input_found_inside_a_flow_is_one_line(tmp_path, mode):
+    """An error of bad input raised inside the flow's body (a malformed --heldout file, read
+    when dedup starts) is printed once, as one line, in a local run and in a Prefect flow run
+    (whose engine logged it first with a traceback, after its temporary server started)."""
+    from generators.corpus.build import WorldConfig, write
+
+    write(WorldConfig(seed=3, entities=50), tmp_path, "w")
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("{not json\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "FORGEPLAY_PREFECT")}
+    bad = subprocess.run([sys.executable, "-m", "flows.cli", *mode, "validate", "--dataset", "w", "--kind", "triples",
+                          "--layers", "schema,dedup", "--heldout", json.dumps([str(heldout)])], cwd=REPO,
                          capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO)})
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == f"validate failed: dataset 'nope' has no trajectories rows under {tmp_path}", bad.stderr
+                         env={**env, "FORGEPLAY_DATA": str(tmp_path), "PYTHONPATH": str(REPO),
+                              "PREFECT_HOME": str(tmp_path / "prefect")})
+    assert bad.returncode == 2, bad.stderr
+    lines = [line for line in bad.stderr.splitlines() if line.strip() and "validate:" not in line]  # no progress bar
+    assert len(lines) == 1 and lines[0].startswith(f"validate failed: {heldout} line 1"), bad.stderr
