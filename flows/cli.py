@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from flows import (cli_acquire, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_report, cli_run,
+from flows import (cli_acquire, cli_compact, cli_corpus, cli_data, cli_export, cli_models, cli_pipeline, cli_report, cli_run,
                    cli_selfplay, cli_serve, cli_synth, cli_tools, cli_train, cli_validate)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
@@ -29,6 +29,7 @@ def _root(data_root: Optional[Path] = typer.Option(
 
 
 cli_data.register(app)
+cli_compact.register(app)
 cli_models.register(app)
 cli_corpus.register(app)
 cli_synth.register(app)
