@@ -105,9 +105,10 @@ class RunState:
             if ids is None:
                 ids = pq.read_table(e.abspath(self.ddir), columns=["id"]).column("id").combine_chunks()
             ids = ids.cast(pa.string())
-            self._arrays.append(ids)
             if self._set is not None:
                 self._set.update(ids.to_pylist())
+            else:
+                self._arrays.append(ids)
             self.entries.append(e)
             self.max_part = max(self.max_part, part_number(e.path.rsplit("/", 1)[1]) or -1)
 
@@ -135,23 +136,27 @@ class RunState:
         return n
 
     def ids(self) -> pa.Array:
-        """Ids of every committed row of the run."""
+        """Ids of every committed row of the run (in no particular order)."""
+        if self._set is not None:
+            return pa.array(list(self._set), pa.string())
         arrays = [a for a in self._arrays if len(a)]
         if len(arrays) > 1:
             self._arrays = arrays = [pa.concat_arrays(arrays)]
         return arrays[0] if arrays else pa.array([], pa.string())
 
     def id_set(self) -> set[str]:
-        """The same ids as a Python set, built once and then kept up to date."""
+        """The same ids as a Python set, built once (the arrays are then let go) and kept up
+        to date: what a writer checks chunk by chunk."""
         if self._set is None:
             self._set = set(self.ids().to_pylist())
+            self._arrays = []
         return self._set
 
     def has_set(self) -> bool:
         return self._set is not None
 
     def count(self) -> int:
-        return sum(len(a) for a in self._arrays)
+        return len(self._set) if self._set is not None else sum(len(a) for a in self._arrays)
 
     def small(self, rows: int) -> int:
         """How many of the run's shards hold fewer than `rows` rows."""
