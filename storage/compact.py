@@ -238,7 +238,12 @@ def _write_group(ddir: Path, group: list[manifest.Entry], result: Result) -> tup
     rows), or None (noted in `result.left`) when a shard is corrupt or of another schema."""
     paths = [e.abspath(ddir) for e in group]
     for e, p in zip(group, paths):
-        if manifest.file_sha256(p) != e.sha256:
+        try:
+            digest = manifest.file_sha256(p)
+        except FileNotFoundError:  # another compaction replaced it meanwhile (or it is missing: verify says)
+            result.left.append(f"{e.path}: gone")
+            return None
+        if digest != e.sha256:
             result.left.append(f"{e.path}: its checksum does not match the manifest (run `forgeplay verify`)")
             return None
     tmp = paths[0].parent / f".part-{uuid.uuid4().hex}.parquet.tmp"

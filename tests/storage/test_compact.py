@@ -186,6 +186,33 @@ def test_a_writer_compacts_its_run_past_the_threshold(data_root, monkeypatch):
         ShardWriter(None, "demo", "documents", "run2")
 
 
+def test_writers_of_one_run_in_two_processes_compact_it_as_they_go(data_root, monkeypatch):
+    """Two processes commit shards of one run (other rows each, as synthesis workers do) and
+    compact it past 8 small shards while a reader counts: every count is whole shards, no row
+    twice; at the end every row is there once, in fewer shards, and verify passes."""
+    monkeypatch.setenv(AUTO_ENV, "8")
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.storage.writer_proc", str(data_root), "crash", "r1", "40",
+                               "10", str(first)], cwd=REPO, stdout=subprocess.DEVNULL, env=os.environ)
+             for first in (0, 10_000)]
+    seen = set()
+    try:
+        while any(p.poll() is None for p in procs):
+            if (data_root / "crash" / manifest.MANIFEST).exists():
+                with Catalog() as cat:
+                    n, distinct = cat.rows("SELECT count(*), count(DISTINCT traj_id) FROM crash_trajectories")[0]
+                assert n % 10 == 0 and n == distinct
+                seen.add(n)
+    finally:
+        for p in procs:
+            p.wait()
+    assert [p.returncode for p in procs] == [0, 0]
+    traj = load_table("crash", "trajectories").column("traj_id").to_pylist()
+    assert sorted(traj) == sorted([f"t{i}" for i in range(400)] + [f"t{i}" for i in range(10_000, 10_400)])
+    entries = manifest.read(data_root / "crash")
+    assert len(entries) < 40 and verify(None, "crash") == (len(entries), [])
+    assert len(seen) >= 3
+
+
 def test_a_rerun_after_compaction_writes_nothing_twice(data_root):
     small_shards("r1", 10, 5)
     compact(None, "demo")
