@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage import manifest, reader
@@ -111,7 +112,9 @@ def _item(kind: str, r: dict) -> Item | None:
 
 class Source:
     """The exportable records of a dataset, read chunk by chunk as often as an exporter
-    needs (`items(kind)`: (position in the kind, Item), rejected ones left out)."""
+    needs (`items(kind)`: (position in the kind, Item), rejected ones left out). With
+    `head`, a trajectory's Item carries only its first two messages: what the prompt is made
+    of (an exporter's first pass reads less)."""
 
     def __init__(self, dataset: str, root=None, kinds=KINDS, skip_rejected: bool = True):
         self.root = manifest.resolve_root(root)
@@ -125,21 +128,24 @@ class Source:
         self.skip_rejected = skip_rejected
         self._rejected: dict[str, set[str]] = {}
 
-    def items(self, kind: str) -> Iterator[tuple[int, Item]]:
+    def items(self, kind: str, head: bool = False) -> Iterator[tuple[int, Item]]:
         if kind not in self._rejected:
             self._rejected[kind] = reader.rejected_ids(self.dataset, kind, self.root) if self.skip_rejected else set()
         bad, pos = self._rejected[kind], 0
         for table in reader.iter_tables(self.dataset, kind, self.root, rows=CHUNK):
+            if head and kind == "trajectories":
+                at = table.schema.get_field_index("messages")
+                table = table.set_column(at, "messages", pc.list_slice(table.column("messages"), 0, 2))
             for r in table.to_pylist():
                 item = None if r["id"] in bad else _item(kind, r)
                 if item is not None:
                     yield pos, item
                     pos += 1
 
-    def all(self) -> Iterator[tuple[tuple[str, int], Item]]:
+    def all(self, head: bool = False) -> Iterator[tuple[tuple[str, int], Item]]:
         """Every item, in kind order: ((kind, position), Item)."""
         for kind in self.kinds:
-            for pos, item in self.items(kind):
+            for pos, item in self.items(kind, head):
                 yield (kind, pos), item
 
 
@@ -268,7 +274,7 @@ def export_trl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: flo
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     grpo, sft, prompts, kept = Split(test_fraction), Split(test_fraction), Prompts(), Places()
-    for place, i in source.all():
+    for place, i in source.all(head=True):
         if prompts.first(i):
             kept.add(place)
             grpo.see(i.id, place)

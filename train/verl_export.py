@@ -174,7 +174,7 @@ def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: fl
     prompts, kept, split, offered = Prompts(), Places(), Split(test_fraction), Offered()
     groups: dict[bool, list[str]] = {}  # tool use or not -> its kinds, in the order rows are written
     tool_rows, golden = 0, set()
-    for place, i in source.all():
+    for place, i in source.all(head=True):
         if not prompts.first(i):
             continue
         tool_use = i.kind == "trajectories"
@@ -256,7 +256,7 @@ def _corpus(root, dataset: str, corpus: str | None, golden: set[str], source: So
         known.update(t.column("doc_id").to_pylist())
     if golden <= known:
         return name
-    stray = [i.id for pos, i in source.items("trajectories")
+    stray = [i.id for pos, i in source.items("trajectories", head=True)
              if ("trajectories", pos) in kept and not set(i.golden_doc_ids) <= known]
     raise ValueError(f"{len(stray)} tool rows (e.g. {stray[0]}) name golden documents that {name!r} lacks; "
                      "pass --corpus with the dataset they were synthesized from")
