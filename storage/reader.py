@@ -39,7 +39,8 @@ def entries(root, dataset: str, kind: str | None = None, run_id: str | None = No
 
 
 def data_files(dataset: str, kind: str, root=None, run_id: str | None = None) -> list[str]:
-    """Absolute paths of the committed shards of (dataset, kind), in commit order."""
+    """Absolute paths of the committed shards of (dataset, kind), in commit order (a
+    compaction after this call may replace them: list them again when one is gone)."""
     ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
     return [str(e.abspath(ddir)) for e in entries(root, dataset, kind, run_id)]
 
