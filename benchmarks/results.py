@@ -66,6 +66,7 @@ class Bench:
 
 BENCHES = [
     Bench("bench_storage.py", ("--rows", "200000", "--repeat", "3")),
+    Bench("bench_commits.py", ("--shards", "1000")),
     Bench("bench_world.py", ("--sizes", "2000,5000")),
     Bench("bench_simulator.py", ("--docs", "5000", "--calls", "200")),
     Bench("bench_generate.py", ("--prompts", "16", "--max-tokens", "32", "--batch-size", "8",

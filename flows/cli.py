@@ -27,7 +27,7 @@ from flows.engine import PREFECT_ENV
 
 # command -> the module that registers it, in the order --help lists them
 COMMANDS: dict[str, str] = {
-    "datasets": "cli_data", "sql": "cli_data", "inspect": "cli_data", "verify": "cli_data",
+    "datasets": "cli_data", "sql": "cli_data", "inspect": "cli_data", "verify": "cli_data", "compact": "cli_compact",
     "generate": "cli_models", "synthesize": "cli_synth", "validate": "cli_validate", "pipeline": "cli_pipeline",
     "run": "cli_run", "acquire-labels": "cli_acquire", "serve": "cli_serve", "report": "cli_report",
     "card": "cli_report", "models": "cli_models", "corpus": "cli_corpus", "export": "cli_export",

@@ -86,31 +86,38 @@ def sql(query: Annotated[str, typer.Argument(help="SQL for DuckDB; views are nam
         out: Annotated[Optional[Path], typer.Option(help="Write the result to FILE.parquet, .csv or .json instead.")] = None,
         limit: Annotated[int, typer.Option(help="Rows printed at most (not applied to --out).")] = 1000) -> None:
     """Run SQL over the committed shards with DuckDB."""
+    if out is not None and out.suffix.lower().lstrip(".") not in ("parquet", "csv", "json"):
+        err.print(f"[red]--out must end in .parquet, .csv or .json, not {out.name}[/red]")
+        raise typer.Exit(2)
+
+    def run(cat: Catalog):  # run again on fresh views if a compaction replaced shards meanwhile
+        rel = cat.sql(query)
+        if rel is None:  # a statement without a result
+            return None
+        if out is None:
+            return rel.columns, rel.limit(limit).fetchall()
+        opts = {"parquet": "FORMAT parquet", "csv": "FORMAT csv, HEADER", "json": "FORMAT json"}
+        rel.create_view("__result", replace=True)
+        cat.con.execute(f"COPY (SELECT * FROM __result) TO '{str(out).replace(chr(39), chr(39) * 2)}' "
+                        f"({opts[out.suffix.lower().lstrip('.')]})")
+        return cat.con.execute("SELECT count(*) FROM __result").fetchone()[0]
+
     with Catalog(resolve_root(data_root)) as cat:
         for p in cat.problems:
             err.print(f"[yellow]skipped {p.problem} shard[/yellow] {p.path}")
         try:
-            rel = cat.sql(query)
+            result = cat.retrying(run)
         except duckdb.Error as e:
             err.print(f"[red]SQL error:[/red] {e}")
             if cat.views:
                 err.print("views: " + ", ".join(sorted(cat.views)))
             raise typer.Exit(2)
-        if rel is None:
+        if result is None:
             return
         if out is not None:
-            suffix = out.suffix.lower().lstrip(".")
-            if suffix not in ("parquet", "csv", "json"):
-                err.print(f"[red]--out must end in .parquet, .csv or .json, not {out.name}[/red]")
-                raise typer.Exit(2)
-            opts = {"parquet": "FORMAT parquet", "csv": "FORMAT csv, HEADER", "json": "FORMAT json"}[suffix]
-            rel.create_view("__result")
-            cat.con.execute(f"COPY (SELECT * FROM __result) TO '{str(out).replace(chr(39), chr(39) * 2)}' ({opts})")
-            n = cat.scalar("SELECT count(*) FROM __result")
-            err.print(f"wrote {n} rows to {out}")
+            err.print(f"wrote {result} rows to {out}")
             return
-        rows = rel.limit(limit).fetchall()
-        emit(rel.columns, rows, format)
+        emit(*result, format)
 
 
 def inspect(dataset: Annotated[str, typer.Argument(help="Dataset name.")],

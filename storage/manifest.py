@@ -4,7 +4,12 @@ Each dataset directory holds `_manifest.jsonl`, one JSON line per committed shar
 (kind, run_id, path relative to the dataset, rows, bytes, sha256, schema_version,
 committed_at). A line is appended with a single `write` under an exclusive lock and
 fsynced; a torn last line (no newline) is ignored by readers. Files on disk that no line
-names are uncommitted leftovers of a killed writer and are never read.
+names are uncommitted leftovers of a killed writer (or compaction) and are never read.
+Compaction (storage/compact.py) is the one writer that rewrites the manifest: `replace`
+swaps in a whole new one atomically (temp file, fsync, rename), under the same lock.
+
+`Tail` reads a manifest incrementally (what was appended since the last look, or all of it
+again after a swap), so a writer's commit costs the same at 10 shards and at 10,000.
 
 `resolve_root` applies the data-root rule used by every command: an explicit path, else
 `$FORGEPLAY_DATA`, else `./data`.
@@ -22,10 +27,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
+from storage.files import write_bytes
+
 MANIFEST = "_manifest.jsonl"
 QUARANTINE = "_quarantine.json"  # the shards the last `verify` found corrupt (storage/catalog.py)
 LOCK = ".lock"
-PART_RE = re.compile(r"^part-(\d+)\.parquet$")
+PART_RE = re.compile(r"^part-(\d+)(?:-[0-9a-f]+)?\.parquet$")  # part-00012, or compacted part-00012-<hex>
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -75,14 +82,21 @@ def dataset_dir(root: Path, dataset: str) -> Path:
 def read(dataset_dir: Path) -> list[Entry]:
     """All committed entries of a dataset, in commit order (torn last line ignored)."""
     path = Path(dataset_dir) / MANIFEST
-    if not path.exists():
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
         return []
-    entries = []
-    with open(path, "rb") as f:
-        data = f.read()
+    return parse(data)
+
+
+def parse(data: bytes) -> list[Entry]:
+    """The entries of manifest bytes; a last line without its newline is torn (its writer
+    died mid-append) and left out, as is any line that does not parse."""
     lines = data.split(b"\n")
     if not data.endswith(b"\n"):
-        lines = lines[:-1]  # the last line is torn: its writer died mid-append
+        lines = lines[:-1]
+    entries = []
     for line in lines:
         if not line.strip():
             continue
@@ -91,6 +105,50 @@ def read(dataset_dir: Path) -> list[Entry]:
         except (ValueError, TypeError):
             continue  # a line torn by a crash mid-append
     return entries
+
+
+def line(entry: Entry) -> bytes:
+    """An entry's manifest line, newline included."""
+    return (json.dumps(asdict(entry), sort_keys=True) + "\n").encode()
+
+
+class Tail:
+    """Reads one dataset's manifest incrementally. `read()` gives `(entries, whole)`: the
+    entries appended since the previous call (`whole` False), or every entry (`whole` True)
+    on the first call and whenever the manifest was swapped since (a compaction), which it
+    notices because the last line it read is no longer where it read it. Only whole lines
+    are consumed; a torn last line is read again (and then skipped) once repaired."""
+
+    def __init__(self, dataset_dir: Path):
+        self.path = Path(dataset_dir) / MANIFEST
+        self.offset = 0  # bytes consumed: the end of the last whole line read
+        self.last = b""  # that line, newline included
+
+    def read(self) -> tuple[list[Entry], bool]:
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:  # no commit yet (or the dataset was removed): nothing, in whole
+            self.offset, self.last = 0, b""
+            return [], True
+        with f:
+            whole = not self.offset
+            if not whole:
+                f.seek(self.offset - len(self.last))
+                whole = f.read(len(self.last)) != self.last
+            start = 0 if whole else self.offset
+            f.seek(start)
+            data = f.read()
+        self.seen(data[:data.rfind(b"\n") + 1], start)
+        return parse(data), whole
+
+    def seen(self, data: bytes, start: int = 0) -> None:
+        """Mark `data` (whole lines, found at byte `start` of the manifest) as read: e.g. the
+        manifest its caller just wrote."""
+        if data:
+            self.offset = start + len(data)
+            self.last = data[data.rfind(b"\n", 0, len(data) - 1) + 1:]
+        elif not start:
+            self.offset, self.last = 0, b""
 
 
 def datasets(root: Path) -> list[str]:
@@ -130,7 +188,7 @@ def next_part(run_dir: Path, entries: list[Entry], rel_run_dir: str) -> int:
 
 def append(dataset_dir: Path, entry: Entry) -> None:
     """Append one entry durably (caller holds `locked`)."""
-    line = (json.dumps(asdict(entry), sort_keys=True) + "\n").encode()
+    data = line(entry)
     path = dataset_dir / MANIFEST
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -139,11 +197,20 @@ def append(dataset_dir: Path, entry: Entry) -> None:
             with open(path, "rb") as f:
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":
-                    line = b"\n" + line
-        os.write(fd, line)
+                    data = b"\n" + data
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace(dataset_dir: Path, entries: list[Entry]) -> bytes:
+    """Swap in a manifest of exactly `entries`, atomically: written to a hidden temp file,
+    fsynced, renamed over the old one, the folder fsynced (caller holds `locked`). Returns
+    the bytes written. A kill leaves the old manifest or the new one, never a mixture."""
+    data = b"".join(line(e) for e in entries)
+    write_bytes(Path(dataset_dir) / MANIFEST, data)
+    return data
 
 
 def file_sha256(path: Path) -> str:

@@ -3,7 +3,10 @@ plain list of Parquet files for `datasets.load_dataset("parquet", data_files=...
 
 Only shards listed in the manifest are read, less those `forgeplay verify` quarantined;
 shards of different schema versions are unified by column name (columns a shard lacks read
-as null).
+as null). A listed shard that is gone when it is opened was replaced by a compaction
+(storage/compact.py): the loaders read the manifest again and carry on (`iter_tables` from
+the row it had reached: compaction keeps the order), so they give the rows of the old
+shards or of the new ones, never both.
 
     from storage import load_table, load_hf, data_files
     table = load_table("demo", "trajectories")            # pyarrow.Table
@@ -25,6 +28,7 @@ import pyarrow.parquet as pq
 from storage import manifest
 
 T = TypeVar("T")
+RETRIES = 5  # manifest reads a loader tries when listed shards are gone (compactions meanwhile)
 
 
 def entries(root, dataset: str, kind: str | None = None, run_id: str | None = None) -> list[manifest.Entry]:
@@ -35,7 +39,8 @@ def entries(root, dataset: str, kind: str | None = None, run_id: str | None = No
 
 
 def data_files(dataset: str, kind: str, root=None, run_id: str | None = None) -> list[str]:
-    """Absolute paths of the committed shards of (dataset, kind), in commit order."""
+    """Absolute paths of the committed shards of (dataset, kind), in commit order (a
+    compaction after this call may replace them: list them again when one is gone)."""
     ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
     return [str(e.abspath(ddir)) for e in entries(root, dataset, kind, run_id)]
 
@@ -43,45 +48,86 @@ def data_files(dataset: str, kind: str, root=None, run_id: str | None = None) ->
 def load_table(dataset: str, kind: str, root=None, run_id: str | None = None,
                columns: list[str] | None = None) -> pa.Table:
     """All committed rows of (dataset, kind) as one Arrow table (schemas unified by name)."""
-    files = data_files(dataset, kind, root, run_id)
-    if not files:
-        from storage.schema import load
+    ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
 
-        return load(kind).arrow.empty_table()
-    tables = []
-    for f in files:
-        if columns is None:
-            tables.append(pq.read_table(f))
-        else:  # only the asked columns a shard has (older schema versions may lack some)
-            names = pq.read_schema(f).names
-            tables.append(pq.read_table(f, columns=[c for c in columns if c in names]))
-    return pa.concat_tables(tables, promote_options="default")
+    def read(listed: list[manifest.Entry]) -> pa.Table:
+        tables = []
+        for e in listed:
+            with open(e.abspath(ddir), "rb") as f:  # (opened once: a compaction may remove it meanwhile)
+                pf = pq.ParquetFile(f)
+                names = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
+                tables.append(pf.read(columns=names))  # only the asked columns a shard has
+        return pa.concat_tables(tables, promote_options="default")
+
+    listed = entries(root, dataset, kind, run_id)
+    for attempt in range(RETRIES):
+        if not listed:
+            from storage.schema import load
+
+            return load(kind).arrow.empty_table()
+        try:
+            return read(listed)
+        except FileNotFoundError as e:
+            listed = _listed_again(root, dataset, kind, run_id, listed, attempt, e)
+    raise AssertionError("unreachable")
+
+
+def _listed_again(root, dataset, kind, run_id, listed, attempt: int, error: OSError) -> list[manifest.Entry]:
+    """The entries after a listed shard was found gone: the new listing when the manifest
+    changed (a compaction), else `error` is raised."""
+    again = entries(root, dataset, kind, run_id)
+    if again == listed or attempt == RETRIES - 1:
+        raise error
+    return again
 
 
 def iter_tables(dataset: str, kind: str, root=None, rows: int = 2000, drop: Sequence[str] = (),
-                run_id: str | None = None) -> Iterator[pa.Table]:
+                run_id: str | None = None, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """The rows `load_table` gives, as tables of `rows` rows each (the last may be shorter),
-    in the same order and with the same unified schema but without the columns in `drop`,
-    reading each shard batch by batch: memory stays at about one chunk and one row group
-    whatever the dataset's size."""
-    files = data_files(dataset, kind, root, run_id)
-    if not files:
+    in the same order and with the same unified schema but without the columns in `drop`
+    (or with only `columns`), reading each shard batch by batch: memory stays at about one
+    chunk and one row group whatever the dataset's size."""
+    ddir = manifest.dataset_dir(manifest.resolve_root(root), dataset)
+    listed, done = entries(root, dataset, kind, run_id), 0
+    for attempt in range(RETRIES):
+        try:
+            for t in _chunks(ddir, listed, rows, drop, columns, skip=done):
+                done += t.num_rows
+                yield t
+            return
+        except FileNotFoundError as e:
+            listed = _listed_again(root, dataset, kind, run_id, listed, attempt, e)
+
+
+def _chunks(ddir: Path, listed: list[manifest.Entry], rows: int, drop: Sequence[str], columns, skip: int):
+    """iter_tables over one listing, from row `skip` on."""
+    if not listed:
         return
-    schemas = [pq.read_schema(f) for f in files]
+    schemas = [pq.read_schema(e.abspath(ddir)) for e in listed]
     unified = pa.unify_schemas(schemas, promote_options="default")
-    unified = pa.schema([f for f in unified if f.name not in drop], metadata=unified.metadata)
+    unified = pa.schema([f for f in unified if f.name not in drop and (columns is None or f.name in columns)],
+                        metadata=unified.metadata)
     buffer: list[pa.Table] = []
     held = 0
-    for f, s in zip(files, schemas):
+    for e, s in zip(listed, schemas):
+        if skip >= e.rows:
+            skip -= e.rows
+            continue
         names = [c for c in unified.names if c in s.names]
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=rows, columns=names):
-            t = pa.Table.from_batches([batch])
-            buffer.append(pa.concat_tables([unified.empty_table(), t], promote_options="default"))
-            held += t.num_rows
-            while held >= rows:
-                whole = pa.concat_tables(buffer)
-                yield whole.slice(0, rows)
-                buffer, held = [whole.slice(rows)], held - rows
+        with open(e.abspath(ddir), "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=rows, columns=names):
+                if skip:
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                t = pa.Table.from_batches([batch])
+                buffer.append(pa.concat_tables([unified.empty_table(), t], promote_options="default"))
+                held += t.num_rows
+                while held >= rows:
+                    whole = pa.concat_tables(buffer)
+                    yield whole.slice(0, rows)
+                    buffer, held = [whole.slice(rows)], held - rows
     if held:
         yield pa.concat_tables(buffer)
 
@@ -114,11 +160,11 @@ def rejected_ids(dataset: str, kind: str, root=None) -> set[str]:
     about them did not pass (the one rule SFT, GRPO data and every exporter use)."""
     import pyarrow.compute as pc
 
-    v = load_table(dataset, "verdicts", root, columns=["record_id", "record_kind", "passed"])
-    if not v.num_rows:
-        return set()
-    failed = pc.and_(pc.equal(v["record_kind"], kind), pc.equal(v["passed"], False))
-    return set(pc.unique(v.filter(failed)["record_id"]).to_pylist())
+    out: set[str] = set()
+    for v in iter_tables(dataset, "verdicts", root, rows=200_000, columns=("record_id", "record_kind", "passed")):
+        failed = pc.and_(pc.equal(v["record_kind"], kind), pc.equal(v["passed"], False))
+        out.update(pc.unique(v.filter(failed)["record_id"]).to_pylist())
+    return out
 
 
 def kinds(root, dataset: str) -> list[str]:

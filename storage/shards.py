@@ -6,7 +6,10 @@ written), write row groups to a hidden temp file, fsync, `os.replace` it into pl
 the dataset lock, fsync the directory, then append the manifest entry. A writer killed at
 any point leaves only whole, committed shards visible. Rows whose `id` is already
 committed in the same (dataset, kind, run) are skipped, so rerunning a run writes only what
-is missing.
+is missing. A commit costs the same whatever the number of shards before it: the writers
+of a process share what their run committed (storage/runstate.py) and read only the
+manifest lines appended since. After a commit that leaves the run with more than 64 small
+shards ($FORGEPLAY_COMPACT_SHARDS) the writer compacts the run (storage/compact.py).
 
     with ShardWriter(root, "demo", "documents", run_id="r1") as w:
         w.write([{"doc_id": "d1", "title": "T", "text": "...", "source": "me"}])
@@ -26,8 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage import manifest
+from storage import compact, manifest
 from storage.files import fsync_dir
+from storage.runstate import RunState
 from storage.schema import KindSchema, RowError, load, record_id
 
 DEFAULT_ROWS_PER_SHARD = 250_000
@@ -85,12 +89,9 @@ def stamp_table(table: pa.Table, schema: KindSchema, run_id: str, lineage: dict 
 
 def committed_ids(root: Path, dataset: str, kind: str, run_id: str) -> pa.Array:
     """Ids already committed for (dataset, kind, run)."""
-    ddir = manifest.dataset_dir(root, dataset)
-    cols = [pq.read_table(e.abspath(ddir), columns=["id"]).column("id")
-            for e in manifest.read(ddir) if e.kind == kind and e.run_id == run_id]
-    if not cols:
-        return pa.array([], pa.string())
-    return pa.chunked_array(cols, pa.string()).combine_chunks()
+    state = RunState.of(manifest.dataset_dir(manifest.resolve_root(root), dataset), kind, run_id)
+    with state.lock:
+        return state.ids()
 
 
 class ShardWriter:
@@ -110,10 +111,11 @@ class ShardWriter:
         self.ddir = manifest.dataset_dir(self.root, dataset)
         self.rel_run = f"{kind}/run={run_id}"
         self.run_dir = self.ddir / self.rel_run
-        self._seen_arrays: list[pa.Array] = [committed_ids(self.root, dataset, kind, run_id)]
-        self._seen_set: set[str] | None = None
+        compact.auto_limit()  # a bad $FORGEPLAY_COMPACT_SHARDS is reported before anything is written
+        self.state = RunState.of(self.ddir, kind, run_id)  # committed ids, shared by this process's writers
         self._buffer: list[pa.Table] = []
         self._buffered = 0
+        self._buffer_set: set[str] | None = None  # ids of the buffered rows, once a check needs a set
         self.committed: list[manifest.Entry] = []
         self.skipped = 0
 
@@ -126,7 +128,8 @@ class ShardWriter:
             done = self._write_large(table)
             if done is not None:
                 return done
-        table = self._drop_seen(table)
+        with self.state.lock:
+            table = self._drop_seen(table)
         if table.num_rows:
             self._buffer.append(table)
             self._buffered += table.num_rows
@@ -136,7 +139,8 @@ class ShardWriter:
 
     def known_ids(self) -> pa.Array:
         """Ids committed for this (dataset, kind, run) or written by this writer so far."""
-        return self._known_array()
+        with self.state.lock:
+            return self._known_array()
 
     def close(self) -> list[manifest.Entry]:
         """Commit what is buffered; returns every entry this writer committed."""
@@ -151,9 +155,7 @@ class ShardWriter:
         if exc_type is None:
             self.close()
         else:  # nothing half-done becomes visible; buffered ids may be written again
-            for t in self._buffer:
-                self._forget(t.column("id").to_pylist())
-            self._buffer, self._buffered = [], 0
+            self._buffer, self._buffered, self._buffer_set = [], 0, None
 
     # -- internals -----------------------------------------------------------------------
     def _table(self, rows: Sequence[dict] | pa.Table) -> pa.Table:
@@ -193,67 +195,62 @@ class ShardWriter:
         return table
 
     def _drop_seen(self, table: pa.Table) -> pa.Table:
-        """Drop rows whose id is committed or already buffered, and repeats inside the batch.
-        A large batch against few known ids is checked in Arrow (C++ hash tables); else the
-        ids are checked against a Python set of the known ones, built once and kept up to
-        date (a writer used chunk by chunk would otherwise hash every known id per chunk)."""
+        """Drop rows whose id is committed or already buffered, and repeats inside the batch
+        (caller holds the state's lock). A large batch against few known ids is checked in
+        Arrow (C++ hash tables); else the ids are checked against Python sets of the known
+        ones, built once and kept up to date (a writer used chunk by chunk would otherwise
+        hash every known id per chunk)."""
         ids = table.column("id").combine_chunks()
-        if table.num_rows >= 10_000 and self._seen_set is None and \
-                sum(len(a) for a in self._seen_arrays) <= table.num_rows and \
+        if table.num_rows >= 10_000 and not self.state.has_set() and \
+                self.state.count() + self._buffered <= table.num_rows and \
                 pc.count_distinct(ids).as_py() == table.num_rows:
             known = self._known_array()
             keep = pc.invert(pc.is_in(ids, value_set=known)) if len(known) else None
             if keep is not None and not pc.all(keep).as_py():
                 self.skipped += table.num_rows - pc.sum(keep).as_py()
                 table, ids = table.filter(keep), ids.filter(keep)
-            self._seen_arrays.append(ids)
-            if self._seen_set is not None:
-                self._seen_set.update(ids.to_pylist())
+            if self._buffer_set is not None:
+                self._buffer_set.update(ids.to_pylist())
             return table
-        seen = self._known_set()
+        committed, buffered = self.state.id_set(), self._buffered_set()
         id_list = ids.to_pylist()
-        if seen.isdisjoint(id_list) and len(set(id_list)) == len(id_list):  # the usual case: all new
-            seen.update(id_list)
-            self._seen_arrays.append(ids)
+        if committed.isdisjoint(id_list) and buffered.isdisjoint(id_list) and len(set(id_list)) == len(id_list):
+            buffered.update(id_list)  # the usual case: all new
             return table
-        keep, new = [], []
+        keep = []
         for i in id_list:
-            fresh = i not in seen
+            fresh = i not in committed and i not in buffered
             keep.append(fresh)
             if fresh:
-                seen.add(i)
-                new.append(i)
+                buffered.add(i)
         if not all(keep):
-            self.skipped += len(keep) - len(new)
+            self.skipped += len(keep) - sum(keep)
             table = table.filter(pa.array(keep))
-        self._seen_arrays.append(pa.array(new, pa.string()))
         return table
 
+    def _buffered_ids(self) -> list[pa.Array]:
+        return [t.column("id").combine_chunks() for t in self._buffer]
+
+    def _buffered_set(self) -> set[str]:
+        if self._buffer_set is None:
+            self._buffer_set = {i for a in self._buffered_ids() for i in a.to_pylist()}
+        return self._buffer_set
+
     def _known_array(self) -> pa.Array:
-        arrays = [a for a in self._seen_arrays if len(a)]  # (the first may be empty: nothing committed)
+        arrays = [a for a in [self.state.ids(), *self._buffered_ids()] if len(a)]
         if not arrays:
             return pa.array([], pa.string())
-        self._seen_arrays = [pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]]
-        return self._seen_arrays[0]
-
-    def _known_set(self) -> set[str]:
-        if self._seen_set is None:
-            self._seen_set = set(self._known_array().to_pylist())
-        return self._seen_set
-
-    def _forget(self, ids: list[str]) -> None:
-        gone = pa.array(ids, pa.string())
-        known = self._known_array()
-        self._seen_arrays = [known.filter(pc.invert(pc.is_in(known, value_set=gone)))] if len(known) else []
-        if self._seen_set is not None:
-            self._seen_set.difference_update(ids)
+        return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
 
     def _flush(self, n: int) -> None:
         table = pa.concat_tables(self._buffer)
         shard, rest = table.slice(0, n), table.slice(n)
         self._buffer = [rest] if rest.num_rows else []
         self._buffered = rest.num_rows
-        self._commit(shard)
+        ids = shard.column("id").combine_chunks()
+        if self._buffer_set is not None:
+            self._buffer_set.difference_update(ids.to_pylist())
+        self._publish(*self._write_tmp(shard), ids)
 
     def _write_large(self, table: pa.Table) -> int | None:
         """Bulk path: check ids in a thread while the full shards are written to temp files;
@@ -276,22 +273,22 @@ class ShardWriter:
             for t in tmps:
                 t[0].unlink(missing_ok=True)
             return None
-        for t in tmps:
-            self._publish(*t)
-        self._seen_arrays.append(ids)
-        if self._seen_set is not None:
-            self._seen_set.update(ids.to_pylist())
+        for k, t in enumerate(tmps):
+            self._publish(*t, ids.slice(k * self.rows_per_shard, self.rows_per_shard))
         rest = table.slice(full)
         if rest.num_rows:
             self._buffer.append(rest)
             self._buffered += rest.num_rows
+            if self._buffer_set is not None:
+                self._buffer_set.update(rest.column("id").to_pylist())
         return table.num_rows
 
     def _all_fresh(self, ids: pa.Array) -> bool:
         """No repeat inside `ids` and none already committed or buffered."""
         if pc.count_distinct(ids).as_py() != len(ids):
             return False
-        known = self._known_array()
+        with self.state.lock:
+            known = self._known_array()
         return not len(known) or not pc.any(pc.is_in(ids, value_set=known)).as_py()
 
     def _write_tmp(self, table: pa.Table) -> tuple[Path, int, str, int]:
@@ -313,25 +310,25 @@ class ShardWriter:
                                f"is skipped)") from e
             raise
 
-    def _publish(self, tmp: Path, size: int, digest: str, rows: int) -> None:
-        """Rename a written temp file into place and append its manifest entry, under the lock."""
-        try:
-            with manifest.locked(self.ddir):
-                entries = manifest.read(self.ddir)
-                n = manifest.next_part(self.run_dir, entries, self.rel_run)
-                final = self.run_dir / f"part-{n:05d}.parquet"
-                os.replace(tmp, final)
-                fsync_dir(self.run_dir)
-                entry = manifest.Entry(kind=self.kind, run_id=self.run_id, path=f"{self.rel_run}/{final.name}",
-                                       rows=rows, bytes=size, sha256=digest, schema_version=self.schema.version,
-                                       committed_at=dt.datetime.now(dt.timezone.utc).isoformat())
-                manifest.append(self.ddir, entry)
-        finally:
-            tmp.unlink(missing_ok=True)
+    def _publish(self, tmp: Path, size: int, digest: str, rows: int, ids: pa.Array) -> None:
+        """Rename a written temp file into place and append its manifest entry, under the lock;
+        then compact the run when it holds too many small shards (storage/compact.py)."""
+        with self.state.lock:
+            try:
+                with manifest.locked(self.ddir):
+                    self.state.sync()  # what other writers committed since: their part numbers
+                    final = self.run_dir / f"part-{self.state.next_part():05d}.parquet"
+                    os.replace(tmp, final)
+                    fsync_dir(self.run_dir)
+                    entry = manifest.Entry(kind=self.kind, run_id=self.run_id, path=f"{self.rel_run}/{final.name}",
+                                           rows=rows, bytes=size, sha256=digest, schema_version=self.schema.version,
+                                           committed_at=dt.datetime.now(dt.timezone.utc).isoformat())
+                    manifest.append(self.ddir, entry)
+                    self.state.sync(own={entry.path: ids})
+            finally:
+                tmp.unlink(missing_ok=True)
         self.committed.append(entry)
-
-    def _commit(self, table: pa.Table) -> None:
-        self._publish(*self._write_tmp(table))
+        compact.after_commit(self.state)
 
 
 class DiskFull(OSError):

@@ -29,6 +29,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -143,9 +144,11 @@ def requirements(entries=ENTRIES) -> list[str]:
     return sorted(f"{WORKER_DEPS[m]}=={md.version(WORKER_DEPS[m])}" for m in external if WORKER_DEPS[m])
 
 
-def write_package(out: Path, documents: pa.Table | None = None, tool_rows: list[dict] = ()) -> list[str]:
-    """out/PACKAGE (replaced whole): the closure of ENTRIES and, given documents,
-    corpus/{documents.parquet, tools.jsonl} for the simulator. Returns the copied module names."""
+def write_package(out: Path, documents: pa.Table | Iterable[pa.Table] | None = None,
+                  tool_rows: list[dict] = ()) -> list[str]:
+    """out/PACKAGE (replaced whole): the closure of ENTRIES and, given documents (a table, or
+    tables written one after the other: memory holds one), corpus/{documents.parquet,
+    tools.jsonl} for the simulator. Returns the copied module names."""
     modules, _ = closure()
     reward_deps = closure((REWARD_ENTRY,))[1]
     if reward_deps:
@@ -165,8 +168,13 @@ def write_package(out: Path, documents: pa.Table | None = None, tool_rows: list[
             tmp.joinpath(*name).write_text(text)
         if documents is not None:
             (tmp / "corpus").mkdir()
-            keep = [c for c in ("doc_id", "title", "text", "meta") if c in documents.schema.names]
-            pq.write_table(documents.select(keep), tmp / "corpus" / "documents.parquet")
+            writer = None
+            for table in [documents] if isinstance(documents, pa.Table) else documents:
+                table = table.select([c for c in ("doc_id", "title", "text", "meta") if c in table.schema.names])
+                writer = writer or pq.ParquetWriter(tmp / "corpus" / "documents.parquet", table.schema)
+                writer.write_table(table)
+            if writer is not None:
+                writer.close()
             (tmp / "corpus" / "tools.jsonl").write_text(
                 "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in tool_rows))
     return sorted(modules)

@@ -28,10 +28,12 @@ ability, so a test file gets tool rows too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 from tqdm.auto import tqdm
@@ -43,7 +45,7 @@ from storage.files import write_text
 from storage.runs import runs_dir
 from storage.schema import SHARED_COLUMNS
 from train import prompt_lengths, verl_bundle, verl_readme
-from train.export import CHAT, KINDS, Item, dedupe_prompts, load_items, openai_tools, split_items, write_parquet
+from train.export import CHAT, CHUNK, KINDS, Item, ParquetRows, Places, Prompts, Source, Split, openai_tools
 
 CREATE_KWARGS = pa.struct([("golden_doc_ids", pa.list_(pa.string())), ("seed", pa.int64())])
 _TOOLS_BLOCK = re.compile(r"(?:[^\n]*\n)?<tools>\n.*?</tools>", re.DOTALL)  # the block and the line that introduces it
@@ -116,15 +118,24 @@ def _tool_rows(root, corpus: str, names: set[str]) -> list[dict]:
     return [rows[n] for n in sorted(names)]
 
 
-def _offered(items: list[Item]) -> list[dict]:
-    """One OpenAI function dict per tool name, sorted; an error when a name has two schemas."""
-    seen: dict[str, dict] = {}
-    for i in items:
-        for t in openai_tools(i.tools):
+class Offered:
+    """The tools the exported tool rows offer: one OpenAI function dict per name, sorted;
+    `tools()` raises when a name came with two schemas."""
+
+    def __init__(self):
+        self.seen: dict[str, dict] = {}
+        self.conflict: str | None = None
+
+    def add(self, item: Item) -> None:
+        for t in openai_tools(item.tools):
             name = t["function"]["name"]
-            if seen.setdefault(name, t) != t:
-                raise ValueError(f"tool {name!r} is offered with two different schemas; export one bank at a time")
-    return [seen[n] for n in sorted(seen)]
+            if self.seen.setdefault(name, t) != t and self.conflict is None:
+                self.conflict = name
+
+    def tools(self) -> list[dict]:
+        if self.conflict is not None:
+            raise ValueError(f"tool {self.conflict!r} is offered with two different schemas; export one bank at a time")
+        return [self.seen[n] for n in sorted(self.seen)]
 
 
 def _prompt(i: Item, tools_in: str) -> list[dict]:
@@ -150,24 +161,36 @@ def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str
             "agent_name": "tool_agent" if tool_use else "single_turn_agent"}
 
 
-def _measure(tokenizer, rows: list[dict], tools: list[dict], tools_in: str) -> dict:
-    """Prompt lengths as verl's dataset filter counts them (with every configured tool's schema)."""
-    schemas = tools if tools_in == "template" else None
-    return prompt_lengths.summary([prompt_lengths.count(tokenizer, r["prompt"], schemas)
-                                   for r in tqdm(rows, desc="prompt lengths", unit="row", disable=len(rows) < 500)])
-
-
 def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
                 skip_rejected: bool = True, tool_agent: bool = False, tokenizer: str | Path | None = None,
                 corpus: str | None = None) -> VerlExport:
-    """Write the files of the module docstring to out_dir; see VerlExport for what is returned."""
+    """Write the files of the module docstring to out_dir; see VerlExport for what is returned.
+    Streams (train/export.py): a first pass over the records decides which prompts repeat,
+    the splits, the offered tools and the golden documents; a second writes the rows, one
+    ability group after the other, chunk by chunk."""
     root = manifest.resolve_root(root)
     out = Path(out_dir)
-    items = dedupe_prompts(load_items(dataset, root, kinds, skip_rejected))
-    tool_items = [i for i in items if i.kind == "trajectories"]
-    result = VerlExport({}, left_out=0 if tool_agent else len(tool_items))
-    if not tool_agent:
-        items, tool_items = [i for i in items if i.kind != "trajectories"], []
+    source = Source(dataset, root, kinds, skip_rejected)
+    prompts, kept, split, offered = Prompts(), Places(), Split(test_fraction), Offered()
+    groups: dict[bool, list[str]] = {}  # tool use or not -> its kinds, in the order rows are written
+    tool_rows, golden = 0, set()
+    for place, i in source.all(head=True):
+        if not prompts.first(i):
+            continue
+        tool_use = i.kind == "trajectories"
+        tool_rows += tool_use
+        if tool_use and not tool_agent:
+            continue
+        if tool_use:
+            offered.add(i)
+            golden.update(i.golden_doc_ids)
+        kept.add(place)
+        split.see(i.id, place, tool_use)
+        groups.setdefault(tool_use, [])
+        if i.kind not in groups[tool_use]:
+            groups[tool_use].append(i.kind)
+    split.done()
+    result = VerlExport({}, left_out=0 if tool_agent else tool_rows)
     try:
         tok = prompt_lengths.load_tokenizer(tokenizer)
         result.tokenizer = str(tok.name_or_path)
@@ -175,20 +198,35 @@ def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: fl
         if tool_agent or tokenizer is not None:
             raise
         tok = None  # plain QA rows: lengths are only reported
-    tools = _offered(tool_items)
+    tools = offered.tools()
     names = result.tool_names = [t["function"]["name"] for t in tools]
-    if tool_items:
-        result.corpus, docs = _corpus(root, dataset, corpus, tool_items)
+    if True in groups:
+        result.corpus = _corpus(root, dataset, corpus, golden, source, kept)
         bank = _tool_rows(root, result.corpus, set(names))
         result.tools_in = "template" if prompt_lengths.renders_tools(tok) else "system"
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for split, part in split_items(items, test_fraction, group=lambda i: i.kind == "trajectories").items():
-        split_rows = [verl_row(i, dataset, split, n, names, result.tools_in) for n, i in enumerate(part)]
-        result.files[f"{split}.parquet"] = write_parquet(split_rows, verl_schema(names), out / f"{split}.parquet")
-        rows += split_rows
-    if tool_items:
-        verl_bundle.write_package(out, docs, bank)
+    lengths, index = [], {"train": 0, "test": 0}
+    schemas = tools if result.tools_in == "template" else None
+    with contextlib.ExitStack() as stack:
+        files = {part: stack.enter_context(ParquetRows(out / f"{part}.parquet", verl_schema(names)))
+                 for part in ("train", "test")}
+        total = sum(map(sum, split.counts.values()))
+        bar = stack.enter_context(tqdm(total=total, desc="verl rows", unit="row", disable=total < 500))
+        for tool_use, group_kinds in groups.items():
+            for kind in group_kinds:
+                for pos, i in source.items(kind):
+                    if (kind, pos) not in kept:
+                        continue
+                    part = split.of(i.id, (kind, pos), tool_use)
+                    row = verl_row(i, dataset, part, index[part], names, result.tools_in)
+                    index[part] += 1
+                    files[part].add(row)
+                    if tok is not None:  # as verl's dataset filter counts them (with every tool's schema)
+                        lengths.append(prompt_lengths.count(tok, row["prompt"], schemas))
+                    bar.update()
+    result.files = {f"{part}.parquet": files[part].count for part in ("train", "test")}
+    if True in groups:
+        verl_bundle.write_package(out, _documents(root, result.corpus), bank)
         verl_bundle.write_tool_config(out, tools)
         result.requirements = verl_bundle.requirements()
     else:
@@ -196,20 +234,29 @@ def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: fl
         (out / "tool_config.yaml").unlink(missing_ok=True)  # an earlier export's
     verl_bundle.write_reward(out)
     if tok is not None:
-        result.lengths = _measure(tok, rows, tools, result.tools_in)
+        result.lengths = prompt_lengths.summary(lengths)
     write_text(out / "README.md", verl_readme.render(dataset, out.resolve(), result))
     return result
 
 
-def _corpus(root, dataset: str, corpus: str | None, tool_items: list[Item]) -> tuple[str, pa.Table]:
-    """(the corpus dataset, its documents); an error when it lacks a golden document of a row."""
+def _documents(root, name: str) -> Iterator[pa.Table]:
+    """The corpus documents the tool package carries, chunk by chunk."""
+    keep = ("doc_id", "title", "text", "meta")
+    for t in reader.iter_tables(name, "documents", root, rows=CHUNK, columns=keep):
+        yield t.select([c for c in keep if c in t.column_names])
+
+
+def _corpus(root, dataset: str, corpus: str | None, golden: set[str], source: Source, kept: Places) -> str:
+    """The corpus dataset; an error when it has no documents or lacks a golden document of a row."""
     name = corpus or corpus_of(root, dataset)
-    docs = reader.load_table(name, "documents", root) if _has_documents(root, name) else None
-    if docs is None:
+    if not _has_documents(root, name):
         raise ValueError(f"--corpus {name!r} has no documents under {root}")
-    known = set(docs.column("doc_id").to_pylist())
-    stray = [i.id for i in tool_items if not set(i.golden_doc_ids) <= known]
-    if stray:
-        raise ValueError(f"{len(stray)} tool rows (e.g. {stray[0]}) name golden documents that {name!r} lacks; "
-                         "pass --corpus with the dataset they were synthesized from")
-    return name, docs
+    known = set()
+    for t in reader.iter_tables(name, "documents", root, rows=50_000, columns=("doc_id",)):
+        known.update(t.column("doc_id").to_pylist())
+    if golden <= known:
+        return name
+    stray = [i.id for pos, i in source.items("trajectories", head=True)
+             if ("trajectories", pos) in kept and not set(i.golden_doc_ids) <= known]
+    raise ValueError(f"{len(stray)} tool rows (e.g. {stray[0]}) name golden documents that {name!r} lacks; "
+                     "pass --corpus with the dataset they were synthesized from")
