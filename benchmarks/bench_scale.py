@@ -1,0 +1,263 @@
+"""The data path at users' scale, as a user runs it: on a world of >= 50,000 documents, for each
+size N, `forgeplay synthesize --texts template --n N`, `forgeplay validate` with the default
+layers (schema, rules with replay and grounding, dedup), three catalog queries with `forgeplay
+sql`, `forgeplay verify` and `forgeplay export verl`, each its own process as typed at a shell:
+wall seconds, records/s and peak RSS per stage, and the cost per record at the largest size
+against the smallest. Floors, measured in the same run on the same data:
+
+  replay    Simulator.answers over the calls of up to 10,000 trajectories (what validation asks)
+            against bm25s retrieving the same queries in one batch
+  commit    RunWriter.commit of 10,000 trajectory rows (what synthesis does with a chunk)
+            against pyarrow building and writing the same rows (from_pylist + pq.write_table)
+  queries   the catalog's views (`forgeplay sql`'s) against DuckDB reading the same Parquet files
+  start     `forgeplay sql "SELECT 1"`, `forgeplay --help` and a missing dataset's error against
+            starting Python itself
+
+The 10^6 figure is measured when 1000000 is among --sizes; otherwise each stage's per-record
+cost at the largest size measured is multiplied out, and the table says so.
+
+    .venv/bin/python benchmarks/bench_scale.py                                  # make bench-scale
+    .venv/bin/python benchmarks/bench_scale.py --entities 50000 --sizes 10000,100000 --out experiments/results/bench_scale.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from comparisons import record  # noqa: E402
+
+CLI = [sys.executable, "-m", "flows.cli"]
+QUERIES = {
+    "count": "SELECT count(*) FROM {ds}_valid_trajectories",
+    "rejects": "SELECT layer, reason, count(*) FROM {ds}_verdicts WHERE NOT passed GROUP BY ALL ORDER BY 3 DESC",
+    "mix": "SELECT route, \"case\", count(*) FROM {ds}_valid_trajectories GROUP BY ALL ORDER BY 3 DESC",
+}
+
+
+def run(args: list[str], root: Path) -> dict:
+    """One command in its own process: wall seconds, peak RSS (MiB), exit code, last output line."""
+    env = {**os.environ, "FORGEPLAY_DATA": str(root), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    t = time.perf_counter()
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    code = os.waitstatus_to_exitcode(status)
+    if code:
+        raise SystemExit(f"{' '.join(args[3:])} failed ({code}):\n{out[-2000:]}")
+    return {"seconds": wall, "rss_mib": usage.ru_maxrss / 1024, "tail": out.strip().splitlines()[-1:] or [""]}
+
+
+def dataset_for(root: Path, n: int) -> str:
+    """A dataset of its own for size n: the world's documents and triples (files copied)."""
+    name = f"s{n}"
+    if not (root / name).exists():
+        shutil.copytree(root / "world", root / name)
+    return name
+
+
+def stages(root: Path, n: int, per_triple: int, out: Path) -> list[dict]:
+    ds = dataset_for(root, n)
+    rows = []
+    for stage, args, records in [
+        ("synthesize", ["synthesize", "--dataset", ds, "--n", str(n), "--texts", "template",
+                        "--per-triple", str(per_triple)], n),
+        ("validate", ["validate", "--dataset", ds], n),
+        *[(f"sql {q}", ["sql", sql.format(ds=ds)], n) for q, sql in QUERIES.items()],
+        ("verify", ["verify", f"{ds}_valid"], n),
+        ("export verl", ["export", "verl", "--data", f"{ds}_valid", "--out", str(out / f"verl-{n}")], n),
+    ]:
+        r = run(CLI + args, root)
+        rows.append({"stage": stage, "n": n, **r, "per_s": records / r["seconds"]})
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "tail"}), flush=True)
+    return rows
+
+
+def replay_floor(root: Path, ds: str, limit: int = 10_000) -> dict:
+    """Simulator.answers over the calls of `limit` trajectories vs bm25s.retrieve of their queries."""
+    import bm25s
+
+    from generators.tools.simulator import SimCall, Simulator
+    from storage import load_table
+
+    docs = load_table(ds, "documents", root).to_pylist()
+    tools = load_table(ds, "tools", root).to_pylist()
+    trajs = load_table(ds, "trajectories", root, columns=["messages", "meta"]).slice(0, limit).to_pylist()
+    calls, seed = [], None
+    for t in trajs:
+        meta = json.loads(t["meta"])
+        seed = meta["seed"]
+        for m in t["messages"]:
+            for c in m["tool_calls"] or []:
+                k = meta["calls"][c["id"]]
+                calls.append(SimCall(c["name"], json.loads(c["arguments"]), k["golden_doc_ids"], k["mode"], None,
+                                     k["supporting"], k["answers"]))
+    sim = Simulator(docs, seed=seed, tools=tools)
+    queries = [q[0] for q in (sim._prepare(c) for c in calls) if isinstance(q, tuple)]
+    ours, floor = [], []
+    for _ in range(3):  # alternately, a fresh simulator each time (nothing answered from a warm cache)
+        fresh = Simulator(docs, seed=seed, tools=tools)
+        t = time.perf_counter()
+        fresh.answers(calls)
+        ours.append(len(calls) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        sim.index.retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=8,
+                                     show_progress=False)
+        floor.append(len(queries) / (time.perf_counter() - t))
+    return {"calls": len(calls), "searches": len(queries), "ours": ours, "floor": floor}
+
+
+def commit_floor(root: Path, ds: str, n: int = 10_000) -> dict:
+    """RunWriter.commit of n trajectory rows vs pyarrow from_pylist + pq.write_table of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage import load_schema, load_table
+    from storage.resumable import RunWriter
+    from storage.schema import SHARED_COLUMNS
+
+    table = load_table(ds, "trajectories", root).slice(0, n)
+    rows = table.drop_columns([c for c in SHARED_COLUMNS if c != "id" and c in table.column_names]).to_pylist()
+    schema = load_schema("trajectories").arrow
+    ours, floor = [], []
+    for i in range(3):
+        tmp = Path(tempfile.mkdtemp())
+        t = time.perf_counter()
+        RunWriter(tmp, f"bench-{i}").commit("b", "trajectories", [dict(r) for r in rows])
+        ours.append(len(rows) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        pq.write_table(pa.Table.from_pylist(table.to_pylist(), schema=schema), tmp / "raw.parquet", compression="zstd")
+        floor.append(len(rows) / (time.perf_counter() - t))
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"rows": len(rows), "ours": ours, "floor": floor}
+
+
+def query_floor(root: Path, ds: str) -> list[dict]:
+    """Each catalog query through the catalog's views vs DuckDB over the same files (3 times each)."""
+    import duckdb
+
+    from storage import Catalog
+    from storage.reader import data_files
+
+    out = []
+    files = {f"{ds}_valid_trajectories": data_files(f"{ds}_valid", "trajectories", root),
+             f"{ds}_verdicts": data_files(ds, "verdicts", root)}
+    for name, sql in QUERIES.items():
+        q = sql.format(ds=ds)
+        raw = q
+        for view, paths in files.items():
+            raw = raw.replace(view, f"read_parquet({paths!r}, union_by_name=true)")
+        ours, floor = [], []
+        for _ in range(3):
+            t = time.perf_counter()
+            with Catalog(root) as cat:
+                cat.rows(q)
+            ours.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            duckdb.connect().sql(raw).fetchall()
+            floor.append(time.perf_counter() - t)
+        out.append({"query": name, "ours": ours, "floor": floor})
+    return out
+
+
+def start_floor(root: Path) -> list[dict]:
+    """Commands that should start at once, against starting Python itself."""
+    python = statistics.median(run([sys.executable, "-c", "pass"], root)["seconds"] for _ in range(3))
+    out = []
+    for name, args in [("sql SELECT 1", ["sql", "SELECT 1"]), ("--help", ["--help"])]:
+        secs = [run(CLI + args, root)["seconds"] for _ in range(3)]
+        out.append({"command": name, "seconds": statistics.median(secs), "python": python})
+    env = {**os.environ, "FORGEPLAY_DATA": str(root)}
+    t = time.perf_counter()
+    p = subprocess.run(CLI + ["validate", "--dataset", "no_such_dataset"], env=env, capture_output=True, text=True)
+    out.append({"command": "validate --dataset <missing> (error)", "seconds": time.perf_counter() - t,
+                "python": python, "exit": p.returncode})
+    return out
+
+
+def table(rows: list[dict], sizes: list[int], floors: dict) -> str:
+    lo, hi = min(sizes), max(sizes)
+    by = {(r["stage"], r["n"]): r for r in rows}
+    head = ["stage"] + [f"{n:,}: s / rec/s / RSS MiB" for n in sizes] + [f"cost per record {hi:,} / {lo:,}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stage in dict.fromkeys(r["stage"] for r in rows):
+        cells = [stage]
+        for n in sizes:
+            r = by.get((stage, n))
+            cells.append(f"{r['seconds']:.1f} / {r['per_s']:,.0f} / {r['rss_mib']:,.0f}" if r else "-")
+        a, b = by.get((stage, hi)), by.get((stage, lo))
+        cells.append(f"{(a['seconds'] / hi) / (b['seconds'] / lo):.2f}" if a and b and hi != lo else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    if 1_000_000 not in sizes:
+        lines += ["", f"10^6 (extrapolated from the per-record cost at {hi:,}; not measured):", ""]
+        lines += [f"- {stage}: {by[(stage, hi)]['seconds'] / hi * 1e6 / 60:.0f} min"
+                  for stage in ("synthesize", "validate", "verify", "export verl") if (stage, hi) in by]
+    lines += ["", "| against its floor | ours | floor | time ours / floor |", "|---|---:|---:|---:|"]
+    for name, (ours, floor, unit, is_time) in floors.items():
+        cost = ours / floor if is_time else floor / ours  # rates: the time of ours over the floor's
+        lines.append(f"| {name} | {ours:,.3f} {unit} | {floor:,.3f} {unit} | {cost:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entities", type=int, default=50_000, help="documents of the world (>= 50,000 for the issue's setting)")
+    ap.add_argument("--sizes", default="10000,100000", help="comma list of trajectory counts")
+    ap.add_argument("--root", default=None, help="data root to use (kept); default a temporary folder, removed")
+    ap.add_argument("--out", default=None, help="also write the table, command and date to this Markdown file")
+    a = ap.parse_args()
+    sizes = sorted(int(x) for x in a.sizes.split(","))
+    root = Path(a.root or tempfile.mkdtemp(prefix="bench-scale-"))
+    work = Path(tempfile.mkdtemp(prefix="bench-scale-out-"))
+    try:
+        if not (root / "world").exists():
+            world = run(CLI + ["corpus", "world", "--out", "world", "--entities", str(a.entities)], root)
+            print(json.dumps({"stage": "corpus world", "entities": a.entities, "seconds": world["seconds"]}), flush=True)
+        triples = a.entities // 2
+        rows = []
+        for n in sizes:
+            rows += stages(root, n, max(1, -(-n // triples)), work)
+        ds = f"s{max(sizes)}"
+        floors: dict = {}
+        rp = replay_floor(root, ds)
+        ours, floor = statistics.median(rp["ours"]), statistics.median(rp["floor"])
+        record("replay (Simulator.answers, batched)", rp["ours"], "bm25s retrieve, one batch", rp["floor"], "calls/s",
+               setting=f"{rp['calls']:,} calls of {ds}")
+        floors[f"replay, {rp['calls']:,} calls (calls/s)"] = (ours, floor, "/s", False)
+        cm = commit_floor(root, ds)
+        record("commit (RunWriter)", cm["ours"], "from_pylist + pq.write_table", cm["floor"], "rows/s",
+               setting=f"{cm['rows']:,} trajectories")
+        floors[f"commit, {cm['rows']:,} rows (rows/s)"] = (statistics.median(cm["ours"]), statistics.median(cm["floor"]), "/s", False)
+        for q in query_floor(root, ds):
+            record(f"query {q['query']} (catalog views)", q["ours"], "DuckDB on the same files", q["floor"], "s",
+                   better="lower", setting=ds)
+            floors[f"query {q['query']} (s)"] = (statistics.median(q["ours"]), statistics.median(q["floor"]), "s", True)
+        for s in start_floor(root):
+            floors[f"start: {s['command']} (s)"] = (s["seconds"], s["python"], "s", True)
+        text = table(rows, sizes, floors)
+        print(text)
+        if a.out:
+            cmd = " ".join(["python", "benchmarks/bench_scale.py", *sys.argv[1:]])
+            Path(a.out).write_text(f"# Scale benchmark\n\nCommand: `{cmd}`\n\nDate: {datetime.date.today()}, "
+                                   f"{os.cpu_count()} cores\n\n{text}\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if a.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
