@@ -40,6 +40,8 @@ _WORD_NUMBER_RE = re.compile(  # a number word as a whole part of a hyphenated r
 TOKEN_RE = re.compile(r"[^\W\d_][^\W_]*(?:['’\-][^\W\d_]+)*['’]?")
 CONNECTORS = {"of", "the", "de", "van", "von", "la"}
 SENTENCE_END = re.compile(r"[.!?:;\n]")
+_POSSESSIVE = re.compile(r"'s\b")
+_WORD = re.compile(r"\w+")
 SMALL = 10  # whole numbers below this are not checked (module docstring)
 COMMON = set("""
 a an the this that these those there here it its he she his her him they their them we our us i my me you
@@ -70,14 +72,17 @@ def plain_text(content: str) -> str:
             return content
         out: list[str] = []
 
-        def walk(v) -> None:
-            if isinstance(v, dict):
+        def walk(v) -> None:  # (json.loads makes plain types only: a bool is no int here)
+            t = type(v)
+            if t is str:
+                out.append(v)
+            elif t is dict:
                 for x in v.values():
                     walk(x)
-            elif isinstance(v, list):
+            elif t is list:
                 for x in v:
                     walk(x)
-            elif isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            elif t is int or t is float:
                 out.append(str(v))
         walk(value)
         return "\n".join(out)
@@ -85,9 +90,11 @@ def plain_text(content: str) -> str:
 
 
 def _norm(text: str) -> str:
-    t = text.lower().replace("’", "'")
-    t = re.sub(r"'s\b", "", t).replace("'", "")
-    return " ".join(re.sub(r"[^\w]+", " ", t).split())
+    """Lower case, "'s" and apostrophes dropped, the words joined by single spaces."""
+    t = text.lower()
+    if "'" in t or "’" in t:
+        t = _POSSESSIVE.sub("", t.replace("’", "'")).replace("'", "")
+    return " ".join(_WORD.findall(t))
 
 
 def _num(raw: str) -> str:
