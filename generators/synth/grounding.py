@@ -261,7 +261,7 @@ def _read(content: str) -> list[tuple[str, frozenset[str], frozenset[str]]]:
     return [_read_piece(p) for p in plain_text(content).replace(". ", ".\n").split("\n") if p]
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 17)  # (about 1 KB an entry)
 def _read_piece(piece: str) -> tuple[str, frozenset[str], frozenset[str]]:
     return _norm(piece), frozenset(numbers_in(piece)), frozenset(_lower_words(piece))
 

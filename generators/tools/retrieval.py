@@ -1,11 +1,11 @@
-"""BM25 retrieval for the tool simulator: bm25s's index, read sparsely and in batches.
+"""BM25 retrieval for the tool simulator: bm25s's index, scored in batches.
 
 bm25s scores a query by adding, token by token, each token's precomputed score row into a
-vector over every document, then selects the top k. Only documents that share a token with
-the query get a positive score, so here a query is scored over those candidates alone: the
-same float32 additions in the same token order (so the scores are bit for bit bm25s's), in
-time that grows with the query's posting lists, not with the corpus. A batch of queries is
-tokenized once, and a query asked twice in a batch is scored once.
+vector over every document (one vectorised pass, so the scores are bit for bit bm25s's). Only
+documents that share a token with the query score above zero: they are kept (`Scored`), and
+ranking, masking by domain and excluding the golden pages work on them alone, not on a vector
+over the corpus. A batch of queries is tokenized once, and a query asked twice in a batch is
+scored once.
 
     index = BM25Index([f"{title}\\n{text}" for ...], stopwords="en")
     hits = index.score_many(["Ada Lovelace birthplace", "London"])   # [Scored, Scored]
@@ -52,9 +52,6 @@ class BM25Index:
         self.retriever = bm25s.BM25()
         if self.size:
             self.retriever.index([self.tokenize(t) for t in texts], show_progress=False)
-            self._data = self.retriever.scores["data"]
-            self._indices = self.retriever.scores["indices"]
-            self._indptr = self.retriever.scores["indptr"]
         self._tokens: dict[str, list[str]] = {}
 
     def tokenize(self, text: str) -> list[str]:
@@ -89,14 +86,9 @@ class BM25Index:
         ids = self._ids(query)
         if not ids:
             return EMPTY
-        starts, ends = self._indptr[ids], self._indptr[np.asarray(ids) + 1]
-        postings = [self._indices[s:e] for s, e in zip(starts, ends)]
-        docs = np.unique(np.concatenate(postings))
-        acc = np.zeros(len(docs), dtype=np.float32)
-        for (s, e), p in zip(zip(starts, ends), postings):  # token by token, as bm25s adds them
-            acc[np.searchsorted(docs, p)] += self._data[s:e]
-        keep = acc > 0
-        return Scored(docs[keep], acc[keep]) if not keep.all() else Scored(docs, acc)
+        dense = self.retriever.get_scores_from_ids(ids)  # one vectorised pass over the corpus
+        docs = np.flatnonzero(dense > 0)
+        return Scored(docs, dense[docs])
 
     def score_many(self, queries: Iterable[str]) -> list[Scored]:
         """`score` for each query; a query repeated in the batch is scored once."""

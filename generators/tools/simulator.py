@@ -255,10 +255,12 @@ class Simulator:
             got = self._sentences[i] = (sents, [_norm(s) for s in sents], [set(self.index.tokenize(s)) for s in sents])
         return got
 
-    def _snippet(self, i: int, qtoks: set[str], limit: int, must: Sequence[str] = (),
-                 drop: Sequence[str] = (), answers_re: _AnyOf | None = None) -> str:
+    def _snippet(self, i: int, qtoks: set[str], limit: int, must_n: Sequence[str] = (),
+                 drop_n: Sequence[str] = (), answers_re: _AnyOf | None = None) -> str:
+        """Document i's snippet: its sentences up to `limit` characters, those that hold a
+        `must_n` text first, then by their words shared with the query; without the sentences
+        that hold a `drop_n` text or name an answer. (`must_n`, `drop_n`: normalised texts.)"""
         sents, norms, toks = self._sents(i)
-        must_n, drop_n = [_norm(x) for x in must if x.strip()], [_norm(x) for x in drop if x.strip()]
 
         def hits(j: int, keys: list[str]) -> bool:
             n = norms[j]
@@ -407,16 +409,17 @@ class Simulator:
         qtoks = set(self.index.tokens(query))
         gtypes = {self.types[i] for i in golden if self.types[i]}
         answers_re = _answers_pattern(tuple(c.answers)) if c.answers else None
+        support = [_norm(x) for x in supporting if x.strip()]
 
         results: list[tuple[int, str]] = []
         if mode == "good":
             n = max(n, len(seen_golden))
-            results += [(i, self._snippet(i, qtoks, self.config.golden_chars, must=supporting)) for i in seen_golden]
+            results += [(i, self._snippet(i, qtoks, self.config.golden_chars, must_n=support)) for i in seen_golden]
         elif mode == "insufficient" and (supporting or answers_re):
             for i in seen_golden:
                 if answers_re and answers_re.search(self.titles[i]):
                     continue
-                snip = self._snippet(i, qtoks, self.config.insufficient_chars, drop=supporting, answers_re=answers_re)
+                snip = self._snippet(i, qtoks, self.config.insufficient_chars, drop_n=support, answers_re=answers_re)
                 if snip:
                     results.append((i, snip))
         taken = set(golden)
@@ -427,7 +430,7 @@ class Simulator:
         for i in others:
             if hide and answers_re and answers_re.search(self.titles[i]):
                 continue  # a page named after the answer would give it away
-            snip = self._snippet(i, qtoks, limit, drop=supporting if hide else (),
+            snip = self._snippet(i, qtoks, limit, drop_n=support if hide else (),
                                  answers_re=answers_re if hide else None)
             if snip or not hide:
                 results.append((i, snip))
