@@ -208,6 +208,7 @@ def compact_signature(tool: dict) -> str:
 
 
 TOOL_STYLES = ("full", "compact")
+_RENDERED: dict[tuple[str, str], str] = {}  # (tool id, style) -> its line
 
 
 def render_tools_block(tools: Iterable[dict], style: str = "full") -> str:
@@ -220,7 +221,15 @@ def render_tools_block(tools: Iterable[dict], style: str = "full") -> str:
     if style not in TOOL_STYLES:
         raise ValueError(f"tool style must be one of {', '.join(TOOL_STYLES)}, not {style!r}")
     render = compact_signature if style == "compact" else (lambda t: json.dumps(_as_function(t), ensure_ascii=False))
-    lines = [render(t) for t in tools]
+    lines = []
+    for t in tools:
+        key = (t.get("tool_id"), style) if isinstance(t, dict) and t.get("tool_id") else None
+        line = _RENDERED.get(key) if key else None
+        if line is None:
+            line = render(t)
+            if key and len(_RENDERED) < 100_000:  # (a tool id is a hash of the tool's content)
+                _RENDERED[key] = line
+        lines.append(line)
     return "<tools>\n" + "\n".join(lines) + ("\n" if lines else "") + "</tools>"
 
 

@@ -34,6 +34,18 @@ def tool_call_block(name: str, arguments: dict) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
 
+_PARAMETERS: dict[str, str] = {}  # tool id (a hash of the tool's content) -> its parameters as JSON
+
+
+def _parameters_json(tool: dict) -> str:
+    text = _PARAMETERS.get(tool["tool_id"])
+    if text is None:
+        text = json.dumps(parameters_of(tool), ensure_ascii=False)
+        if len(_PARAMETERS) < 100_000:
+            _PARAMETERS[tool["tool_id"]] = text
+    return text
+
+
 def traj_id_for(run_key: str, triple_id: str, case: str, variant: int = 0) -> str:
     """Stable id of the trajectory a run makes for (triple, case, variant): reruns find it again."""
     tail = f"|{variant}" if variant else ""
@@ -74,5 +86,5 @@ def to_row(sk: Skeleton, thinks: list[str], final_think: str, answer: str, sourc
     return {"id": tid, "traj_id": tid, "triple_id": sk.triple["triple_id"], "question": sk.triple["question"],
             "route": sk.plan.route, "case": sk.plan.case, "messages": msgs,
             "tools": [{"tool_id": t["tool_id"], "name": t["name"], "description": t["description"],
-                       "parameters": json.dumps(parameters_of(t), ensure_ascii=False)} for t in sk.offered],
+                       "parameters": _parameters_json(t)} for t in sk.offered],
             "correct_tools": sk.correct, "answer": answer, "meta": json.dumps(meta, ensure_ascii=False, sort_keys=True)}

@@ -25,9 +25,7 @@ An imported triple (no program) gets its supporting sentences, quoted, and no de
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from generators.corpus.derive import EXTRACTOR, DerivationError, Fact, FactBase, evaluate, run_chain
 from generators.corpus.relations import REL, format_value, value_kind
@@ -51,12 +49,20 @@ def _norm_title(s: str) -> str:
 
 
 def _with_article(name: str, text: str) -> str:
-    return f"the {name}" if _the(name).search(text) else name
+    """"the NAME" when `text` says "the NAME" or "The NAME" as whole words (what the pattern
+    \\b[Tt]he NAME\\b finds, \\w being str.isalnum() or "_"), else the name."""
+    for phrase in (f"the {name}", f"The {name}"):
+        at = text.find(phrase)
+        while at >= 0:
+            end = at + len(phrase)
+            if (at == 0 or not _word(text[at - 1])) and _word(phrase[-1]) != (end < len(text) and _word(text[end])):
+                return f"the {name}"
+            at = text.find(phrase, at + 1)
+    return name
 
 
-@lru_cache(maxsize=1 << 14)
-def _the(name: str) -> re.Pattern:
-    return re.compile(rf"\b[Tt]he {re.escape(name)}\b")
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def _shown(rel: str, value) -> str:

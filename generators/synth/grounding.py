@@ -256,14 +256,18 @@ class _Either:
 # mention, number word or name spans whitespace-cut pieces differently from the whole text, and
 # the pieces repeat across a dataset's conversations (the tool schemas of every system prompt,
 # the sentences of the passages tools return), so each is read once (`_read_piece`).
-def _read(content: str) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+def _read(content: str) -> list[tuple[str, frozenset[str], tuple[str, ...]]]:
     """(normalised text, numbers, lower-case words) of each piece of a source (see above)."""
     return [_read_piece(p) for p in plain_text(content).replace(". ", ".\n").split("\n") if p]
 
 
-@lru_cache(maxsize=1 << 17)  # (about 1 KB an entry)
-def _read_piece(piece: str) -> tuple[str, frozenset[str], frozenset[str]]:
-    return _norm(piece), frozenset(numbers_in(piece)), frozenset(_lower_words(piece))
+_NONE: frozenset[str] = frozenset()
+
+
+@lru_cache(maxsize=1 << 18)  # (about 500 bytes an entry: the words are interned, shared across entries)
+def _read_piece(piece: str) -> tuple[str, frozenset[str], tuple[str, ...]]:
+    numbers = numbers_in(piece)
+    return _norm(piece), frozenset(numbers) if numbers else _NONE, tuple(map(sys.intern, _lower_words(piece)))
 
 
 def _derived(n: str, grounded: list[str]) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
+import fastjsonschema
 import jsonschema
 
 from generators.tools.base import canonical
@@ -225,9 +226,30 @@ def _validator(schema_json: str) -> jsonschema.protocols.Validator:
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
+@lru_cache(maxsize=1024)
+def _fast(schema_json: str):
+    """The schema compiled by fastjsonschema, for a schema without formats (whose checks differ
+    from jsonschema's); else None."""
+    if '"format"' in schema_json:
+        return None
+    try:
+        return fastjsonschema.compile(json.loads(schema_json))
+    except Exception:  # noqa: BLE001 (jsonschema alone then)
+        return None
+
+
 def check_arguments(parameters: dict, arguments: Any) -> str | None:
-    """None when `arguments` satisfy `parameters` (formats checked too), else the best error."""
-    err = jsonschema.exceptions.best_match(_validator(canonical(parameters)).iter_errors(arguments))
+    """None when `arguments` satisfy `parameters` (formats checked too), else the best error.
+    Arguments that the compiled schema accepts pass at once; jsonschema decides the others."""
+    key = canonical(parameters)
+    fast = _fast(key)
+    if fast is not None:
+        try:
+            fast(arguments)
+            return None
+        except Exception:  # noqa: BLE001 (jsonschema decides, below)
+            pass
+    err = jsonschema.exceptions.best_match(_validator(key).iter_errors(arguments))
     if err is None:
         return None
     where = "/".join(str(p) for p in err.absolute_path)
