@@ -85,8 +85,8 @@ class RuleContext:
                 by_seed.setdefault(seed, {})[ck] = SimCall(
                     name, args, key.get("golden_doc_ids", ()), key.get("mode", "good"), None,
                     key.get("supporting", ()), key.get("answers", ()))
-        for seed, calls in by_seed.items():
-            self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()))))
+        for seed, calls in by_seed.items():  # (the request keys name the calls: equal calls, equal keys)
+            self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()), list(calls))))
 
     def forget(self) -> None:
         """Drop the prefetched answers (a chunk's batch is not kept for the next)."""

@@ -355,12 +355,13 @@ class Simulator:
             raise bad
         return out
 
-    def answers(self, batch: Sequence[SimCall]) -> list[str | Exception]:
+    def answers(self, batch: Sequence[SimCall], keys: Sequence[str] | None = None) -> list[str | Exception]:
         """For each call, its tool message, or the error that stops it (ValueError: a bad mode,
         a golden id not in the corpus; KeyError, TypeError: arguments of the wrong shape). The
         searches of the batch go to the index at once (`BM25Index.score_many`), and a call
-        asked twice is answered once."""
-        keys = [c.key() for c in batch]
+        asked twice is answered once (`keys`: the calls' identities when the caller has them,
+        equal for equal calls; else SimCall.key)."""
+        keys = list(keys) if keys is not None else [c.key() for c in batch]
         first: dict[str, int] = {}
         todo = [i for i, k in enumerate(keys) if k is None or first.setdefault(k, i) == i]
         out: dict[int, Any] = {}
