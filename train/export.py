@@ -224,13 +224,28 @@ class Places:
         return byte < len(bits) and bool(bits[byte] >> (place[1] & 7) & 1)
 
 
+def storage_type(t: pa.DataType) -> pa.DataType:
+    """`t` with every extension type (the JSON type, pa.json_()) replaced by its storage type,
+    inside structs and lists too: what Python rows are converted to before a cast to `t`."""
+    if isinstance(t, pa.BaseExtensionType):
+        return t.storage_type
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(storage_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(storage_type(t.value_type)))
+    return t
+
+
 class ParquetRows:
     """Rows (dicts) written to a Parquet file with pyarrow's ParquetWriter, a row group per
     CHUNK rows or GROUP_BYTES (held as Arrow, converted 256 rows at a time); the file appears
-    whole under its name when the `with` block ends without error."""
+    whole under its name when the `with` block ends without error. A column of the JSON type
+    (pa.json_(), Parquet's JSON logical type) takes its rows' JSON text."""
 
     def __init__(self, path: Path, schema: pa.Schema):
         self.path, self.schema, self.count = Path(path), schema, 0
+        self.storage = pa.schema([f.with_type(storage_type(f.type)) for f in schema], metadata=schema.metadata)
+        self.cast = not self.storage.equals(schema)  # rows are converted to the storage types, then cast
         self.rows: list[dict] = []
         self.batches: list[pa.RecordBatch] = []
 
@@ -243,14 +258,18 @@ class ParquetRows:
         self.rows.append(row)
         self.count += 1
         if len(self.rows) >= 256:
-            self.batches.append(pa.RecordBatch.from_pylist(self.rows, schema=self.schema))
+            self.batches.append(self._batch())
             self.rows = []
             if sum(b.num_rows for b in self.batches) >= CHUNK or sum(b.nbytes for b in self.batches) >= GROUP_BYTES:
                 self._flush()
 
+    def _batch(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pylist(self.rows, schema=self.storage)
+        return batch.cast(self.schema) if self.cast else batch
+
     def _flush(self) -> None:
         if self.rows:
-            self.batches.append(pa.RecordBatch.from_pylist(self.rows, schema=self.schema))
+            self.batches.append(self._batch())
             self.rows = []
         if self.batches:
             self._writer.write_table(pa.Table.from_batches(self.batches, schema=self.schema))

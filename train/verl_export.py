@@ -12,8 +12,11 @@ ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: t
 extra_info {split, index, id, kind, question, answer, aliases, hop_count, qtype,
 need_tools_kwargs, and for tool rows tool_selection (the names offered, verl's per-row tool
 filter) and tools_kwargs {<tool name>: {create_kwargs: {golden_doc_ids, seed}}} for each
-offered tool (verl looks the called function's name up there; the struct has every exported
-tool name, null where a row does not offer it)}, agent_name "single_turn_agent" | "tool_agent".
+offered tool and no other (verl looks the called function's name up there:
+`tools_kwargs.get(name, {})`; a JSON object of Parquet's JSON type, which verl's dataset loader,
+Hugging Face datasets' Json feature, gives as a dict; a tool the row does not offer finds
+nothing there, and the tool answers that it is not offered, train/verl_tool.py)}, agent_name
+"single_turn_agent" | "tool_agent".
 Without `tool_agent` the trajectories' prompts are left out (their tools would not run).
 
 Tools are listed once: by the chat template when it renders `tools=` (verl passes the
@@ -47,7 +50,6 @@ from storage.schema import SHARED_COLUMNS
 from train import prompt_lengths, verl_bundle, verl_readme
 from train.export import CHAT, CHUNK, KINDS, Item, ParquetRows, Places, Prompts, Source, Split, openai_tools
 
-CREATE_KWARGS = pa.struct([("golden_doc_ids", pa.list_(pa.string())), ("seed", pa.int64())])
 _TOOLS_BLOCK = re.compile(r"(?:[^\n]*\n)?<tools>\n.*?</tools>", re.DOTALL)  # the block and the line that introduces it
 
 
@@ -69,9 +71,8 @@ def verl_schema(tool_names: list[str]) -> pa.Schema:
     extra = [("split", pa.string()), ("index", pa.int64()), ("id", pa.string()), ("kind", pa.string()),
              ("question", pa.string()), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
              ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_())]
-    if tool_names:  # Parquet has no empty structs
-        extra += [("tool_selection", pa.list_(pa.string())),
-                  ("tools_kwargs", pa.struct([(n, pa.struct([("create_kwargs", CREATE_KWARGS)])) for n in tool_names]))]
+    if tool_names:  # tool rows: their tools and the JSON object verl reads as a dict (module docstring)
+        extra += [("tool_selection", pa.list_(pa.string())), ("tools_kwargs", pa.json_())]
     return pa.schema([
         ("data_source", pa.string()), ("prompt", CHAT), ("ability", pa.string()),
         ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
@@ -154,7 +155,7 @@ def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str
         seed = int(json.loads(i.meta or "{}").get("seed") or 0) if tool_use else 0
         kwargs = {"create_kwargs": {"golden_doc_ids": i.golden_doc_ids, "seed": seed}}
         extra["tool_selection"] = offered or None
-        extra["tools_kwargs"] = {n: kwargs for n in offered} or None
+        extra["tools_kwargs"] = json.dumps({n: kwargs for n in offered}) if offered else None
     return {"data_source": f"forgeplay/{dataset}/{i.qtype or i.kind}", "prompt": _prompt(i, tools_in) if tool_use else i.prompt,
             "ability": "tool_use" if tool_use else "multihop_qa",
             "reward_model": {"style": "rule", "ground_truth": i.answer}, "extra_info": extra,

@@ -19,11 +19,13 @@ Prompt lengths ({tokenizer}): {lengths}
 
 _TOOLS = """
 Tool rows: agent_name=tool_agent, extra_info.tool_selection = the tools the row offers,
-extra_info.tools_kwargs[<tool name>].create_kwargs = {{golden_doc_ids, seed}}. tool_config.yaml
-declares {n_tools} tools, each a forgeplay_verl SimulatorTool: forgeplay's BM25 simulator over the
-corpus of `{corpus}` (forgeplay_verl/corpus), so a call returns what forgeplay's simulator returns
-for its arguments (a search by its query; the golden pages only set the tool metric `found`).
-Tools are listed once, {where}.
+extra_info.tools_kwargs[<tool name>].create_kwargs = {{golden_doc_ids, seed}} for those tools and
+no other (a JSON object of Parquet's JSON type: verl's dataset loader, Hugging Face `datasets`,
+reads it as a dict). tool_config.yaml declares {n_tools} tools, each a forgeplay_verl SimulatorTool:
+forgeplay's BM25 simulator over the corpus of `{corpus}` (forgeplay_verl/corpus), so a call returns
+what forgeplay's simulator returns for its arguments (a search by its query; the golden pages only
+set the tool metric `found`); a call to a tool the row does not offer is answered
+{{"error": "unknown_tool", ...}}. Tools are listed once, {where}.
 
 Every machine that runs verl workers needs, beside verl, the packages the simulator imports
 (these versions give byte-identical results): `pip install {requirements}`.

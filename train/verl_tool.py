@@ -11,7 +11,12 @@ the export's tool config names it once per tool:
 
 A relative `corpus` is read from the top package's folder (forgeplay_verl/corpus). Per row,
 verl's tool agent passes `extra_info.tools_kwargs[<tool name>].create_kwargs` to `create`:
-{golden_doc_ids, seed}. `execute` returns the simulator's text for
+{golden_doc_ids, seed}. A row's tools_kwargs names only the tools it offers, so a call to a
+configured tool the row does not offer (where verl's loop does not filter by the row's
+`tool_selection`) gets no create_kwargs, `{}`: `execute` then answers what the synthesized
+conversations show for a tool that is not offered, '{"error": "unknown_tool", "detail": "no tool
+named ..."}' (the simulator's `unknown_tool`), with the metric tool_error 1.0. Else `execute` returns
+the simulator's text for
 `Simulator(documents, seed, tools).call(<tool name>, arguments)`, a search by the call's own
 arguments as forgeplay's own GRPO rollouts make it (train/rollout.py: the golden pages are not
 handed out), a tool reward of 0.0 (the answer reward is the custom reward function), and
@@ -32,7 +37,7 @@ import pyarrow.parquet as pq
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import ToolResponse
 
-from generators.tools.simulator import Simulator
+from generators.tools.simulator import Simulator, unknown_tool
 
 
 @lru_cache(maxsize=8)
@@ -68,11 +73,13 @@ class SimulatorTool(BaseTool):
         instance_id = instance_id or uuid4().hex
         ck = create_kwargs or {}
         self._instances[instance_id] = {"golden_doc_ids": [str(g) for g in (ck.get("golden_doc_ids") or [])],
-                                        "seed": int(ck.get("seed") or 0)}
+                                        "seed": int(ck.get("seed") or 0), "offered": "golden_doc_ids" in ck}
         return instance_id, ToolResponse()
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
-        state = self._instances.get(instance_id) or {"golden_doc_ids": [], "seed": 0}
+        state = self._instances.get(instance_id) or {"golden_doc_ids": [], "seed": 0, "offered": False}
+        if not state["offered"]:  # the row does not offer this tool (module docstring)
+            return ToolResponse(text=unknown_tool(self.name)), 0.0, {"tool_error": 1.0, "found": 0.0}
         sim = simulator(self.corpus, state["seed"])
         golden = [g for g in state["golden_doc_ids"] if g in sim.index_of]
         text = sim.call(self.name, parameters)  # by its query alone (module docstring)

@@ -3,7 +3,7 @@ process: the flow's per-record tasks may run in worker processes, which get only
 inputs (data root, dataset, fingerprint) and build their RuleContext here on first use.
 
     fp = corpus_fingerprint(root, "demo")          # changes when documents/tools change
-    ctx = rule_context(root, "demo", fp, answer_min_f1=1.0, replay=True)
+    ctx = rule_context(root, "demo", fp, answer_min_f1=1.0, replay=True, final_facts=True)
 """
 
 from __future__ import annotations
@@ -47,15 +47,15 @@ def load_corpus(root: str, dataset: str | None):
 
 
 def rule_context(root: str, dataset: str | None, fingerprint: str, answer_min_f1: float = 1.0,
-                 replay: bool = True) -> RuleContext:
+                 replay: bool = True, final_facts: bool = True) -> RuleContext:
     """The RuleContext of (root, dataset), cached in this process by fingerprint and options.
     With no dataset (a user's --input file) or no documents committed, documents are None
     (unknown: the rules that need them pass with a "documents_unknown" reason)."""
-    key = (str(root), dataset, fingerprint, answer_min_f1, replay)
+    key = (str(root), dataset, fingerprint, answer_min_f1, replay, final_facts)
     ctx = _CACHE.get(key)
     if ctx is None:
         documents, sim_for = load_corpus(root, dataset)
         if len(_CACHE) >= 4:
             _CACHE.clear()
-        ctx = _CACHE[key] = RuleContext(sim_for, answer_min_f1, replay, documents or None)
+        ctx = _CACHE[key] = RuleContext(sim_for, answer_min_f1, replay, documents or None, final_facts=final_facts)
     return ctx

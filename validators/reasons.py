@@ -48,6 +48,12 @@ REASONS: dict[str, str] = {
     "think_unsupported_number": "a <think> mentions a number or date that no earlier message holds and that is "
                                 "not a sum or difference of numbers it states (an invented fact)",
     "think_unsupported_name": "a <think> mentions a capitalised name that no earlier message holds (an invented fact)",
+    "final_think_states_no_fact": ("the final <think> of a compared, computed or multi-hop answer states no fact it "
+                                   "follows from (no value compared, no number used, no entity in between: it names "
+                                   "only pages; validators/final_facts.py)"),
+    "question_kind_unknown": ("passed: the record says neither its question type nor its hop count (meta qtype, "
+                              "hop_count) and its answer is neither yes/no nor computed, so whether its final "
+                              "<think> must state a fact was not checked (--strict rejects)"),
     "no_rules_for_kind": "passed: the rules layer has no checks for this record kind",
     # rules layer: triples and tasks
     "question_blank": "the question is empty or only whitespace",
@@ -92,7 +98,7 @@ REASONS: dict[str, str] = {
 # turns them into rejects, and the validate summary counts them. (judge_skipped_sample is
 # the user's own sampling choice, not a missing input, so it is not among them.)
 SKIPPED: frozenset[str] = frozenset({"replay_skipped_no_corpus", "documents_unknown", "no_rules_for_kind",
-                                     "no_program", "no_context"})
+                                     "no_program", "no_context", "question_kind_unknown"})
 
 
 def describe(code: str | None) -> str:

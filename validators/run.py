@@ -37,13 +37,13 @@ from storage import Catalog
 from storage.idset import IdSet
 from storage.reader import entries, iter_tables, prefetched, require_rows
 from storage.resumable import RunWriter
-from storage.runs import config_hash, save_run_config
+from storage.runs import config_hash, save_run_config, without_later_defaults
 from storage.schema import SHARED_COLUMNS
 from validators.context import corpus_fingerprint, rule_context
 from validators.reasons import SKIPPED
 from validators.records import Records, gc_paused, read_input
 from validators.registry import CHECKS, uses_backend
-from validators.runner import Checked, ValidateConfig, Validator
+from validators.runner import LATER_DEFAULTS, Checked, ValidateConfig, Validator
 
 
 @dataclass
@@ -103,7 +103,8 @@ class ValidationRun:
         check_inputs(cfg, bcfg, root)
         self.layers = cfg.layer_list()
         model = uses_backend(self.layers)
-        identity = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # results do not depend on workers
+        # results do not depend on workers; options added later leave the id of a run made before them alone
+        identity = without_later_defaults({k: v for k, v in asdict(cfg).items() if k != "workers"}, LATER_DEFAULTS)
         self.run_id = cfg.run_id or f"validate-{config_hash({'v': identity, 'b': bcfg.config_hash() if model else None})}"
         if cfg.input:
             self.values = read_input(cfg.input)
@@ -117,7 +118,7 @@ class ValidationRun:
         self.backend = make_backend(bcfg) if model else None
         try:
             self.validator = Validator(cfg, cfg.kind, backend=self.backend, corpus=lambda: rule_context(
-                self.root, corpus, self.fingerprint, cfg.answer_min_f1, cfg.replay))
+                self.root, corpus, self.fingerprint, cfg.answer_min_f1, cfg.replay, cfg.final_facts))
         except BaseException:
             self.close_backend()
             raise

@@ -28,7 +28,7 @@ from validators.registry import CHECKS, LAYERS, checks_for, layer_list
 from validators.trajectory_rules import RuleContext
 from validators.verdict import Verdict, verdict_ids
 
-__all__ = ["LAYERS", "Checked", "ValidateConfig", "Validator", "check_chunk", "check_records", "raw_id", "read_input"]
+__all__ = ["LATER_DEFAULTS", "LAYERS", "Checked", "ValidateConfig", "Validator", "check_chunk", "check_records", "raw_id", "read_input"]
 
 
 @dataclass
@@ -43,6 +43,7 @@ class ValidateConfig:
     all_layers: bool = field(default=False, metadata={"help": "Run every layer on every record instead of stopping at the first failing layer."})
     answer_min_f1: float = field(default=1.0, metadata={"help": "rules: accept a final answer with token F1 >= this even without exact match."})
     replay: bool = field(default=True, metadata={"help": "rules: replay tool calls with the simulator when documents and tools exist."})
+    final_facts: bool = field(default=True, metadata={"help": "rules: reject a final think of a comparison, yes/no, computed or multi-hop answer that states no fact the answer follows from (validators/final_facts.py); --no-final-facts accepts data made with `synthesize --reasoning brief`."})
     corpus: str | None = field(default=None, metadata={"help": "Dataset whose documents and tool bank the rules read (replay, golden documents); default: --dataset. With --input, e.g. a corpus imported with `forgeplay corpus import`."})
     strict: bool = field(default=False, metadata={"help": "A check that could not run (e.g. replay with no corpus, document checks with unknown documents) rejects the record instead of passing it."})
     judge_threshold: float = field(default=0.5, metadata={"help": "judge: reject when the lowest turn score (0-1) is below this."})
@@ -65,6 +66,11 @@ class ValidateConfig:
     def corpus_dataset(self) -> str | None:
         """The dataset whose documents and tool bank the rules read."""
         return self.corpus or self.dataset
+
+
+# options added after validate runs existed, with their default: at it they are left out of a
+# run's id, so the command that made a run before them still names (and resumes) that run
+LATER_DEFAULTS = {"final_facts": True}
 
 
 class Checked:
@@ -135,7 +141,8 @@ def check_chunk(records: Records, config: dict, root: str, fingerprint: str) -> 
     """`check_records` for a run's config (ValidateConfig fields) in whatever process runs
     it: the RuleContext comes from this process's cache (validators/context.py)."""
     cfg = ValidateConfig(**config)
-    ctx = CheckContext(cfg.kind, cfg, rules=rule_context(root, cfg.corpus_dataset(), fingerprint, cfg.answer_min_f1, cfg.replay))
+    ctx = CheckContext(cfg.kind, cfg, rules=rule_context(root, cfg.corpus_dataset(), fingerprint, cfg.answer_min_f1, cfg.replay,
+                                                         cfg.final_facts))
     return check_records(records, cfg.kind, cfg.layer_list(), ctx, cfg.all_layers)
 
 
@@ -153,7 +160,8 @@ class Validator:
             raise ValueError(f"the {' and '.join(needs)} layer(s) need a backend")
         checks = checks_for(self.layers, kind, registry)
         self.shared = [c for c in checks if not c.per_record]
-        self.ctx = CheckContext(kind, cfg, rules=rule_ctx or RuleContext(answer_min_f1=cfg.answer_min_f1, replay=cfg.replay),
+        self.ctx = CheckContext(kind, cfg, rules=rule_ctx or RuleContext(answer_min_f1=cfg.answer_min_f1, replay=cfg.replay,
+                                                                         final_facts=cfg.final_facts),
                                 backend=backend, documents=documents or {}, corpus=corpus)
         for c in self.shared:
             c.start(self.ctx)

@@ -12,8 +12,10 @@ unflagged calls use correct tools), `route` (rounds x calls per round fit
 single/parallel/sequential/mixed), `replay` (the simulator reproduces every tool message;
 skipped with a passing verdict when no corpus is known; validators/replay.py: the layer's check
 asks for a whole chunk's calls in one batch, `check_trajectories`), `answer` (normalized EM / token F1
-against gold and aliases) and `grounding` (every number and name a `<think>` mentions occurs
-in an earlier message; validators/grounding.py).
+against gold and aliases), `grounding` (every number and name a `<think>` mentions occurs
+in an earlier message; validators/grounding.py) and `final_facts` (the final think of a
+compared, computed or multi-hop answer states a fact it follows from; validators/final_facts.py;
+left out when RuleContext.final_facts is off, `forgeplay validate --no-final-facts`).
 
     from validators.trajectory_rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
@@ -38,6 +40,7 @@ from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_thi
 from generators.tools.fill import roles_of
 from storage.schema import meta_of
 from validators.check import CheckContext, PerRecordCheck
+from validators.final_facts import check_final_facts
 from validators.grounding import check_grounding
 from validators.question_rules import check_task_rules, check_triple_rules
 from validators.replay import replay, replay_requests, request_key
@@ -52,12 +55,14 @@ _ROLE_ORDER = re.compile(r"s?u(at+)*a")
 @dataclass
 class RuleContext:
     """What the rules may need besides the record: a simulator factory for replay and the
-    dataset's documents (doc_id -> (title, text)) for the triple and task rules."""
+    dataset's documents (doc_id -> (title, text)) for the triple and task rules; `final_facts`
+    off leaves that step out (validators/final_facts.py)."""
 
     simulator_for: Callable[[int], Any] | None = None  # seed -> Simulator, None = no corpus
     answer_min_f1: float = 1.0
     replay: bool = True
     documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
+    final_facts: bool = True
     _replays: dict = field(default_factory=dict, repr=False)  # the answers of the batch being checked
     derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
 
@@ -323,6 +328,16 @@ def _answer(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
     return fail(LAYER, "answer", "wrong_answer", score=m.f1, detail=detail)
 
 
+def _final_facts(row: dict, p: Parsed, msgs: list[dict], meta: dict) -> Verdict:
+    """The `final_facts` step (validators/final_facts.py): a pass, or a pass without checking
+    (`question_kind_unknown`); raises Reject."""
+    aliases = [a for a in (meta.get("aliases") or row.get("aliases") or []) if isinstance(a, str)]
+    lookups = [v for turn in p.turns for c in turn if isinstance(c.args, dict)
+               for v in c.args.values() if isinstance(v, str)]
+    detail = check_final_facts(msgs, lookups, [str(row.get("answer") or ""), *aliases, p.answer], meta)
+    return ok(LAYER, "final_facts", reason=detail.pop("reason", "ok"), detail=detail or None)
+
+
 def _parse_steps(row: dict, st: dict) -> list:
     """The steps up to the replay: they parse the record into `st` (messages, calls, repairs)."""
     def fmt() -> Verdict:
@@ -340,9 +355,12 @@ def _parse_steps(row: dict, st: dict) -> list:
 
 def _result_steps(row: dict, st: dict, ctx: RuleContext) -> list:
     """The steps from the replay on, over what `_parse_steps` parsed."""
-    return [("replay", lambda: replay(st["p"], ctx, st.setdefault("meta", meta_of(row)))),
-            ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
-            ("grounding", lambda: ok(LAYER, "grounding", detail=check_grounding(st["msgs"])))]
+    steps = [("replay", lambda: replay(st["p"], ctx, st.setdefault("meta", meta_of(row)))),
+             ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
+             ("grounding", lambda: ok(LAYER, "grounding", detail=check_grounding(st["msgs"])))]
+    if ctx.final_facts:
+        steps.append(("final_facts", lambda: _final_facts(row, st["p"], st["msgs"], st["meta"])))
+    return steps
 
 
 def check_trajectory(row: dict, ctx: RuleContext | None = None) -> list[Verdict]:
@@ -397,7 +415,7 @@ class TrajectoryRules(PerRecordCheck):
                "injected_error_not_repaired", "repair_changed_tool", "repair_changed_other_arguments",
                "tool_not_needed", "route_mismatch", "unknown_route", "replay_mismatch", "replay_failed",
                "replay_skipped_no_corpus", "wrong_answer", "think_unsupported_number",
-               "think_unsupported_name")
+               "think_unsupported_name", "final_think_states_no_fact", "question_kind_unknown")
 
     def one(self, row: dict, ctx: CheckContext) -> list[Verdict]:
         return check_trajectory(row, ctx.rules)

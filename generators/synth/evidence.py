@@ -19,6 +19,7 @@ An imported triple (no program) gets its supporting sentences, quoted, and no de
     ev.read[doc_id]       # what is stated after reading that page
     ev.facts, ev.steps    # the final reasoning: every fact, then the derivation
     ev.expression         # a computed answer's arithmetic, for the calculator: "1861 - 988"
+    ev.decisive           # the steps a final think of `--reasoning facts` states (no listing)
     ev.required           # what the final reasoning must mention: fact values and the answer
 """
 
@@ -41,6 +42,14 @@ class Evidence:
     quoted: bool = False  # facts are quoted supporting sentences (no program)
     computed: bool = False  # the answer is a number computed from the facts (absdiff), found on no page
     expression: str = ""  # a computed answer's arithmetic ("1863 - 1783"), what the calculator is asked
+    op: str = ""  # the program's last step: "chain", "absdiff", "argmin", "argmax", "eq" ("" without a program)
+
+    @property
+    def decisive(self) -> list[str]:
+        """The steps that decide the answer: a comparison's verdict without the listing of every
+        candidate's value before it ("850,000 is smaller than 982,100."), the arithmetic, the
+        sameness; the values themselves are in the facts."""
+        return self.steps[1:] if self.op in ("argmin", "argmax") else list(self.steps)
 
 
 def _norm_title(s: str) -> str:
@@ -151,8 +160,9 @@ def evidence_for(triple: dict, docs: dict[str, tuple[str, str]], cache: dict | N
     except (DerivationError, KeyError, TypeError, ValueError):
         return _quoted(triple, docs)
     by_title = {_norm_title(docs[d][0]): d for d in golden}
-    computed = isinstance(program, dict) and program.get("op") == "absdiff"
-    ev = Evidence(steps=steps, computed=computed, expression=steps[0].rsplit(" = ", 1)[0] if computed else "")
+    op = program.get("op", "chain") if isinstance(program, dict) and "const" not in program else "chain"
+    computed = op == "absdiff"
+    ev = Evidence(steps=steps, computed=computed, expression=steps[0].rsplit(" = ", 1)[0] if computed else "", op=op)
     seen = set()
     for fact in facts.used:
         if (fact.subject, fact.rel) in seen:

@@ -29,7 +29,8 @@ mode, golden ids, supporting sentences, answers). Every slot carries its sources
 and the tool results before it, against which model text is checked. With the evidence
 (`--reasoning evidence`, generators/synth/evidence.py) slots also carry what their reasoning
 states: what each next lookup is, the facts of the pages just read (`next`, `early_stop`),
-and every fact and the derivation (the final slot).
+and every fact and the derivation (the final slot); with `--reasoning facts` only the final
+slot does (every fact and the steps that decide the answer).
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ class SkeletonBuilder:
         return args
 
     def build(self, plan: Plan, triple: dict, evidence: Evidence | None = None, every_step: bool = True,
-              phrased: bool = False, first_general: bool = False) -> Skeleton:
+              phrased: bool = False, first_general: bool = False, states_facts: bool = False) -> Skeleton:
         """The skeleton of `plan`. Every slot that announces lookups carries what each one is (its
         tool's domain: "a place" tells the tool that finds it). With `evidence` and `every_step`
         (--reasoning evidence) the slots also carry what each page said, and the final slot every
@@ -207,7 +208,10 @@ class SkeletonBuilder:
         phrases of what it read (`was`) and of what comes next (`said`; the final slot `last`).
         With `phrased` the final slot of an answer that is not computed also carries the facts and
         the derivation: what the last pages say after such a plan (`last`), and the question asked
-        of a single last page by its name (`asks`), else every fact. With `first_general` the first
+        of a single last page by its name (`asks`), else every fact. With `evidence` and
+        `states_facts` (--reasoning facts) the slots are brief's but the final one, which carries
+        every fact and the steps that decide the answer (`Evidence.decisive`), marked
+        `form: "facts"`: its think states them in one or two sentences. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
         said yet what those names are (an escalation keeps its domain tools: it shows one falling
         short)."""
@@ -336,6 +340,9 @@ class SkeletonBuilder:
                 facts = _read(ev, rounds[last - 1])
                 told |= {"facts": facts, "required": [x for x in ev.required if any(x in fact for fact in facts)]
                          + [triple["answer"]]}
+        elif states_facts and ev.facts:  # facts: every fact and what decides the answer, in the final think only
+            told = {"facts": ev.facts, "steps": ev.decisive, "required": ev.required, "quoted": ev.quoted,
+                    "form": "facts"}
         else:  # brief: only a computed answer's arithmetic
             told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,

@@ -56,8 +56,8 @@ class SynthConfig:
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
-    reasoning: str = field(default="brief", metadata={"help": "what the thinks say: brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; a final think whose answer is computed from numbers on the pages does the arithmetic), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
-    max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning evidence it states every fact and the derivation)"})
+    reasoning: str = field(default="facts", metadata={"help": "what the thinks say: facts (the default: brief's thinks along the way, and a final think that states the facts the answer follows from, the values compared, the numbers used, the pages in between, and the comparison or arithmetic, in one or two sentences), brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; the final think names the pages found, and where the answer is computed from numbers on the pages does the arithmetic: `forgeplay validate` rejects its final thinks of comparisons and yes/no questions unless --no-final-facts), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
+    max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning facts or evidence it states every fact and the derivation)"})
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
     lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
@@ -103,10 +103,12 @@ class SynthConfig:
         return ks
 
 
-REASONING = ("brief", "evidence", "plan")
+REASONING = ("facts", "brief", "evidence", "plan")
 FIRST_SEARCH = ("domain", "general")
 LEADS = ("every", "later")
-# options added after runs existed: in a run's id only when set, so an older run keeps its id
+# options added after runs existed: in a run's id only when they differ from the value they had then,
+# so an older run keeps its id (`reasoning` was "brief" by default then: a `--reasoning brief` run
+# keeps its id, and a run with today's default, facts, gets a new one)
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
                   "asks_in_turn": False, "lead": "every", "per_triple": 8, "allow_fewer": False}
@@ -298,7 +300,8 @@ class Session:
             triple = self.triples[p.triple_id]
             out.append(self.builder.build(p, triple, evidence_for(triple, self._docs_of(triple), self._fact_cache),
                                           every_step=self.cfg.reasoning == "evidence", phrased=self.cfg.reasoning == "plan",
-                                          first_general=self.cfg.first_search == "general"))
+                                          first_general=self.cfg.first_search == "general",
+                                          states_facts=self.cfg.reasoning == "facts"))
         return out
 
     def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:

@@ -23,8 +23,17 @@ it ("... That was the last lookup. The question is now: When was Gaiwick founded
 was founded in 988, so the answer is 988."). Without such a plan (a comparison of one round) it
 states every fact and the comparison, as `--reasoning evidence` does.
 
+With `--reasoning facts`, the default, the thinks along the way are those of `--reasoning
+brief` and the final think states in one or two sentences every fact the answer follows from,
+then what decides it (`_stated`: "The pages say Leivonia became independent in 1884 and
+Tethonia became independent in 1580. 1884 is later than 1580, so the answer is Leivonia."); a
+model is given those facts and its text must mention every value of the derivation, as below.
+With `--reasoning brief` the final think names the pages found and concludes, so the rules
+layer's `final_facts` check rejects it for comparisons and yes/no questions
+(validators/final_facts.py).
+
 No think states a number that nothing before it gives (generators/synth/evidence.py): a
-final think whose answer is computed from numbers on the pages does the arithmetic ("The
+brief final think whose answer is computed from numbers on the pages does the arithmetic ("The
 pages about "Tranos" and "Esia" give everything needed. 1863 - 1783 = 80. Conclude that the
 answer is 80."); with the calculator (generators/tools/compute.py) that arithmetic is first
 sent to it ("... Now I need to compute 1863 - 1783 with the calculator."), so the final think
@@ -80,15 +89,20 @@ def _join(xs: list[str]) -> str:
 _OPENERS = {"The"} | {t.text.split()[0] for t in TEMPLATES if not t.text.startswith("{")}
 
 
-def _clauses(sentences: list[str]) -> str:
-    """Fact sentences as clauses of one sentence ("A is in B and B has 16 provinces")."""
+def _clause_list(sentences: list[str]) -> list[str]:
+    """Fact sentences as clauses: no full stop, an opening word of the page templates in lower case."""
     out = []
     for s in sentences:
         s = s.strip()
         s = s[:-1] if s.endswith(".") and not s.endswith('."') else s
         first = s.split(" ", 1)[0]
         out.append(first.lower() + s[len(first):] if first in _OPENERS else s)
-    return _names(out)
+    return out
+
+
+def _clauses(sentences: list[str]) -> str:
+    """Fact sentences as clauses of one sentence ("A is in B and B has 16 provinces")."""
+    return _names(_clause_list(sentences))
 
 
 def _clip(text: str, n: int) -> str:
@@ -207,8 +221,9 @@ def _describe(slot: Slot) -> str:
     if slot.kind == "final":
         if f.get("facts"):
             how, asks = " ".join(f.get("steps") or []), _now(f).lstrip()
+            short = " in one or two sentences" if f.get("form") == "facts" else ""
             return (f"{asks + ' ' if asks else ''}The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
-                    f"State these facts{', then the comparison or calculation' if how else ''}, then the answer.")
+                    f"State these facts{', then the comparison or calculation' if how else ''}, then the answer{short}.")
         if f.get("steps"):  # brief: a computed answer
             return (f"The pages about {_join(f['found'])} give everything needed. The answer is computed: "
                     f"{' '.join(f['steps'])} Write the calculation, then conclude that the answer is {f['answer']}.")
@@ -239,6 +254,23 @@ def _says(pages: list[str], facts: list[str]) -> str:
 def _result(found: list[str], plan: dict) -> str:
     """'The result has the page about "B", the founder of A.' (what the question calls it, if known)."""
     return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {_join(found)}{_was(plan)}."
+
+
+def _stated(f: dict) -> str:
+    """The final think of `--reasoning facts`: every fact the answer follows from as a clause of one
+    sentence (joined by semicolons when a clause has a comma of its own), then what decides it and
+    the answer ('The pages say Tethonia is governed from its capital, Dreath; Dreath was founded in
+    1855; Findavia is governed from its capital, Verath; and Verath was founded in 1321. 1855 is later
+    than 1321, so the answer is Tethonia.'); a chain's facts are its derivation ('..., so the answer
+    is X.')."""
+    parts = _clause_list(f["facts"])
+    if len(parts) > 1 and any("," in p for p in parts):  # "A is governed from its capital, B; B was founded ..."
+        facts = "; ".join(parts[:-1]) + "; and " + parts[-1]
+    else:
+        facts = _names(parts)
+    said = f"{'The pages say' if len(f['found']) > 1 else 'The page says'} {facts}"
+    how = " ".join(s.strip() for s in f.get("steps") or []).removesuffix(".")
+    return f"{said}{'. ' + how if how else ''}, so the answer is {f['answer']}."
 
 
 ASKS = "The question asks for"  # how a computed answer's thinks open (`lead`)
@@ -282,6 +314,8 @@ def _template(slot: Slot) -> str:
         rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}{_then(f)}." if f["queries"] else ""
         return (f"The result already has the page about \"{f['skipped']}\" too. {_says([f['skipped']], f['read'])}, "
                 f"so I do not need to search for \"{f['skipped']}\".{rest}")
+    if slot.kind == "final" and f.get("form") == "facts":
+        return _stated(f)
     if slot.kind == "final" and f.get("last") and not f.get("facts") and not f.get("steps"):  # brief, planned
         return (f"{_result(f['last'], f)} {_said(f)}, so the pages about {_join(f['found'])} give everything needed. "
                 f"Conclude that the answer is {f['answer']}.")

@@ -20,7 +20,8 @@ and no result is titled with an answer (so these modes may return fewer than k r
 RNG seeded from (seed, tool, canonical arguments, mode, golden ids, supporting, answers, k),
 so the same call always gives byte-identical output. Arguments are checked against the
 tool's JSON Schema: {"error": "invalid_arguments", "detail": ...}; unknown tool:
-{"error": "unknown_tool", ...}. `search(query, k, domain)` is plain BM25 for other callers.
+{"error": "unknown_tool", ...} (`unknown_tool(name)`). `search(query, k, domain)` is plain
+BM25 for other callers.
 The calculator (generators/tools/compute.py) is known to every simulator and answered there.
 The BM25 query of a call is its lookup argument plus, for a base tool or variant, every other
 scalar argument but top_k and language; an imported tool (generators.tools.imported) searches
@@ -70,6 +71,16 @@ class SimConfig:
     golden_chars: int = field(default=1500, metadata={"help": "longest snippet of a golden result (supporting sentences always kept)"})
     insufficient_chars: int = field(default=160, metadata={"help": "longest snippet of a result in 'insufficient' mode"})
     stopwords: str = field(default="en", metadata={"help": "bm25s stopword list"})
+
+
+def tool_error(code: str, detail: str) -> str:
+    """A tool's error answer as the simulator writes it: '{"error": code, "detail": detail}'."""
+    return json.dumps({"error": code, "detail": detail}, ensure_ascii=False)
+
+
+def unknown_tool(name: str) -> str:
+    """The answer to a call of a tool that is not offered (the unknown_tool case's result)."""
+    return tool_error("unknown_tool", f"no tool named {name!r}")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -309,7 +320,7 @@ class Simulator:
         return out
 
     def _error(self, code: str, detail: str) -> str:
-        return json.dumps({"error": code, "detail": detail}, ensure_ascii=False)
+        return tool_error(code, detail)
 
     def validate(self, tool: str, arguments: Any) -> str | None:
         """None if `arguments` fit the tool's schema, else a deterministic detail message."""
@@ -384,7 +395,7 @@ class Simulator:
         if c.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {c.mode!r}")
         if c.tool not in self.tools:
-            return self._error("unknown_tool", f"no tool named {c.tool!r}")
+            return unknown_tool(c.tool)
         detail = self.validate(c.tool, c.arguments)
         if detail:
             return self._error("invalid_arguments", detail)

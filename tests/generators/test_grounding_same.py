@@ -3,7 +3,7 @@ number words and lower-case stretches found by precompiled patterns) gives exact
 of the check before it (tests/generators/grounding_before.py, frozen): on 30,000 random texts
 built from the awkward parts of the language the check reads (possessives, hyphenated number
 words, connectors, digits inside words, non-ASCII capitals, JSON tool results), and on every
-message of 300 synthesized trajectories."""
+message of 400 synthesized trajectories (every reasoning form)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_random_texts_get_the_same_verdicts():
 
 
 def test_every_message_of_synthesized_trajectories(tmp_path):
-    """Each think of 300 trajectories against the messages before it, as the rules layer reads them."""
+    """Each think of 400 trajectories against the messages before it, as the rules layer reads them."""
     from generators.corpus.build import WorldConfig, write
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
     from generators.tools.bank import build_bank
@@ -59,11 +59,11 @@ def test_every_message_of_synthesized_trajectories(tmp_path):
     write(WorldConfig(seed=3, entities=200), root, "w")
     bank = build_bank(seed=3, variants_per_tool=1, calculator=True)
     rows = []
-    for reasoning in ("brief", "evidence", "plan"):
+    for reasoning in ("facts", "brief", "evidence", "plan"):
         s = Session(load_inputs(root, "w"), SynthConfig(dataset="w", n=100, calculator=True, texts="template",
                                                         reasoning=reasoning), bank)
         rows += s.trajectories(s.plans(), None, "run")[0]
-    assert len(rows) == 300
+    assert len(rows) == 400
     checked = 0
     for r in rows:
         sources: list[str] = []
@@ -74,4 +74,4 @@ def test_every_message_of_synthesized_trajectories(tmp_path):
                 checked += 1
             assert _same(sources, m["content"])  # every message read as a text too
             sources.append(m["content"])
-    assert checked >= 900
+    assert checked >= 1200

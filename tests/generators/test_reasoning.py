@@ -1,8 +1,10 @@
 """Reasoning that shows its evidence, on a real 500-entity world, the real tool bank and the
 real BM25 simulator: the final think's derivation, re-executed from the facts it states,
-gives the gold answer for every question type; every template text is grounded in what the
-conversation showed; model text that invents a number or a name falls back to the template
-with its reason, per slot kind."""
+gives the gold answer for every question type; the default form (`--reasoning facts`) keeps
+brief's thinks along the way and states in its final think, in one or two sentences, every
+fact and what decides the answer; every template text is grounded in what the conversation
+showed; model text that invents a number or a name falls back to the template with its
+reason, per slot kind."""
 
 import json
 import re
@@ -46,8 +48,15 @@ def skeletons(session):
 
 @pytest.fixture(scope="module")
 def brief(inputs):
-    """The default, `--reasoning brief`: only a derived answer's final think states the facts."""
+    """`--reasoning brief`: only a derived answer's final think states the facts (its arithmetic)."""
     s = _session(inputs, "brief")
+    return s.skeletons(s.plans())
+
+
+@pytest.fixture(scope="module")
+def facts(inputs):
+    """The default, `--reasoning facts`: brief, and every final think states its facts."""
+    s = _session(inputs, "facts")
     return s.skeletons(s.plans())
 
 
@@ -86,10 +95,10 @@ def test_final_derivation_reexecuted_from_its_facts_gives_the_gold_answer(skelet
     assert set(per_type) == set(QTYPES) and min(per_type.values()) >= 20, per_type
 
 
-@pytest.mark.parametrize("mode", ["evidence", "brief", "plan"])
-def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, brief, planned):
+@pytest.mark.parametrize("mode", ["evidence", "brief", "plan", "facts"])
+def test_every_template_text_is_grounded_in_what_came_before(mode, skeletons, brief, planned, facts):
     kinds = Counter()
-    for sk in {"evidence": skeletons, "brief": brief, "plan": planned}[mode]:
+    for sk in {"evidence": skeletons, "brief": brief, "plan": planned, "facts": facts}[mode]:
         for slot in [t.slot for t in sk.turns] + [sk.final]:
             assert slot.sources and slot.sources[0] == sk.triple["question"]
             text = template(slot)
@@ -126,6 +135,38 @@ def test_brief_thinks_write_out_the_arithmetic_of_a_computed_answer(brief):
         else:
             assert not re.search(r"\d+ - \d+ = ", text), text
     assert computed >= 20 and named >= len(brief)
+
+
+def test_the_default_final_think_states_every_fact_and_what_decides_in_two_sentences(facts, brief, skeletons):
+    """`--reasoning facts`, the default: every think along the way is brief's, word for word; the
+    final think states every fact the answer follows from as one sentence ("The pages say A, B and
+    C"), then the comparison, the arithmetic or the sameness that decides it and the answer: the
+    values compared, the numbers used, the pages in between. The facts re-executed give the gold
+    answer (as the evidence form's do)."""
+    per_type = Counter()
+    for sk, b, ev in zip(facts, brief, skeletons, strict=True):
+        assert [template(t.slot) for t in sk.turns] == [template(t.slot) for t in b.turns]
+        text, f = template(sk.final), sk.final.facts
+        answer = sk.triple["answer"]
+        assert f["form"] == "facts" and text.startswith("The pages say " if len(f["found"]) > 1 else "The page says ")
+        assert text.endswith(f", so the answer is {answer}.") and text.count(". ") <= 1, text  # one or two sentences
+        assert all(x in text for x in ev.final.facts["required"]), text  # every value of the derivation
+        program = json.loads(sk.triple["meta"])["program"]
+        op = program.get("op", "chain") if isinstance(program, dict) else "chain"
+        if op == "absdiff":
+            a, b_, c = re.search(r"([\d,]+) - ([\d,]+) = ([\d,]+), so the answer", text).groups()
+            assert number(a) - number(b_) == number(c) == number(answer)
+        elif op in ("argmin", "argmax"):  # the verdict, not the listing: the values are in the facts
+            x, word, y = re.search(r"([\d,]+) is (smaller|larger|earlier|later) than ([\d,]+), so the answer", text).groups()
+            assert (word in ("smaller", "earlier")) == (op == "argmin") and ": " not in text
+        elif op == "eq":
+            assert re.search(r"(Both give .+|.+ are different), so the answer is (yes|no)\.$", text), text
+        else:  # a chain: every page in between is named
+            assert all(h.query.removeprefix("The ") in text for h in sk.plan.hops), text
+        said = text.split(". ")[0].lower()  # every fact the evidence form states, as a clause of the first sentence
+        assert f["facts"] == ev.final.facts["facts"] and all(x.removesuffix(".").lower() in said for x in f["facts"])
+        per_type[sk.triple["qtype"]] += 1
+    assert set(per_type) == set(QTYPES) and min(per_type.values()) >= 20, per_type
 
 
 def test_the_first_search_can_take_the_general_search_and_leave_the_kind_unsaid(inputs, planned):

@@ -59,3 +59,32 @@ def test_cli_bad_option_is_a_readable_error(tmp_path):
 
     res = CliRunner().invoke(app, ["--data-root", str(tmp_path), "synthesize", "--tool-style", "fancy"])
     assert res.exit_code == 2 and "synthesize failed" in res.output and "--tool-style" in res.output
+
+
+# what `synthesize --reasoning brief` made before `facts` became the default (the same world, seed
+# and options): its run id, and the first of its trajectory ids by value
+BRIEF_RUN = "synth-7057fa333a7f"
+BRIEF_IDS = ["18ad8ac506dbc3d38eac5c55", "2bb53ba53b98cb151f17818c", "46b69e7376487b97a2fbb43c",
+             "4e28bb3d10515367151e2400", "7226a75753bc37a0de850eef", "97bbc58d380c6f4ad454c324"]
+
+
+def test_reasoning_brief_keeps_its_ids_and_the_default_makes_new_ones(tmp_path):
+    """`--reasoning brief` gives the run and trajectory ids it gave when it was the default (an
+    option at the value it had then stays out of the run's id: LATER_DEFAULTS), so a rerun of an
+    older brief run resumes it; the default, `facts`, is another run with other ids."""
+    from flows.synthesize import run
+    from generators.corpus.build import WorldConfig, write
+    from generators.llm.registry import BackendConfig
+    from storage import load_table
+
+    root = tmp_path / "data"
+    write(WorldConfig(seed=4, entities=120), root, "w")
+    ids = {}
+    for reasoning in ("brief", "facts"):
+        cfg = SynthConfig(dataset="w", n=12, seed=7, texts="template", **({"reasoning": "brief"} if reasoning == "brief" else {}))
+        summary = run(cfg, BackendConfig(), root, progress=False)
+        ids[reasoning] = (summary["run_id"], sorted(load_table("w", "trajectories", root, run_id=summary["run_id"])
+                                                    .column("traj_id").to_pylist()))
+    assert SynthConfig().reasoning == "facts"
+    assert ids["brief"][0] == BRIEF_RUN and len(ids["brief"][1]) == 12 and ids["brief"][1][:6] == BRIEF_IDS
+    assert ids["facts"][0] != BRIEF_RUN and not set(ids["facts"][1]) & set(ids["brief"][1])

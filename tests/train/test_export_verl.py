@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -56,13 +57,15 @@ def test_tool_rows_name_every_offered_tool_with_its_create_kwargs(root, exported
     config = yaml.safe_load((out / "tool_config.yaml").read_text())["tools"]
     assert [t["tool_schema"]["function"]["name"] for t in config] == r.tool_names
     assert {t["class_name"] for t in config} == {TOOL_CLASS}
+    json_type = pq.read_schema(out / "train.parquet").field("extra_info").type.field("tools_kwargs").type
+    assert json_type == pa.json_()  # Parquet's JSON type: verl's loader (HF datasets) gives a dict
     for x in tool_rows:
         traj, info = trajs[x["extra_info"]["id"]], x["extra_info"]
         meta = json.loads(traj["meta"])
         assert x["agent_name"] == "tool_agent" and info["need_tools_kwargs"]
         assert info["tool_selection"] == [t["name"] for t in traj["tools"]]
-        kwargs = {k: v for k, v in info["tools_kwargs"].items() if v is not None}
-        assert set(kwargs) == set(info["tool_selection"]) <= set(r.tool_names)
+        kwargs = json.loads(info["tools_kwargs"])  # the offered tools and no other, no null entry
+        assert list(kwargs) == info["tool_selection"] and set(kwargs) <= set(r.tool_names)
         assert all(v["create_kwargs"] == {"golden_doc_ids": meta["golden_doc_ids"], "seed": meta["seed"]}
                    for v in kwargs.values())
         system = x["prompt"][0]["content"]  # listed once: one <tools> block, each offered tool in it once
@@ -151,6 +154,12 @@ def test_verl_loads_the_tools_rows_and_reward_of_the_export(root, exported, embe
     first = tool_rows[0]["extra_info"]
     calls += [{"id": first["id"], "name": first["tool_selection"][0], "arguments": {"top_k": "many"}},
               {"id": first["id"], "name": "no_such_tool", "arguments": {"query": "x"}}]
+    # a tool of tool_config.yaml that the row does not offer: filtered out by the row's tool_selection
+    # (verl's run()), and, where every configured tool is active, looked up in tools_kwargs and called
+    unoffered = next(n for n in r.tool_names if n not in first["tool_selection"])
+    offered_call = dict(calls[0], active="every")  # an offered tool still runs with every tool active
+    calls += [{"id": first["id"], "name": unoffered, "arguments": {"query": "x"}},
+              {"id": first["id"], "name": unoffered, "arguments": {"query": "x"}, "active": "every"}, offered_call]
     cases = {"rewards": [dict(zip(("data_source", "solution", "ground_truth", "extra_info"), c)) for c in REWARD_CASES],
              "calls": calls, "max_prompt_length": r.lengths["max"]}
     (tmp_path / "cases.json").write_text(json.dumps(cases))
@@ -169,9 +178,16 @@ def test_verl_loads_the_tools_rows_and_reward_of_the_export(root, exported, embe
     for x in tool_rows:
         seen = got["tool_rows"][x["extra_info"]["id"]]
         assert seen["agent_name"] == "tool_agent" and seen["roles"] == ["system", "user"]
-        assert set(seen["tools_kwargs"]) == set(x["extra_info"]["tool_selection"])
+        assert seen["tools_kwargs_type"] == "dict"  # as verl's dataset gives it: a dict of the offered tools only
+        assert seen["tools_kwargs"] == json.loads(x["extra_info"]["tools_kwargs"])
+        assert list(seen["tools_kwargs"]) == x["extra_info"]["tool_selection"]
+    *_, filtered, every, still = zip(calls, got["results"], got["metrics"], strict=True)
+    assert filtered[1].startswith(f"Unknown function '{unoffered}'")  # verl's per-row filter answers
+    assert json.loads(every[1]) == {"error": "unknown_tool", "detail": f"no tool named {unoffered!r}"}
+    assert every[2] == {"tool_error": 1.0, "found": 0.0}  # a tool error message, not an exception
+    assert still[1:] == (got["results"][0], got["metrics"][0])
     sims, found = {}, []
-    for c, text, metrics in zip(calls, got["results"], got["metrics"], strict=True):
+    for c, text, metrics in zip(calls[:-3], got["results"], got["metrics"]):
         if c["name"] == "no_such_tool":
             assert text.startswith("Unknown function 'no_such_tool'")
             continue
@@ -183,4 +199,4 @@ def test_verl_loads_the_tools_rows_and_reward_of_the_export(root, exported, embe
         assert metrics["found"] == float(any(g in text for g in meta["golden_doc_ids"])), c
         found.append(metrics["found"])
     assert 0.0 in found and 1.0 in found  # the synthesized calls find their pages; a bad call finds none
-    assert '"invalid_arguments"' in got["results"][-2] and '"results"' in got["results"][0]
+    assert '"invalid_arguments"' in got["results"][-5] and '"results"' in got["results"][0]  # the bad arguments

@@ -6,9 +6,12 @@ one JSON object. Not a pytest module (no test_ prefix).
     PYTHONPATH=EXPORT .venv-verl/bin/python tests/train/verl_side.py EXPORT TOKENIZER CASES.json
 
 CASES.json: {"rewards": [{data_source, solution, ground_truth, extra_info}], "calls": [{id, name,
-arguments}], "max_prompt_length": N}. Each call goes through verl's tool agent loop
-(ToolAgentLoop._call_tool, which looks up tools_kwargs[<called name>]) with the tools_kwargs
-and tool_selection of the row `id` as verl's RL dataset returns it.
+arguments, active?}], "max_prompt_length": N}. Each call goes through verl's tool agent loop
+(ToolAgentLoop._call_tool, which looks up tools_kwargs.get(<called name>, {}), creates the tool
+with its create_kwargs and executes it) with the tools_kwargs of the row `id` as verl's RL
+dataset returns it, and the tools ToolAgentLoop.run makes active for that row: those of its
+tool_selection, or with "active": "every" every configured tool (what run() keeps for a row
+without a tool_selection, and what a loop that does not filter per row offers).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ async def call_tools(tools: dict, rows: dict, calls: list[dict]) -> list[tuple[s
     for c in calls:
         row = rows[c["id"]]
         data = object.__new__(AgentData)
-        data._active_tools = {n: tools[n] for n in row["extra_info"]["tool_selection"] if n in tools}
+        data._active_tools = dict(tools) if c.get("active") == "every" else \
+            {n: tools[n] for n in row["extra_info"]["tool_selection"] if n in tools}
         resp, _, metrics = await loop._call_tool(FunctionCall(name=c["name"], arguments=json.dumps(c["arguments"])),
                                                  row["tools_kwargs"], data)
         out.append((resp.text, metrics))
@@ -78,7 +82,7 @@ def main(export: str, tokenizer_dir: str, cases_path: str) -> None:
     out["rows_one_token_shorter"] = len(dataset(export, tok, cases["max_prompt_length"] - 1))
     by_id = {r["extra_info"]["id"]: r for r in rows}
     out["tool_rows"] = {i: {"agent_name": r["agent_name"], "roles": [m["role"] for m in r["raw_prompt"]],
-                            "tools_kwargs": {k: v for k, v in r["tools_kwargs"].items() if v}}
+                            "tools_kwargs_type": type(r["tools_kwargs"]).__name__, "tools_kwargs": r["tools_kwargs"]}
                         for i, r in by_id.items() if r["agent_name"] == "tool_agent"}
     answered = asyncio.run(call_tools(tools, by_id, cases["calls"]))
     out["results"], out["metrics"] = [t for t, _ in answered], [m for _, m in answered]

@@ -73,7 +73,7 @@ def test_computed_answers_call_the_calculator_last_and_pass_every_rule(world, ru
         assert call["name"] == NAME  # after every lookup it needs
         assert json.loads(result)["result"] == int(row["answer"])
         final = row["messages"][-1]["content"]
-        assert f"{json.loads(call['arguments'])['expression']} = {row['answer']}." in final
+        assert re.search(re.escape(f"{json.loads(call['arguments'])['expression']} = {row['answer']}") + "[.,]", final)
         assert all(v.passed for v in check_trajectory(row, rule_ctx)), check_trajectory(row, rule_ctx)[-1]
     row = computed[0]
     tampered = json.loads(json.dumps(row))
@@ -82,7 +82,7 @@ def test_computed_answers_call_the_calculator_last_and_pass_every_rule(world, ru
     assert check_trajectory(tampered, rule_ctx)[-1].reason == "replay_mismatch"
     wrong = json.loads(json.dumps(row))
     value = int(row["answer"]) + 10
-    wrong["messages"][-1]["content"] = re.sub(r"= \d+\.", f"= {value}.", wrong["messages"][-1]["content"])
+    wrong["messages"][-1]["content"] = re.sub(r"= \d+([.,])", rf"= {value}\1", wrong["messages"][-1]["content"])
     assert check_trajectory(wrong, rule_ctx)[-1].reason == "think_unsupported_number"
 
 

@@ -1,9 +1,11 @@
-"""Schema + rule layers: every clean synthesized trajectory passes; 62 corrupted copies are
+"""Schema + rule layers: every clean synthesized trajectory passes; 66 corrupted copies are
 each rejected with the expected reason code (real parser, real simulator replay), among
-them reasoning that invents a number, a date or a name."""
+them reasoning that invents a number, a date or a name, and final reasoning of a compared,
+computed or multi-hop answer that states no fact it follows from."""
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -26,10 +28,12 @@ def test_every_clean_trajectory_passes_schema_and_rules(world, rule_ctx):
     for r in rows:
         assert first_fail(r, rule_ctx) is None, (r["route"], r["case"], first_fail(r, rule_ctx))
         vs = check_trajectory(r, rule_ctx)
-        assert [v.check for v in vs] == ["structure", "format", "tools", "route", "replay", "answer", "grounding"]
+        assert [v.check for v in vs] == ["structure", "format", "tools", "route", "replay", "answer", "grounding",
+                                         "final_facts"]
         assert vs[4].reason == "ok" and vs[4].detail["calls"] >= 1  # really replayed
         assert vs[5].detail["em"] is True
         assert vs[6].detail["thinks"] == sum(m["role"] == "assistant" for m in r["messages"])  # every think read
+        assert vs[7].reason == "ok" and (vs[7].detail["kind"] == "other" or vs[7].detail["facts"])
 
 
 @pytest.mark.parametrize("first_search", ["domain", "general"])
@@ -148,6 +152,20 @@ def repeat_again(row):
     row["messages"][t + 1:t + 1] = [again, result]
 
 
+def looked_up(row):
+    """The names the row's calls looked up (their queries), in order."""
+    return list(dict.fromkeys(json.loads(c["arguments"])["query"] for m in row["messages"] if m["tool_calls"]
+                              for c in m["tool_calls"] if "query" in json.loads(c["arguments"])))
+
+
+def pages_only(row):
+    """The final think names the pages looked up and concludes (what `--reasoning brief` writes for
+    a comparison), with the same answer."""
+    pages = ", ".join(f'"{q}"' for q in looked_up(row))
+    final(row, f"<think>The pages about {pages} give everything needed. Conclude that the answer is {row['answer']}."
+               f"</think><answer>{row['answer']}</answer>")
+
+
 def miscalculated(row):
     a, b = sorted(tool_numbers(row)[:2], reverse=True)
     return f"{a} - {b} = {a - b + 1}, so that is the answer."
@@ -230,6 +248,13 @@ CASES = [
      "think_unsupported_name"),
     ("think_miscalculation", "seq", lambda r: final(r, "<think>" + miscalculated(r) + "</think><answer>" + r["answer"]
                                                    + "</answer>"), "think_unsupported_number"),
+    ("final_names_only_the_pages_compared", "cmp", pages_only, "final_think_states_no_fact"),
+    ("final_names_only_the_pages_of_a_yes_no", "yn", pages_only, "final_think_states_no_fact"),
+    ("final_only_concludes", "seq", lambda r: final(r, f"<think>Conclude that the answer is {r['answer']}.</think>"
+                                                     f"<answer>{r['answer']}</answer>"), "final_think_states_no_fact"),
+    ("final_names_only_the_question", "seq", lambda r: final(r, f"<think>I looked up \"{looked_up(r)[0]}\" and two more "
+                                                              f"pages. So it is {r['answer']}.</think><answer>"
+                                                              f"{r['answer']}</answer>"), "final_think_states_no_fact"),
     ("schema_bad_json_arguments", "seq", lambda r: set_field(r["messages"][assistant_idx(r)]["tool_calls"][0], "arguments", "{bad"), "schema_violation"),
 ]
 
@@ -238,7 +263,10 @@ CASES = [
 def bases(world):
     _, rows, _, _ = world
     first = lambda r: [m for m in r["messages"] if m["role"] == "assistant"][0]["tool_calls"]  # noqa: E731
+    qtype = lambda r: json.loads(r["meta"])["qtype"]  # noqa: E731
     return {"seq": pick(rows, lambda r: r["case"] == "clean" and r["route"] == "sequential"),
+            "cmp": pick(rows, lambda r: r["case"] == "clean" and qtype(r) == "comparison"),
+            "yn": pick(rows, lambda r: r["case"] == "clean" and r["answer"] in ("yes", "no")),
             "par": pick(rows, lambda r: r["case"] == "clean" and r["route"] == "parallel" and len(first(r)) >= 2),
             "wa": pick(rows, lambda r: r["case"] == "wrong_args" and r["route"] == "sequential"),
             "wt": pick(rows, lambda r: r["case"] == "wrong_tool" and r["route"] == "sequential"
@@ -258,12 +286,19 @@ def of_case(world, case="repeat", **kw):
     return rows
 
 
-@pytest.mark.parametrize("reasoning", ["brief", "plan"])
+def rules_for(rule_ctx, reasoning):
+    """The rules a form's data passes: `--reasoning brief` data with `--no-final-facts` (its final
+    thinks of comparisons and yes/no questions name only the pages compared)."""
+    return replace(rule_ctx, final_facts=False) if reasoning == "brief" else rule_ctx
+
+
+@pytest.mark.parametrize("reasoning", ["facts", "brief", "plan"])
 def test_repeat_case_passes_every_rule_layer(world, rule_ctx, reasoning):
     """A call made twice, flagged `repeated_call`, with the think after it saying so, passes every
     rule; the second call is the first one again, word for word, and brings back the same result."""
     rows = of_case(world, reasoning=reasoning, texts="template", first_search="general")
     assert {r["case"] for r in rows} == {"repeat"}
+    rule_ctx = rules_for(rule_ctx, reasoning)
     for r in rows:
         assert first_fail(r, rule_ctx) is None, (r["route"], first_fail(r, rule_ctx))
         k = flagged_turn(r)
@@ -277,7 +312,7 @@ def test_repeat_case_passes_every_rule_layer(world, rule_ctx, reasoning):
         assert "is the same page about" in msgs[assistant_idx(r, k + 1)]["content"]
 
 
-@pytest.mark.parametrize("reasoning", ["brief", "plan"])
+@pytest.mark.parametrize("reasoning", ["facts", "brief", "plan"])
 def test_made_up_tool_case_passes_every_rule_layer(world, rule_ctx, reasoning):
     """The unknown_tool case: a later lookup calls a tool that is not offered, named after the kind
     of its page; the simulator answers unknown_tool and the next turn makes the same lookup with
@@ -285,6 +320,7 @@ def test_made_up_tool_case_passes_every_rule_layer(world, rule_ctx, reasoning):
     rows = [r for r in of_case(world, case="unknown_tool", reasoning=reasoning, texts="template", first_search="general")
             if r["case"] == "unknown_tool"]
     assert len(rows) >= 10, len(rows)
+    rule_ctx = rules_for(rule_ctx, reasoning)
     offered = lambda r: {t["name"] for t in r["tools"]}  # noqa: E731
     general = {t["name"] for t in world[3] if t["domain"] == "general"}  # the bank's general searches
     for r in rows:
@@ -331,5 +367,6 @@ def test_grounded_rewording_of_the_reasoning_passes(bases, rule_ctx):
 def test_not_an_object_and_paraphrased_answer(bases, rule_ctx):
     assert check_schema(["a", "list"], "trajectories").reason == "not_an_object"
     row = copy.deepcopy(bases["seq"])
-    final(row, "<think>x</think><answer>The " + row["answer"].upper() + ".</answer>")  # case, article, punctuation
+    think = row["messages"][-1]["content"].split("</think>")[0]
+    final(row, think + "</think><answer>The " + row["answer"].upper() + ".</answer>")  # case, article, punctuation
     assert first_fail(row, rule_ctx) is None
