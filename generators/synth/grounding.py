@@ -210,10 +210,10 @@ class Sources:
             self.add(t)
 
     def add(self, content: str) -> "Sources":
-        pieces = _read(content or "")
-        self._parts.append(" ".join([p[0] for p in pieces if p[0]]))
-        self.numbers.update(*[p[1] for p in pieces])
-        self.lower.update(*[p[2] for p in pieces])
+        text, numbers, lower = _read_message(content or "")
+        self._parts.append(text)
+        self.numbers |= numbers
+        self.lower |= lower
         self._text = None
         return self
 
@@ -262,6 +262,16 @@ def _read(content: str) -> list[tuple[str, frozenset[str], tuple[str, ...]]]:
 
 
 _NONE: frozenset[str] = frozenset()
+
+
+# A conversation's messages are read again by the checks that follow grounding (final_facts
+# reads the tool results and every message's words), so the last messages read are kept whole.
+@lru_cache(maxsize=1024)
+def _read_message(content: str) -> tuple[str, frozenset[str], frozenset[str]]:
+    """(normalised text, numbers, lower-case words) of a whole source text."""
+    pieces = _read(content)
+    return (" ".join([p[0] for p in pieces if p[0]]), _NONE.union(*[p[1] for p in pieces]),
+            frozenset([w for p in pieces for w in p[2]]))
 
 
 @lru_cache(maxsize=1 << 18)  # (about 500 bytes an entry: the words are interned, shared across entries)
