@@ -25,7 +25,7 @@ from generators.llm.toolcalls import extract_answer, format_tool_call, parse_too
 from selfplay.qcp import qcp_from_messages
 from validators.question_rules import check_task_rules
 from validators.schema_layer import check_schema
-from validators.trajectory_rules import RuleContext
+from validators.rule_context import RuleContext
 from validators.verdict import Reject
 
 REJECTS: dict[str, str] = {

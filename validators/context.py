@@ -12,7 +12,7 @@ import hashlib
 
 from storage import load_table
 from storage.reader import entries
-from validators.trajectory_rules import RuleContext
+from validators.rule_context import RuleContext
 
 _CACHE: dict[tuple, RuleContext] = {}
 

@@ -25,7 +25,7 @@ from validators.context import rule_context
 from validators.reasons import SKIPPED
 from validators.records import Records, gc_paused, raw_id, read_input
 from validators.registry import CHECKS, LAYERS, checks_for, layer_list
-from validators.trajectory_rules import RuleContext
+from validators.rule_context import RuleContext
 from validators.verdict import Verdict, verdict_ids
 
 __all__ = ["LATER_DEFAULTS", "LAYERS", "Checked", "ValidateConfig", "Validator", "check_chunk", "check_records", "raw_id", "read_input"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -43,59 +43,14 @@ from validators.check import CheckContext, PerRecordCheck
 from validators.final_facts import check_final_facts
 from validators.grounding import check_grounding
 from validators.question_rules import check_task_rules, check_triple_rules
-from validators.replay import replay, replay_requests, request_key
+from validators.replay import replay, replay_requests
+from validators.rule_context import RuleContext
 from validators.verdict import Reject, Verdict, fail, ok, run_steps
 
 LAYER = "rules"
 ROUTES = ("single", "parallel", "sequential", "mixed")
 _ROLE_CODE = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
 _ROLE_ORDER = re.compile(r"s?u(at+)*a")
-
-
-@dataclass
-class RuleContext:
-    """What the rules may need besides the record: a simulator factory for replay and the
-    dataset's documents (doc_id -> (title, text)) for the triple and task rules; `final_facts`
-    off leaves that step out (validators/final_facts.py)."""
-
-    simulator_for: Callable[[int], Any] | None = None  # seed -> Simulator, None = no corpus
-    answer_min_f1: float = 1.0
-    replay: bool = True
-    documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
-    final_facts: bool = True
-    _replays: dict = field(default_factory=dict, repr=False)  # the answers of the batch being checked
-    derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
-
-    def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:
-        """The simulator's answer to one recorded call: from the prefetched batch, else asked now."""
-        out = self._replays.get(request_key(seed, name, args, key)) if self._replays else None
-        if out is None:
-            return self.simulator_for(seed).call(
-                name, args, golden_doc_ids=key.get("golden_doc_ids", ()), mode=key.get("mode", "good"),
-                supporting=key.get("supporting", ()), answers=key.get("answers", ()))
-        if isinstance(out, Exception):
-            raise out
-        return out
-
-    def prefetch(self, requests: list[tuple[int, str, Any, dict]]) -> None:
-        """Answer many recorded calls at once (validators/replay.py), one batch per seed."""
-        if not self.replay or self.simulator_for is None:
-            return
-        from generators.tools.simulator import SimCall
-
-        by_seed: dict[int, dict[str, SimCall]] = {}
-        for seed, name, args, key in requests:
-            ck = request_key(seed, name, args, key)
-            if ck not in self._replays and isinstance(key, dict):
-                by_seed.setdefault(seed, {})[ck] = SimCall(
-                    name, args, key.get("golden_doc_ids", ()), key.get("mode", "good"), None,
-                    key.get("supporting", ()), key.get("answers", ()))
-        for seed, calls in by_seed.items():  # (the request keys name the calls: equal calls, equal keys)
-            self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()), list(calls))))
-
-    def forget(self) -> None:
-        """Drop the prefetched answers (a chunk's batch is not kept for the next)."""
-        self._replays.clear()
 
 
 @dataclass

@@ -31,18 +31,17 @@ Many calls at once: `sim.calls([SimCall(...), ...])` (or `answers`, which return
 instead of raising it) gives for each exactly what `call` gives, with the searches of the batch
 asked of the index together (generators/tools/retrieval.py: bm25s's scores, read over the
 documents a query can score) and a call asked twice answered once; validation replays a whole
-chunk's calls this way. Benchmark: `python benchmarks/bench_simulator.py`.
+chunk's calls this way. `SimCall` and the error answers live in generators/tools/sim_call.py.
+Benchmark: `python benchmarks/bench_simulator.py`.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import hashlib
 import json
 import random
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import fastjsonschema
@@ -56,8 +55,9 @@ from generators.tools.compute import answer as calculate
 from generators.tools.fill import roles_of
 from generators.tools.imported import is_imported
 from generators.tools.retrieval import BM25Index, Scored
+from generators.tools.sim_call import (MODES, AnyOf, SimCall, Without, answers_pattern, fast_check, tool_error,
+                                      unknown_tool)
 
-MODES = ("good", "bad", "insufficient")
 NOT_QUERY = {"query", "top_k", "language"}  # optional arguments that do not add search terms
 _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 
@@ -71,16 +71,6 @@ class SimConfig:
     golden_chars: int = field(default=1500, metadata={"help": "longest snippet of a golden result (supporting sentences always kept)"})
     insufficient_chars: int = field(default=160, metadata={"help": "longest snippet of a result in 'insufficient' mode"})
     stopwords: str = field(default="en", metadata={"help": "bm25s stopword list"})
-
-
-def tool_error(code: str, detail: str) -> str:
-    """A tool's error answer as the simulator writes it: '{"error": code, "detail": detail}'."""
-    return json.dumps({"error": code, "detail": detail}, ensure_ascii=False)
-
-
-def unknown_tool(name: str) -> str:
-    """The answer to a call of a tool that is not offered (the unknown_tool case's result)."""
-    return tool_error("unknown_tool", f"no tool named {name!r}")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -113,76 +103,6 @@ def domain_for(meta: Any) -> str:
     t = _entity_type(meta)
     return t if t in DOMAIN_ENTITY_TYPES else GENERAL
 
-
-@dataclass
-class SimCall:
-    """One tool call to answer (the arguments of `Simulator.call`)."""
-
-    tool: str
-    arguments: Any
-    golden_doc_ids: Sequence[str] = ()
-    mode: str = "good"
-    k: int | None = None
-    supporting: Sequence[str] = ()
-    answers: Sequence[str] = ()
-
-    def key(self) -> str | None:
-        """The call as canonical JSON (equal calls, equal answers); None if it is not JSON."""
-        try:
-            return canonical([self.tool, self.arguments, list(self.golden_doc_ids), self.mode, self.k,
-                              list(self.supporting), list(self.answers)])
-        except (TypeError, ValueError):
-            return None
-
-
-class _Without(collections.abc.Sequence):
-    """The ints of a sorted array less a few of its positions, as a sequence that random.sample
-    reads exactly as it reads the same ints in a list (without copying the array)."""
-
-    def __init__(self, values: np.ndarray, dropped: list[int]):
-        self.values, self.dropped = values, dropped  # dropped: positions in `values`, ascending
-
-    def __len__(self) -> int:
-        return len(self.values) - len(self.dropped)
-
-    def __getitem__(self, j: int) -> int:
-        if not 0 <= j < len(self):
-            raise IndexError(j)
-        for p in self.dropped:
-            if p <= j:
-                j += 1
-            else:
-                break
-        return int(self.values[j])
-
-
-class _AnyOf:
-    """Whether a text names any of some answers: each as whole words, case ignored."""
-
-    def __init__(self, answers: Sequence[str]):
-        self.patterns = [_answer_pattern(a.strip()) for a in dict.fromkeys(answers) if a.strip()]
-
-    def search(self, text: str) -> bool:
-        return any(p.search(text) for p in self.patterns)
-
-
-@lru_cache(maxsize=1 << 15)
-def _answer_pattern(answer: str) -> re.Pattern:
-    """One answer's pattern, compiled once (answers recur across calls; their lists seldom do)."""
-    return re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", re.I)
-
-
-def _answers_pattern(answers: tuple[str, ...]) -> _AnyOf | None:
-    found = _AnyOf(answers)
-    return found if found.patterns else None
-
-
-def _fast_check(schema: dict):
-    """A compiled validity check of `schema` (fastjsonschema), or None where it cannot compile."""
-    try:
-        return fastjsonschema.compile({k: v for k, v in schema.items() if k != "$schema"})
-    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError):
-        return None
 
 
 class Simulator:
@@ -220,7 +140,7 @@ class Simulator:
         for row in list(base_rows()) + [calculator_row()] + list(tools or []):
             schema = parameters_of(row)
             self.tools[row["name"]] = (row["domain"], row, jsonschema.Draft202012Validator(schema))
-            self._fast[row["name"]] = _fast_check(schema)
+            self._fast[row["name"]] = fast_check(schema)
             roles = roles_of(schema)  # an imported tool searches with its lookup and name arguments only
             names = roles.names if is_imported(row) else None
             self.search_args[row["name"]] = (roles.lookup or "query", names, roles.k)
@@ -267,7 +187,7 @@ class Simulator:
         return got
 
     def _snippet(self, i: int, qtoks: set[str], limit: int, must_n: Sequence[str] = (),
-                 drop_n: Sequence[str] = (), answers_re: _AnyOf | None = None) -> str:
+                 drop_n: Sequence[str] = (), answers_re: AnyOf | None = None) -> str:
         """Document i's snippet: its sentences up to `limit` characters, those that hold a
         `must_n` text first, then by their words shared with the query; without the sentences
         that hold a `drop_n` text or name an answer. (`must_n`, `drop_n`: normalised texts.)"""
@@ -308,9 +228,9 @@ class Simulator:
         same, other = self._pool(domain, types)
         drop = sorted(taken)
 
-        def without(a: np.ndarray) -> _Without:
+        def without(a: np.ndarray) -> Without:
             pos = np.searchsorted(a, drop)
-            return _Without(a, [int(p) for p, t in zip(pos, drop) if p < len(a) and a[p] == t])
+            return Without(a, [int(p) for p, t in zip(pos, drop) if p < len(a) and a[p] == t])
 
         same_w = without(same)
         out = rng.sample(same_w, min(m, len(same_w)))
@@ -421,7 +341,7 @@ class Simulator:
         qtoks = set(self.index.tokens(query))
         gtypes = {self.types[i] for i in golden if self.types[i]}
         # (a good call shows what it finds: only the other modes hide the answers)
-        answers_re = _answers_pattern(tuple(c.answers)) if c.answers and mode != "good" else None
+        answers_re = answers_pattern(tuple(c.answers)) if c.answers and mode != "good" else None
         support = [_norm(x) for x in supporting if x.strip()]
 
         results: list[tuple[int, str]] = []

@@ -1,0 +1,104 @@
+"""A call to the tool simulator and the small parts its answers are made of.
+
+`SimCall` is one call (what `Simulator.call` takes); `tool_error` and `unknown_tool` are the
+error answers every simulator writes; `AnyOf` finds an answer's words in a text (the modes that
+hide answers use it); `Without` lets random.sample read a sorted array less a few positions
+without copying it; `fast_check` compiles a tool's JSON Schema once.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+import fastjsonschema
+import numpy as np
+
+from generators.tools.base import canonical
+
+MODES = ("good", "bad", "insufficient")
+
+
+def tool_error(code: str, detail: str) -> str:
+    """A tool's error answer as the simulator writes it: '{"error": code, "detail": detail}'."""
+    return json.dumps({"error": code, "detail": detail}, ensure_ascii=False)
+
+
+def unknown_tool(name: str) -> str:
+    """The answer to a call of a tool that is not offered (the unknown_tool case's result)."""
+    return tool_error("unknown_tool", f"no tool named {name!r}")
+
+
+@dataclass
+class SimCall:
+    """One tool call to answer (the arguments of `Simulator.call`)."""
+
+    tool: str
+    arguments: Any
+    golden_doc_ids: Sequence[str] = ()
+    mode: str = "good"
+    k: int | None = None
+    supporting: Sequence[str] = ()
+    answers: Sequence[str] = ()
+
+    def key(self) -> str | None:
+        """The call as canonical JSON (equal calls, equal answers); None if it is not JSON."""
+        try:
+            return canonical([self.tool, self.arguments, list(self.golden_doc_ids), self.mode, self.k,
+                              list(self.supporting), list(self.answers)])
+        except (TypeError, ValueError):
+            return None
+
+
+class Without(collections.abc.Sequence):
+    """The ints of a sorted array less a few of its positions, as a sequence that random.sample
+    reads exactly as it reads the same ints in a list (without copying the array)."""
+
+    def __init__(self, values: np.ndarray, dropped: list[int]):
+        self.values, self.dropped = values, dropped  # dropped: positions in `values`, ascending
+
+    def __len__(self) -> int:
+        return len(self.values) - len(self.dropped)
+
+    def __getitem__(self, j: int) -> int:
+        if not 0 <= j < len(self):
+            raise IndexError(j)
+        for p in self.dropped:
+            if p <= j:
+                j += 1
+            else:
+                break
+        return int(self.values[j])
+
+
+class AnyOf:
+    """Whether a text names any of some answers: each as whole words, case ignored."""
+
+    def __init__(self, answers: Sequence[str]):
+        self.patterns = [_answer_pattern(a.strip()) for a in dict.fromkeys(answers) if a.strip()]
+
+    def search(self, text: str) -> bool:
+        return any(p.search(text) for p in self.patterns)
+
+
+@lru_cache(maxsize=1 << 15)
+def _answer_pattern(answer: str) -> re.Pattern:
+    """One answer's pattern, compiled once (answers recur across calls; their lists seldom do)."""
+    return re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", re.I)
+
+
+def answers_pattern(answers: tuple[str, ...]) -> AnyOf | None:
+    found = AnyOf(answers)
+    return found if found.patterns else None
+
+
+def fast_check(schema: dict):
+    """A compiled validity check of `schema` (fastjsonschema), or None where it cannot compile."""
+    try:
+        return fastjsonschema.compile({k: v for k, v in schema.items() if k != "$schema"})
+    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError):
+        return None
