@@ -156,7 +156,7 @@ def run_ours(args, path: Path, prompts, docs, tools, out: Path, prefix: bool) ->
     clock = StepClock()
     tcfg = TrainConfig(max_steps=args.warmup + args.steps, lr=args.lr, schedule="constant",
                        batch_size=args.prompts_per_step,
-                       grad_accum=1, max_grad_norm=1.0, checkpoint_every=0, keep_checkpoints=1)
+                       grad_accum=1, max_grad_norm=1.0, checkpoint_every=0, checkpoints_kept=1)
     Trainer(model, tcfg, out, session.step, on_step=lambda rec: clock.step_end(rec["tokens"])).fit(
         prompts, progress=args.progress)
     return clock.summary(f"forgeplay, prefix {'on' if prefix else 'off'}", args.warmup)

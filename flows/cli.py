@@ -1,6 +1,7 @@
 """The `forgeplay` command line: one Typer app; each area registers its commands here.
 
     forgeplay --help
+    forgeplay --version
     forgeplay datasets
     forgeplay sql "SELECT count(*) FROM demo_trajectories"
 
@@ -27,7 +28,7 @@ from flows.engine import PREFECT_ENV
 
 # command -> the module that registers it, in the order --help lists them
 COMMANDS: dict[str, str] = {
-    "datasets": "cli_data", "sql": "cli_data", "inspect": "cli_data", "verify": "cli_data", "compact": "cli_compact",
+    "datasets": "cli_data", "sql": "cli_data", "inspect": "cli_data", "show": "cli_show", "verify": "cli_data", "compact": "cli_compact",
     "generate": "cli_models", "synthesize": "cli_synth", "validate": "cli_validate", "pipeline": "cli_pipeline",
     "run": "cli_run", "acquire-labels": "cli_acquire", "serve": "cli_serve", "report": "cli_report",
     "card": "cli_report", "models": "cli_models", "corpus": "cli_corpus", "export": "cli_export",
@@ -62,10 +63,24 @@ app = typer.Typer(cls=LazyGroup, no_args_is_help=True, add_completion=False, pre
                   help="forgeplay: turn a corpus into verified RL training data, and train on it.")
 
 
+def _print_version(value: bool) -> None:
+    """`--version`: the installed package's version (pyproject.toml's), then exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"forgeplay {version('forgeplay')}")
+        except PackageNotFoundError:  # run from a checkout that is not installed
+            typer.echo("forgeplay (not installed)")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(data_root: Optional[Path] = typer.Option(
               None, "--data-root", help="Root folder of all datasets, for every subcommand "
               "(default: $FORGEPLAY_DATA, else ./data)."),
+          version: bool = typer.Option(
+              False, "--version", is_eager=True, callback=_print_version, help="Print forgeplay's version and exit."),
           prefect: bool = typer.Option(
               False, "--prefect", help=f"Run flows as Prefect flow runs (recorded with their tasks, logs and "
               f"artifacts) even with no Prefect server configured: Prefect then starts a temporary local server "

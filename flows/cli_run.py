@@ -27,11 +27,21 @@ def register(app: typer.Typer) -> None:
                     "--resume", help="continue this run (its id, e.g. run-3f2a9c0d1e2b) with the config it was "
                                      "started with: stages done are skipped, the others resume inside.")] = None,
                 dataset: Annotated[Optional[str], typer.Option(help="the world dataset (overrides the file's)")] = None,
+                print_config_schema: Annotated[bool, typer.Option(
+                    "--print-config-schema", help="print the JSON Schema of a --config file (every option, its type "
+                                                  "and default; docs/loop-config.md is made from it) and exit")] = False,
                 data_root: DataRoot = None) -> None:
         """Run the whole loop as one Prefect flow: corpus, synthesis, validation, SFT, self-play
         tasks and attempts, label acquisition, label-aware GRPO, with held-out evaluations
         between; then dataset cards and an HTML report. A rerun (or --resume) continues a
         killed run without redoing committed work."""
+        if print_config_schema:
+            import json
+
+            from flows.config_reference import schema
+
+            typer.echo(json.dumps(schema(), indent=2, default=str))
+            return
         from flows import loop_config
         from storage import configfile, loop_runs, resolve_root
 

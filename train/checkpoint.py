@@ -15,6 +15,7 @@ half-written one. `state.json` holds the step, the data position and any extra J
     save(run_dir, step, model, optimizer, scheduler, {"epoch": 0, "index": 64})
     path = latest(run_dir)            # None when the run has no complete checkpoint
     state = restore(path, model, optimizer, scheduler)   # also restores RNG states
+    prune(run_dir)                    # once run_dir/final is written: the checkpoints go
 """
 
 from __future__ import annotations
@@ -76,6 +77,18 @@ def _prune(base: Path, keep: int, current: str) -> None:
         if p.name != current:
             shutil.rmtree(p, ignore_errors=True)
     remove_leftovers(base)  # of killed writes
+
+
+def prune(run_dir: str | Path) -> int:
+    """Remove a finished run's checkpoints folder, once `run_dir/final` holds its model (a
+    Hugging Face folder with config.json); returns the bytes freed (0 when there is no final
+    model or no checkpoint). What a stage leaves by default: final/, metrics and curves."""
+    base = ckpt_dir(run_dir)
+    if not (Path(run_dir) / "final" / "config.json").exists() or not base.is_dir():
+        return 0
+    freed = sum(f.stat().st_size for f in base.rglob("*") if f.is_file())
+    shutil.rmtree(base)
+    return freed
 
 
 def latest(run_dir: str | Path) -> Path | None:

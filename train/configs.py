@@ -37,7 +37,11 @@ class TrainConfig:
                 "on its own, the kinds taking turns, so every stretch of steps holds the kinds about equally; "
                 "SFT's trajectories and GRPO's questions: the question type and hop count)"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep"})
+    checkpoints_kept: int = field(default=2, metadata={"help": "complete checkpoints kept while training (the newest)"})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "keep the checkpoints (model, optimizer, scheduler and RNG state of each saved step) once the "
+                "final model is written; by default they are removed and a finished run keeps final/ "
+                "(then --resume trains it again)"})
     resume: bool = field(default=False, metadata={"help": "continue from the run folder's latest checkpoint"})
     bf16: bool = field(default=True, metadata={"help": "bf16 autocast on GPU (ignored on CPU)"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads per process (default: the cores "

@@ -4,8 +4,9 @@ process count, then either launch N data-parallel ranks (`--nproc N` outside tor
 (alone, or as one rank under torchrun): build, make the memory plan (train/memory.py: print the
 expected peak, decide activation checkpointing, stop with one line when it cannot fit, before
 anything is written), write the run folder's config.json, train, write the curves and the
-final model on rank 0 and tear the process group down. `resume` continues from
-the run folder's latest complete checkpoint (train/trainer.py).
+final model on rank 0, remove the checkpoints (unless `keep_checkpoints`) and tear the process
+group down. `resume` continues from the run folder's latest complete checkpoint
+(train/trainer.py).
 
     summary = run_stage("sft", SFTConfig(data="demo", out="runs/s1"), TrainConfig(max_steps=50))
     summary["final_model"], summary["last"]["loss"], summary["stages"]
@@ -115,7 +116,7 @@ def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
 def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) -> dict:
     """Build and train in this process (one rank's share under torchrun); rank 0 writes the
     config, curves and final model. A failing rank prints one line the launcher reports."""
-    from train import dist
+    from train import checkpoint, dist
     from train.sft import save_final
     from train.trainer import Trainer, plot_metrics
 
@@ -142,6 +143,8 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
         if rank == 0:
             png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir,
                                                                         built.counts.get("longest_turn"))
+            if not tcfg.keep_checkpoints:  # the final model stays; the optimizer state of each step goes
+                checkpoint.prune(run_dir)
     except BaseException as e:
         if under_torchrun and not isinstance(e, (SystemExit, KeyboardInterrupt)):
             print(dist.rank_error_line(e), file=sys.stderr, flush=True)

@@ -139,7 +139,7 @@ class Trainer:
     def save(self) -> None:
         if self.rank == 0:
             checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, self.scheduler,
-                            {"consumed": self.consumed, "config": asdict(self.cfg)}, keep=self.cfg.keep_checkpoints,
+                            {"consumed": self.consumed, "config": asdict(self.cfg)}, keep=self.cfg.checkpoints_kept,
                             extras=self.extras)
         if self.world > 1:
             torch.distributed.barrier()

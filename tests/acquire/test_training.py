@@ -76,7 +76,7 @@ def test_train_grpo_with_care_labels_checkpoints_the_probes(root, tiny_llama_dir
     cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(tmp_path / "g"), limit=6, group_size=2,
                      max_turns=1, max_new_tokens=4, tool_style="compact", labels="care", budget=3, label_p=0.5,
                      label_gate=0.5, label_warmup=1, labels_out="w_care")
-    tcfg = TrainConfig(max_steps=2, batch_size=2, checkpoint_every=1, schedule="constant")
+    tcfg = TrainConfig(max_steps=2, batch_size=2, checkpoint_every=1, schedule="constant", keep_checkpoints=True)
     s = run("grpo", cfg, tcfg, root)
     recs = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
     assert len(recs) == 2 and all({"labels_bought", "label_weight", "reward_noise", "budget_left"} <= set(r) for r in recs)
@@ -88,7 +88,7 @@ def test_train_grpo_with_care_labels_checkpoints_the_probes(root, tiny_llama_dir
     assert saved["probes"]["updates"] == sum(r["labels_bought"] > 0 for r in recs) > 0
 
     resumed = run("grpo", cfg, TrainConfig(max_steps=3, batch_size=2, checkpoint_every=1, schedule="constant",
-                                           resume=True), root)
+                                           resume=True, keep_checkpoints=True), root)
     assert resumed["steps"] == 3
     after = torch.load(tmp_path / "g" / "checkpoints" / "step-00000003" / "extra-labeller.pt", weights_only=False)
     assert after["probes"]["updates"] >= saved["probes"]["updates"]  # restored, not started over

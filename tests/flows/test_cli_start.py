@@ -58,17 +58,22 @@ def tiny(tmp_path_factory) -> Path:
     return root
 
 
-LIGHT = [["--help"], ["sql", "SELECT 1"], ["datasets"], ["inspect", "demo"], ["verify"], ["card", "demo"],
+LIGHT = [["--help"], ["--version"], ["sql", "SELECT 1"], ["datasets"], ["inspect", "demo"], ["show", "demo", "t1"],
+         ["show", "demo", "t1", "--format", "json"], ["verify"], ["card", "demo"],
          ["validate", "--help"], ["train", "sft", "--help"]]
 
 
-@pytest.mark.parametrize("args", LIGHT, ids=[" ".join(a[:2]) for a in LIGHT])
+@pytest.mark.parametrize("args", LIGHT, ids=[" ".join(a) for a in LIGHT])
 def test_light_commands_import_neither_torch_nor_prefect(tiny, tmp_path, args):
     got, p = run_cli(args, tiny, tmp_path)
     assert got["code"] in (0, None), p.stdout + p.stderr
     assert got["heavy"] == [], f"forgeplay {' '.join(args)} imported {got['heavy']}"
     if args[0] == "sql":
         assert "1" in p.stdout
+    if args[0] == "--version":
+        assert p.stdout.startswith("forgeplay ")
+    if args[0] == "show":
+        assert "Where was Ada born?" in p.stdout
     if args[0] == "card":
         assert (tiny / "demo" / "README.md").exists()
 
@@ -101,6 +106,8 @@ def world(tmp_path_factory) -> Path:
 
 # (command line, a part of its one error line); the data root holds "w" (world_fixture)
 MISTAKES = [
+    (["show", "nope", "x"], "no dataset 'nope' under"),
+    (["show", "w", "x"], "no record 'x' in dataset 'w'"),
     (["train", "sft", "--data", "demo_vlaid", "--out", "x"], "--data 'demo_vlaid' has no trajectories rows"),
     (["train", "sft", "--data", "w", "--out", "x"], "--data 'w' has no trajectories rows"),
     (["train", "grpo", "--data", "nope", "--out", "x"], "--data 'nope' has no triples rows"),

@@ -138,7 +138,7 @@ def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_lla
     stage = StudentUpdateConfig(data="w_selfplay", run=summary["run_id"], iteration=0, model=str(tiny_llama_dir),
                                 out=str(out), tau=0.3)
     run_stage("selfplay-student", stage, TrainConfig(max_steps=3, batch_size=2, lr=1e-3, checkpoint_every=1,
-                                                     keep_checkpoints=5), root, progress=False)
+                                                     checkpoints_kept=5, keep_checkpoints=True), root, progress=False)
     ema = _weights(tiny_llama_dir)
     for step in (1, 2, 3):  # the student after each optimizer step
         student = torch.load(out / "checkpoints" / f"step-{step:08d}" / "model.pt")

@@ -169,7 +169,7 @@ def test_cli_nproc_2_trains_and_resumes(short_root, tiny_llama_dir, tmp_path):
     root = short_root
     out = tmp_path / "run"
     base = ["train", "sft", "--data", "s", "--model", str(tiny_llama_dir), "--out", str(out), "--max-len", "2048",
-            "--limit", "4", "--data-root", str(root), "--nproc", "2", "--batch-size", "1", "--lr", "1e-3"]
+            "--limit", "4", "--data-root", str(root), "--nproc", "2", "--batch-size", "1", "--lr", "1e-3", "--keep-checkpoints"]
     res = _cli([*base, "--max-steps", "1"])
     assert res.exit_code == 0, res.output
     recs = read_metrics(out)

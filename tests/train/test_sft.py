@@ -178,14 +178,15 @@ def test_sft_flow_writes_metrics_curves_model_and_resumes(traj_root, tiny_llama_
     root, _ = traj_root
     out = tmp_path / "run"
     sft = SFTConfig(data="w", model=str(tiny_llama_dir), out=str(out), max_len=2048, limit=2)
-    s1 = run("sft", sft, TrainConfig(max_steps=1, batch_size=1, lr=1e-3), root, progress=False)
+    s1 = run("sft", sft, TrainConfig(max_steps=1, batch_size=1, lr=1e-3, keep_checkpoints=True), root, progress=False)
     assert s1["steps"] == 1 and (out / "curves.png").exists() and (out / "final" / "config.json").exists()
     # the final model records its longest trained turn; an evaluation whose turns are shorter is warned
     longest = json.loads((out / "final" / "forgeplay-model.json").read_text())["longest_turn"]
     assert longest == s1["counts"]["longest_turn"] > 0
     assert f"up to {longest} tokens, more than --max-new-tokens {longest - 1}" in turn_warning(out / "final", longest - 1)
     assert turn_warning(out / "final", longest) is None and turn_warning(tiny_llama_dir, 1) is None  # no record
-    s2 = run("sft", sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True), root, progress=False)
+    s2 = run("sft", sft, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, resume=True, keep_checkpoints=True), root,
+             progress=False)
     assert [r["step"] for r in read_metrics(out)] == [1, 2] and s2["steps"] == 2
     assert (out / "checkpoints" / "latest").read_text() == "step-00000002"
 

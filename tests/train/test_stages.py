@@ -59,7 +59,7 @@ def test_a_registered_kind_trains_through_the_forgeplay_command_and_flow(toy, ti
     register(app)  # the commands are generated from the registry, toy included
     out = tmp_path / "toy"
     args = ["train", "toy", "--data", "t", "--model", str(tiny_llama_dir), "--out", str(out), "--n", "5",
-            "--max-steps", "2", "--batch-size", "2", "--lr", "1e-3", "--data-root", str(tmp_path)]
+            "--max-steps", "2", "--batch-size", "2", "--lr", "1e-3", "--data-root", str(tmp_path), "--keep-checkpoints"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "2 steps" in res.output and "sequences" in res.output
@@ -76,7 +76,7 @@ def test_run_stage_reports_stages_and_resumes(toy, tiny_llama_dir, tmp_path):
     from train.run import run_stage
 
     cfg = ToyConfig(data="t", model=str(tiny_llama_dir), out=str(tmp_path / "run"), n=4)
-    s1 = run_stage("toy", cfg, TrainConfig(max_steps=1, batch_size=2), tmp_path, progress=False)
+    s1 = run_stage("toy", cfg, TrainConfig(max_steps=1, batch_size=2, keep_checkpoints=True), tmp_path, progress=False)
     assert [(r["stage"], r["rows_out"]) for r in s1["stages"]] == [("load", 4), ("train", 1)]
     assert s1["steps"] == 1 and s1["counts"] == {"sequences": 4} and s1["final_model"].endswith("final")
     s2 = run_stage("toy", cfg, TrainConfig(max_steps=3, batch_size=2, resume=True), tmp_path, progress=False)
