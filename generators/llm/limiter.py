@@ -4,7 +4,8 @@
 answers as the limit): it doubles while the server keeps up (latency per token within
 `tolerance` of the best seen and the limit was reached), then grows by a sixteenth; it
 shrinks by 0.9 when latency rises past that and by 0.7 when more than `overload_share` of a
-window's answers were 429, 503 or timeouts. A few 503s spread at random (a flaky proxy)
+window's answers were 429, 503 or timeouts, never below FLOOR (8, what the client kept in
+flight before it adapted). A few 503s spread at random (a flaky proxy)
 do not shrink it; an overloaded server that answers most requests 503 or slowly does. A
 fixed limit (`fixed=True`) never moves.
 
@@ -25,15 +26,16 @@ from collections import deque
 
 START = 64  # requests in flight per endpoint before the server has answered anything
 CEILING = 4096
+FLOOR = 8  # never fewer in flight per endpoint (a server that slowed for good is not starved)
 
 
 class AdaptiveLimit:
     """Requests in flight one endpoint may have (see the module docstring)."""
 
-    def __init__(self, start: int = START, low: int = 1, high: int = CEILING, fixed: bool = False,
+    def __init__(self, start: int = START, low: int = FLOOR, high: int = CEILING, fixed: bool = False,
                  tolerance: float = 1.5, overload_share: float = 0.1):
         self.value = float(start)
-        self.low, self.high, self.fixed = low, high, fixed
+        self.low, self.high, self.fixed = min(low, int(start)), high, fixed
         self.tolerance, self.overload_share = tolerance, overload_share
         self.base: float | None = None  # the best window's median latency per token
         self.slow_start = True
@@ -79,8 +81,8 @@ class AdaptiveLimit:
             elif saturated:
                 grown = self.value * 2 if self.slow_start else self.value + max(1.0, self.value / 16)
                 self.value = min(float(self.high), grown)
-        if median is not None:  # the best seen, slowly forgotten (a server's speed drifts)
-            self.base = median if self.base is None else min(median, self.base * 1.02)
+        if median is not None:  # the best seen: what the server does when it is not queueing
+            self.base = median if self.base is None else min(median, self.base)
         self.changes += self.value != before
         self._latencies, self._overloads, self.peak = [], 0, self.inflight
 
