@@ -1,13 +1,15 @@
 """How many requests an HTTP backend keeps in flight, per endpoint, and who goes next.
 
-`AdaptiveLimit` adapts the number to the server, a window at a time (a window is as many
-answers as the limit): it doubles while the server keeps up (latency per token within
-`tolerance` of the best seen and the limit was reached), then grows by a sixteenth; it
-shrinks by 0.9 when latency rises past that and by 0.7 when more than `overload_share` of a
-window's answers were 429, 503 or timeouts, never below FLOOR (8, what the client kept in
-flight before it adapted). A few 503s spread at random (a flaky proxy)
-do not shrink it; an overloaded server that answers most requests 503 or slowly does. A
-fixed limit (`fixed=True`) never moves.
+`AdaptiveLimit` adapts the number to the server, a window at a time (a window is half as
+many answers as the limit; after a decrease, the answers to requests sent before it are not
+counted): it doubles while the server keeps up (latency per token within
+`tolerance` of the best seen and the limit was reached), then grows by a sixteenth; when
+latency rises past that it shrinks in proportion (to tolerance x best / latency, at most
+by half), and by 0.7 when more than `overload_share` (a
+quarter) of a window's answers were 429, 503 or timeouts; never below FLOOR (8, what the
+client kept in flight before it adapted). A few 503s spread at random (a flaky proxy: 5%
+of answers rarely make a quarter of a window) do not shrink it; an overloaded server that
+answers many requests 503 or slowly does. A fixed limit (`fixed=True`) never moves.
 
 `Slots` hands out endpoints in arrival order (retries first) to whoever waits, each
 endpoint up to its limit, the emptiest first, so requests spread over several servers.
@@ -33,7 +35,7 @@ class AdaptiveLimit:
     """Requests in flight one endpoint may have (see the module docstring)."""
 
     def __init__(self, start: int = START, low: int = FLOOR, high: int = CEILING, fixed: bool = False,
-                 tolerance: float = 1.5, overload_share: float = 0.1):
+                 tolerance: float = 1.5, overload_share: float = 0.25):
         self.value = float(start)
         self.low, self.high, self.fixed = min(low, int(start)), high, fixed
         self.tolerance, self.overload_share = tolerance, overload_share
@@ -43,6 +45,7 @@ class AdaptiveLimit:
         self.peak = 0  # most in flight during this window
         self._latencies: list[float] = []
         self._overloads = 0
+        self._skip = 0
         self.changes = 0
 
     @property
@@ -62,10 +65,13 @@ class AdaptiveLimit:
     def observe(self, latency: float | None, overload: bool = False) -> None:
         """One answer: its latency per token (None when it failed), and whether it was an
         overload signal (429, 503, a timeout)."""
+        if self._skip > 0:  # sent before the last decrease: says nothing about the new limit
+            self._skip -= 1
+            return
         if latency is not None:
             self._latencies.append(latency)
         self._overloads += bool(overload)
-        if len(self._latencies) + self._overloads >= max(8, self.limit):
+        if len(self._latencies) + self._overloads >= max(8, self.limit // 2):
             self._decide()
 
     def _decide(self) -> None:
@@ -77,13 +83,16 @@ class AdaptiveLimit:
             if self._overloads > self.overload_share * answers:
                 self.value, self.slow_start = max(self.low, self.value * 0.7), False
             elif median is not None and self.base is not None and median > self.tolerance * self.base:
-                self.value, self.slow_start = max(self.low, self.value * 0.9), False
+                shrink = max(0.5, self.tolerance * self.base / median)  # back to where latency held
+                self.value, self.slow_start = max(self.low, self.value * shrink), False
             elif saturated:
                 grown = self.value * 2 if self.slow_start else self.value + max(1.0, self.value / 16)
                 self.value = min(float(self.high), grown)
         if median is not None:  # the best seen: what the server does when it is not queueing
             self.base = median if self.base is None else min(median, self.base)
         self.changes += self.value != before
+        if self.value < before:
+            self._skip = self.inflight
         self._latencies, self._overloads, self.peak = [], 0, self.inflight
 
 

@@ -6,6 +6,8 @@ nothing completed twice, and a 401 stopping every request in flight."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from generators.llm.base import BackendError, ChatRequest, submit
@@ -75,15 +77,19 @@ def test_several_endpoints_share_the_requests():
 
 
 def test_the_limit_grows_past_the_slots_while_latency_holds_and_settles_above_them():
-    """A model of an engine with 256 slots: latency per token rises with the queue beyond them."""
-    lim, slots = AdaptiveLimit(), 256
-    for _ in range(200):  # windows of answers at the current limit
-        for _ in range(lim.limit):
+    """A model of an engine with 256 slots answering 256 requests a step, first come first
+    served: a request's latency grows with the queue it joined."""
+    lim, slots, queue, seen = AdaptiveLimit(), 256, deque(), []
+    for _ in range(3000):
+        while lim.has_room():
             lim.enter()
-        for _ in range(lim.limit):
+            queue.append(0.01 * max(1.0, lim.inflight / slots))
+        for _ in range(min(len(queue), slots)):
             lim.leave()
-            lim.observe(0.01 * max(1.0, lim.limit / slots))
-    assert slots <= lim.limit <= 2 * slots
+            lim.observe(queue.popleft())
+        seen.append(lim.limit)
+    assert seen[1] > seen[0]  # it grew from where it started
+    assert slots <= min(seen[50:]) and max(seen[50:]) <= 4 * slots  # the engine full, its queue bounded
 
 
 def test_the_limit_backs_off_on_overload_but_not_on_a_few_503s():
@@ -91,7 +97,7 @@ def test_the_limit_backs_off_on_overload_but_not_on_a_few_503s():
     for k in range(100):
         few.observe(0.01 if k % 20 else None, overload=k % 20 == 0)  # 5% 503s
         many.observe(0.01 if k % 2 else None, overload=k % 2 == 0)  # half
-    assert few.limit >= 100 and many.limit == 70
+    assert few.limit >= 100 and many.limit <= 70
     fixed = AdaptiveLimit(start=8, fixed=True)
     for _ in range(50):
         fixed.enter()
