@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
+from comparisons import record  # noqa: E402
 
 from generators.corpus.build import WorldConfig, write  # noqa: E402
 from generators.llm.standin_engine import StandinEngine  # noqa: E402
@@ -123,13 +124,18 @@ def main() -> None:
         rows = []
         for slots in [int(s) for s in a.slots.split(",")]:
             for faults in ([False, True] if a.faults else [False]):
-                rows.append(measure(world, a.code.resolve(), slots, a.latency, faults, a.n, a.extra.split()))
+                r = measure(world, a.code.resolve(), slots, a.latency, faults, a.n, a.extra.split())
+                rows.append(r)
                 print(table(rows[-1:], a.label)[-1], flush=True)
+                setting = f"{slots} slots, {a.latency:g} s a request, {'5% 503 + restart' if faults else 'no faults'}"
+                record(f"synthesize ({a.label})", r["rps"], "bare async client, same requests", r["bare_rps"],
+                       "requests/s", setting=setting)
     lines = table(rows, a.label)
     print("\n".join(lines))
     commit = subprocess.run(["git", "-C", str(a.code), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    argv = [f"<checkout at {commit}>" if arg == str(a.code) else arg for arg in sys.argv[1:]]
+    argv = [(f"<checkout at {commit}>" if commit else "<another checkout>") if arg == str(a.code) else arg
+            for arg in sys.argv[1:]]
     a.out.parent.mkdir(parents=True, exist_ok=True)
     head = "" if a.out.exists() else "# bench_engine: synthesis texts against the stand-in engine\n"
     with open(a.out, "a") as f:

@@ -115,7 +115,7 @@ def streamed(session: Session, todo, backend, size: int):
     ones (up to twice its concurrency queued), so the engine never waits on a chunk's end or
     a commit; any other backend answers one chunk at a time."""
     depth = (lambda: 2 * backend.max_concurrency) if isinstance(backend, Streaming) else (lambda: 0)
-    in_flight, queued, more = deque(), 0, True
+    in_flight, queued, more, waited = deque(), 0, True, 0.0
     try:
         while True:
             while more and (not in_flight or queued < depth()):
@@ -133,11 +133,17 @@ def streamed(session: Session, todo, backend, size: int):
                 queued += len(prep.requests)
             if not in_flight:
                 return
-            n, prep, fut = in_flight.popleft()
-            queued -= len(prep.requests)
+            n, prep, fut = in_flight[0]
             t = time.perf_counter()
-            outs = fut.result()
-            yield n, prep, outs, time.perf_counter() - t
+            try:  # not for long: the backend's concurrency may grow meanwhile, and more may be queued
+                outs = fut.result(timeout=0.25)
+            except TimeoutError:
+                waited += time.perf_counter() - t
+                continue
+            in_flight.popleft()
+            queued -= len(prep.requests)
+            yield n, prep, outs, waited + time.perf_counter() - t
+            waited = 0.0
     finally:
         for _, _, fut in in_flight:
             fut.cancel()
