@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import datetime as dt
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -140,7 +141,7 @@ def main() -> None:
     head = "" if a.out.exists() else "# bench_engine: synthesis texts against the stand-in engine\n"
     with open(a.out, "a") as f:
         f.write(f"{head}\n## {a.label}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
-                f"`python benchmarks/bench_engine.py {' '.join(argv)}` (n={a.n}, {a.entities} entities, "
+                f"`python benchmarks/bench_engine.py {shlex.join(argv)}` (n={a.n}, {a.entities} entities, "
                 f"latency {a.latency:g} s per request)\n\n" + "\n".join(lines) + "\n")
 
 
