@@ -72,6 +72,8 @@ BENCHES = [
     Bench("bench_generate.py", ("--prompts", "16", "--max-tokens", "32", "--batch-size", "8",
                                 "--sequential-prompts", "4")),
     Bench("bench_synthesis.py", ("--n", "4", "--program-n", "100")),
+    Bench("bench_engine.py", ("--n", "100", "--entities", "300", "--slots", "64", "--latency", "1",
+                              "--out", "/dev/null")),
     Bench("bench_validate.py", ("--n", "5000", "--chunk", "1000", "--repeat", "3", "--runners", "dask")),
     Bench("bench_train.py", ("--no-progress", "--long-prompt", "512", "--long-repeats", "2", "--tools", "1",
                              "--completion-len", "16", "--steps", "1")),

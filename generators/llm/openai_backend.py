@@ -1,183 +1,80 @@
 """`openai` backend: any OpenAI-compatible `/v1/chat/completions` server over async HTTP.
 
-Works with `vllm serve` / `python -m vllm.entrypoints.openai.api_server`, with
-`python -m generators.llm.server` (this project's own server over any backend) and with
-hosted APIs. Requests go out concurrently (at most `max_concurrency` in flight); each one is
-retried with exponential backoff and jitter on 429, 5xx, timeouts, dropped connections and
-malformed answers ("bad_response": not JSON, no `choices`, fewer or other choices than `n`),
-honouring `Retry-After`. Any other 4xx fails at once with the server's message. The result
-has exactly `request.n` completions per request, in request order, or the call raises
-`BackendError` naming the request index and the reason.
+Works with `vllm serve`, SGLang, `python -m generators.llm.server` (this project's own
+server over any backend) and hosted APIs. It keeps the engine busy:
+
+- Requests stream: `submit(requests)` returns a future at once and the requests join one
+  queue on a background event loop, so a caller prepares its next batch while the server
+  works; `generate` is `submit(...).result()`.
+- Concurrency adapts per endpoint (generators/llm/limiter.py): from 64 in flight it
+  doubles while latency holds, then grows slowly, and backs off on rising latency or when
+  many answers are 429/503/timeouts. `max_concurrency=N` fixes it at N per endpoint.
+- `base_url` may name several endpoints, comma-separated; each request goes to the one
+  with the most room, a retry possibly to another.
+- Transient failures (429, 5xx, timeouts, dropped connections, malformed answers:
+  "bad_response") are retried with exponential backoff and jitter, honouring Retry-After,
+  and counted (`usage.retries`). Any other 4xx stops every request in flight at once with
+  one line naming the server and the request (`BackendError`).
+- With a `journal` (storage/journal.py), every completed answer is journaled as it
+  arrives, keyed by `request_key` (a hash of the request body, seed included), and a
+  request already in the journal is answered from it, never sent again.
 
     from generators.llm.base import ChatRequest
     from generators.llm.openai_backend import OpenAIBackend
-    b = OpenAIBackend("http://127.0.0.1:8000/v1", "smollm2")
+    b = OpenAIBackend("http://127.0.0.1:8000/v1,http://127.0.0.1:8001/v1", "smollm2")
     b.generate([ChatRequest(messages=[{"role": "user", "content": "Hi"}], n=2)])
-
-`Usage.failures` counts requests that failed for good, `Usage.retries` every re-send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import email.utils
+import hashlib
 import json
 import os
 import random
+import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import aiohttp
 from tqdm.auto import tqdm
 
 from generators.llm.base import BackendError, ChatRequest, Completion, Usage
+from generators.llm.limiter import START, AdaptiveLimit, Slots
+from generators.llm.openai_http import (RETRY_STATUS, _Result, _Retryable, chat_url, error_message,  # noqa: F401
+                                        parse_response, parse_retry_after, split_urls)
 
-RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
-
-
-class _Retryable(Exception):
-    """One attempt failed in a way worth retrying."""
-
-    def __init__(self, reason: str, retry_after: float | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
+OVERLOAD_STATUS = {429, 503}
 
 
-@dataclass
-class _Result:
-    completions: list[Completion]
-    prompt_tokens: int
-    completion_tokens: int
-
-
-def chat_url(base_url: str) -> str:
-    """`http://h:p`, `http://h:p/v1` or the full endpoint -> the chat completions URL."""
-    url = base_url.rstrip("/")
-    if url.endswith("/chat/completions"):
-        return url
-    if not url.endswith("/v1"):
-        url += "/v1"
-    return url + "/chat/completions"
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta seconds or an HTTP date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def error_message(text: str, limit: int = 500) -> str:
-    """The human part of an error body: OpenAI's {"error": {"message"}}, FastAPI's
-    {"detail"}, else the raw text (cut to `limit` characters)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, TypeError):
-        return text.strip()[:limit] or "(empty body)"
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:limit]
-        if isinstance(err, str):
-            return err[:limit]
-        if data.get("detail"):
-            return str(data["detail"])[:limit]
-        if data.get("message"):
-            return str(data["message"])[:limit]
-    return text.strip()[:limit]
-
-
-def _finish_reason(value: Any) -> str:
-    if value == "length":
-        return "length"
-    if value in ("abort", "error"):
-        return "error"
-    return "stop"
-
-
-def parse_response(text: str, n: int, want_logprobs: bool) -> _Result:
-    """Map a chat completion body to exactly `n` Completions, or raise _Retryable."""
-    try:
-        return _parse(text, n, want_logprobs)
-    except (TypeError, ValueError, AttributeError) as e:  # wrong types inside the JSON
-        raise _Retryable(f"bad_response: {type(e).__name__}: {e}") from None
-
-
-def _parse(text: str, n: int, want_logprobs: bool) -> _Result:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise _Retryable(f"bad_response: not JSON: {text[:80]!r}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-        raise _Retryable(f"bad_response: no choices in {text[:80]!r}")
-    choices = data["choices"]
-    if len(choices) != n:
-        raise _Retryable(f"bad_response: {len(choices)} choices for n={n}")
-    if not all(isinstance(c, dict) for c in choices):
-        raise _Retryable("bad_response: a choice is not an object")
-    indices = [c.get("index") for c in choices]
-    if all(isinstance(i, int) for i in indices):
-        if sorted(indices) != list(range(n)):
-            raise _Retryable(f"bad_response: choice indices {sorted(indices)} for n={n}")
-        choices = sorted(choices, key=lambda c: c["index"])
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    prompt_tokens = int(usage.get("prompt_tokens") or 0)
-
-    out: list[Completion] = []
-    for c in choices:
-        message = c.get("message") if isinstance(c.get("message"), dict) else {}
-        content = message.get("content")
-        if content is not None and not isinstance(content, str):
-            raise _Retryable("bad_response: message content is not a string")
-        token_ids = c.get("token_ids") or []
-        if not isinstance(token_ids, list):
-            raise _Retryable("bad_response: token_ids is not a list")
-        logprobs = None
-        if want_logprobs:
-            lp = c.get("logprobs")
-            entries = lp.get("content") if isinstance(lp, dict) else None
-            if isinstance(entries, list):
-                logprobs = [float(e.get("logprob", 0.0)) for e in entries if isinstance(e, dict)]
-        out.append(Completion(text=content or "", token_ids=[int(t) for t in token_ids],
-                              logprobs=logprobs, finish_reason=_finish_reason(c.get("finish_reason")),
-                              prompt_tokens=prompt_tokens,
-                              completion_tokens=len(token_ids) or len(logprobs or [])))
-    total = int(usage.get("completion_tokens") or 0) or sum(c.completion_tokens for c in out)
-    if total and not any(c.completion_tokens for c in out):  # only the total is known: split it
-        share, extra = divmod(total, n)
-        for k, c in enumerate(out):
-            c.completion_tokens = share + (1 if k < extra else 0)
-    return _Result(out, prompt_tokens, total)
+def request_key(body: dict) -> str:
+    """The journal key of a request: a hash of its body (model, messages, sampling, seed)."""
+    keep = {k: v for k, v in body.items() if k != "return_token_ids"}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
 class OpenAIBackend:
-    """Client for an OpenAI-compatible chat completions server (see the module docstring)."""
+    """Client for OpenAI-compatible chat completions servers (see the module docstring)."""
 
     name = "openai"
 
-    def __init__(self, base_url: str, model: str, max_concurrency: int = 8, max_retries: int = 4,
+    def __init__(self, base_url: str, model: str, max_concurrency: int | None = None, max_retries: int = 8,
                  timeout: float = 60, api_key: str | None = None, backoff: float = 0.5,
                  max_backoff: float = 30.0, return_token_ids: bool = True,
-                 extra_body: dict | None = None):
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
+                 extra_body: dict | None = None, journal=None):
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1 (or None: adapt to the server)")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         self.base_url = base_url
-        self.url = chat_url(base_url)
+        self.urls = split_urls(base_url)
+        self.chat_urls = [chat_url(u) for u in self.urls]
+        self.url = self.chat_urls[0]
         self.model = model
-        self.max_concurrency = max_concurrency
+        self.fixed = max_concurrency
+        self.limits = [AdaptiveLimit(start=max_concurrency or START, fixed=max_concurrency is not None)
+                       for _ in self.urls]
         self.max_retries = max_retries
         self.timeout = float(timeout)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -185,7 +82,25 @@ class OpenAIBackend:
         self.max_backoff = max_backoff
         self.return_token_ids = return_token_ids  # switched off if the server rejects it
         self.extra_body = dict(extra_body or {})
+        self.journal = journal
         self.usage = Usage()
+        self._start()
+
+    def _start(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._slots = Slots(self.limits)
+        self._live: set[asyncio.Task] = set()  # requests in flight
+        self._batches: set[asyncio.Task] = set()
+        self._fatal: BackendError | None = None
+        self._active, self._since = 0, 0.0
+
+    @property
+    def max_concurrency(self) -> int:
+        """Requests in flight at most right now, over every endpoint."""
+        return self._slots.limit
 
     # -- request building ------------------------------------------------------------------
     def body(self, req: ChatRequest) -> dict:
@@ -212,93 +127,166 @@ class OpenAIBackend:
         return base * random.uniform(0.5, 1.5)
 
     # -- one request -------------------------------------------------------------------------
-    async def _attempt(self, session: aiohttp.ClientSession, index: int, req: ChatRequest) -> _Result:
+    async def _attempt(self, k: int, index: int, req: ChatRequest) -> _Result:
         asked_token_ids = self.return_token_ids
+        url = self.chat_urls[k]
         try:
-            async with session.post(self.url, json=self.body(req)) as resp:
+            async with self._session.post(url, json=self.body(req)) as resp:
                 status, text = resp.status, (await resp.read()).decode("utf-8", errors="replace")
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
         except asyncio.TimeoutError:
-            raise _Retryable(f"timeout after {self.timeout:g} s") from None
+            raise _Retryable(f"timeout after {self.timeout:g} s", overload=True) from None
         except aiohttp.ClientError as e:
             raise _Retryable(f"connection: {type(e).__name__}: {e}") from None
         if status == 200:
             return parse_response(text, req.n, req.logprobs)
         msg = error_message(text)
         if status in RETRY_STATUS or status >= 500:
-            raise _Retryable(f"HTTP {status}: {msg}", retry_after)
+            raise _Retryable(f"HTTP {status}: {msg}", retry_after, overload=status in OVERLOAD_STATUS)
         if status == 400 and asked_token_ids and "return_token_ids" in msg:
             self.return_token_ids = False  # a server without vLLM's extension: resend, free
-            return await self._attempt(session, index, req)
-        raise BackendError(f"request {index}: HTTP {status} (not retried): {msg}")
+            return await self._attempt(k, index, req)
+        raise BackendError(f"{self.urls[k]}: request {index}: HTTP {status} (not retried): {msg} "
+                           f"[seed {req.seed}, {len(req.messages)} messages, last: "
+                           f"{str(req.messages[-1].get('content'))[:60]!r}]")
 
-    async def _request(self, session: aiohttp.ClientSession, index: int, req: ChatRequest,
-                       usage: Usage) -> list[Completion]:
-        if req.n < 1:
-            raise BackendError(f"request {index}: n must be >= 1, got {req.n}")
+    async def _request(self, index: int, req: ChatRequest, key: str) -> list[Completion]:
         attempt = 0
         while True:
+            k = await self._slots.acquire(first=attempt > 0)
+            t0, error, result = time.monotonic(), None, None
             try:
-                result = await self._attempt(session, index, req)
+                result = await self._attempt(k, index, req)
             except _Retryable as e:
-                if attempt >= self.max_retries:
-                    usage.failures += 1
-                    raise BackendError(f"request {index}: gave up after {attempt + 1} attempts; "
-                                       f"last error: {e.reason}") from None
-                await asyncio.sleep(self._delay(attempt, e.retry_after))
-                attempt += 1
-                usage.retries += 1
-                continue
+                error = e
             except BackendError:
-                usage.failures += 1
+                self.usage.failures += 1
                 raise
-            usage.requests += 1
-            usage.prompt_tokens += result.prompt_tokens
-            usage.completion_tokens += result.completion_tokens
-            return result.completions
+            finally:
+                if result is not None:
+                    self.limits[k].observe((time.monotonic() - t0) / max(1, result.completion_tokens))
+                elif error is not None:
+                    self.limits[k].observe(None, overload=error.overload)
+                self._slots.release(k)
+            if error is None:
+                break
+            if attempt >= self.max_retries:
+                self.usage.failures += 1
+                raise BackendError(f"{self.urls[k]}: request {index}: gave up after {attempt + 1} attempts; "
+                                   f"last error: {error.reason}")
+            await asyncio.sleep(self._delay(attempt, error.retry_after))
+            attempt += 1
+            self.usage.retries += 1
+        self.usage.requests += 1
+        self.usage.prompt_tokens += result.prompt_tokens
+        self.usage.completion_tokens += result.completion_tokens
+        if self.journal is not None:
+            self.journal.put(key, [c.to_dict() for c in result.completions])
+        return result.completions
+
+    # -- a batch -------------------------------------------------------------------------------
+    async def _batch(self, requests: Sequence[ChatRequest], progress: bool) -> list[list[Completion]]:
+        for i, req in enumerate(requests):
+            if req.n < 1:
+                raise BackendError(f"request {i}: n must be >= 1, got {req.n}")
+        if self._session is None:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._session = aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout),
+                                                  connector=aiohttp.TCPConnector(limit=0))
+        if self._active == 0:
+            self._fatal, self._since = None, time.perf_counter()
+        self._active += 1
+        self._batches.add(asyncio.current_task())
+        out: list[list[Completion] | None] = [None] * len(requests)
+        tasks: dict[int, asyncio.Task] = {}
+        bar = tqdm(total=len(requests), desc=f"openai {self.model}", unit="req", disable=not progress)
+        try:
+            for i, req in enumerate(requests):
+                key = request_key(self.body(req))
+                hit = self.journal.get(key) if self.journal is not None else None
+                if hit is not None:
+                    out[i] = [Completion(**c) for c in hit]
+                    self.usage.journaled += 1
+                    continue
+                task = asyncio.ensure_future(self._request(i, req, key))
+                task.add_done_callback(lambda _t: bar.update(1))
+                self._live.add(task)
+                task.add_done_callback(self._live.discard)
+                tasks[i] = task
+            await self._gather(tasks, out)
+            return out  # type: ignore[return-value]
+        finally:
+            self._batches.discard(asyncio.current_task())
+            bar.close()
+            self._active -= 1
+            if self._active == 0:
+                self.usage.seconds += time.perf_counter() - self._since
+
+    async def _gather(self, tasks: dict[int, asyncio.Task], out: list) -> None:
+        try:
+            for i, res in zip(tasks, await asyncio.gather(*tasks.values())):
+                out[i] = res
+        except BaseException as e:
+            for t in tasks.values():
+                t.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            if isinstance(e, BackendError):  # a request failed for good: stop every other one too
+                self._fatal = self._fatal or e
+                for t in list(self._live):
+                    t.cancel()
+            me = asyncio.current_task()
+            if self._fatal is not None and not (me is not None and me.cancelling()):  # not cancelled by its caller
+                raise self._fatal from None
+            raise
 
     # -- public API --------------------------------------------------------------------------
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="openai-backend", daemon=True)
+                self._thread.start()
+            return self._loop
+
+    def submit(self, requests: Sequence[ChatRequest], progress: bool = False) -> concurrent.futures.Future:
+        """A future of `generate(requests)`; the requests join the backend's stream at once."""
+        return asyncio.run_coroutine_threadsafe(self._batch(list(requests), progress), self._running_loop())
+
     async def agenerate(self, requests: Sequence[ChatRequest], progress: bool = False) -> list[list[Completion]]:
-        """Async `generate`: one list of `request.n` completions per request, in order."""
-        usage = Usage()
-        t0 = time.perf_counter()
-        sem = asyncio.Semaphore(self.max_concurrency)
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
-        connector = aiohttp.TCPConnector(limit=self.max_concurrency)
-        bar = tqdm(total=len(requests), desc=f"openai {self.model}", unit="req", disable=not progress)
-
-        async def one(i: int, req: ChatRequest) -> list[Completion]:
-            async with sem:
-                out = await self._request(session, i, req, usage)
-            bar.update(1)
-            return out
-
-        try:
-            async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as session:
-                tasks = [asyncio.ensure_future(one(i, r)) for i, r in enumerate(requests)]
-                try:
-                    return list(await asyncio.gather(*tasks))
-                except BaseException:
-                    for t in tasks:
-                        t.cancel()
-                    await asyncio.gather(*tasks, return_exceptions=True)
-                    raise
-        finally:
-            bar.close()
-            usage.seconds = time.perf_counter() - t0
-            self.usage.add(usage)
+        """Async `generate` (from any event loop): one list of `request.n` completions per request."""
+        return await asyncio.wrap_future(self.submit(requests, progress))
 
     def generate(self, requests: Sequence[ChatRequest], progress: bool = False) -> list[list[Completion]]:
         """One list of `request.n` completions per request, in request order (blocking)."""
-        coro_fn = lambda: self.agenerate(requests, progress)  # noqa: E731
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro_fn())
-        # Called from inside a running event loop (notebook, async flow): use a fresh thread.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(lambda: asyncio.run(coro_fn())).result()
+        return self.submit(requests, progress).result()
+
+    async def _shutdown(self) -> None:
+        tasks = list(self._batches | self._live)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
 
     def close(self) -> None:
-        """Nothing to release: each `generate` call opens and closes its own session."""
+        """Close the HTTP session and stop the background loop (a later call starts them again)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+        self._start()
+
+    def __getstate__(self) -> dict:  # a worker process gets the settings, not the loop
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_lock", "_loop", "_thread", "_session", "_slots", "_live", "_fatal")}
+        state["journal"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._start()

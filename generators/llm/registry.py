@@ -27,15 +27,17 @@ class BackendConfig:
         "help": "Model folder or prepared name; None = the embedded SmolLM2-135M-Instruct. "
                 "For openai: the model name the server knows (default: the server's first model)."})
     base_url: str | None = field(default=None, metadata={
-        "help": "openai only: server URL ending in /v1, e.g. http://127.0.0.1:8000/v1."})
+        "help": "openai only: server URL ending in /v1, e.g. http://127.0.0.1:8000/v1; several, comma-separated, "
+                "share the requests."})
     api_key: str | None = field(default=None, metadata={
         "help": "openai only: API key (default: $OPENAI_API_KEY if the backend reads it)."})
     batch_size: int = field(default=16, metadata={
         "help": "transformers only: samples decoded together in one batch."})
-    max_concurrency: int = field(default=8, metadata={
-        "help": "openai only: HTTP requests in flight at once."})
-    max_retries: int = field(default=4, metadata={
-        "help": "openai only: retries per request on 429/5xx/timeouts."})
+    max_concurrency: int = field(default=0, metadata={
+        "help": "openai only: HTTP requests in flight per endpoint; 0 = adapt to the server (from 64, grows "
+                "while latency holds, backs off on 429/503 or rising latency)."})
+    max_retries: int = field(default=8, metadata={
+        "help": "openai only: retries per request on 429/5xx/timeouts/dropped connections."})
     timeout: float = field(default=60.0, metadata={"help": "openai only: seconds per HTTP request."})
     dtype: str = field(default="float32", metadata={
         "help": "transformers only: float32 (CPU), bfloat16 or float16 (GPU)."})
@@ -51,15 +53,22 @@ class BackendConfig:
         return asdict(self)
 
     def config_hash(self) -> str:
-        """Short stable hash of the config (for lineage), api_key left out."""
-        return config_hash(self, ignore=("api_key",), length=16)
+        """Short stable hash of the config (for lineage and run ids), api_key left out. How
+        hard the client pushes the server does not change a row: those fields are hashed at
+        the values they had when run ids began (PACE), so a run's id is the same whatever
+        they are, and older runs keep theirs."""
+        return config_hash({**asdict(self), **PACE}, ignore=("api_key",), length=16)
+
+
+# fields that set the pace, not the rows, and the value each had in run ids from the start
+PACE = {"max_concurrency": 8, "max_retries": 4, "timeout": 60.0}
 
 
 def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
     """The first model id an OpenAI-compatible server lists at GET {base_url}/models."""
     import urllib.request
 
-    url = base_url.rstrip("/") + "/models"
+    url = base_url.split(",")[0].strip().rstrip("/") + "/models"
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -68,31 +77,32 @@ def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.
         raise ValueError(f"no model given and cannot list models at {url}: {e}") from e
 
 
-def _transformers(cfg: BackendConfig) -> Backend:
+def _transformers(cfg: BackendConfig, journal=None) -> Backend:
     from generators.llm.transformers_backend import TransformersBackend
 
     return TransformersBackend(cfg.model, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device,
                                max_prompt_tokens=cfg.max_prompt_tokens, threads=cfg.threads)
 
 
-def _vllm(cfg: BackendConfig) -> Backend:
+def _vllm(cfg: BackendConfig, journal=None) -> Backend:
     from generators.llm.vllm_backend import VLLMBackend
 
     return VLLMBackend(model=cfg.model, **cfg.engine_kwargs)
 
 
-def _openai(cfg: BackendConfig) -> Backend:
+def _openai(cfg: BackendConfig, journal=None) -> Backend:
     if not cfg.base_url:
         raise ValueError("the openai backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
     from generators.llm.openai_backend import OpenAIBackend
 
     model = cfg.model or server_model(cfg.base_url, cfg.api_key, cfg.timeout)
-    return OpenAIBackend(base_url=cfg.base_url, model=model, max_concurrency=cfg.max_concurrency,
-                         max_retries=cfg.max_retries, timeout=cfg.timeout, api_key=cfg.api_key)
+    return OpenAIBackend(base_url=cfg.base_url, model=model, max_concurrency=cfg.max_concurrency or None,
+                         max_retries=cfg.max_retries, timeout=cfg.timeout, api_key=cfg.api_key, journal=journal)
 
 
-# name -> factory from a BackendConfig; a new backend is a module plus an entry here
-BACKENDS: dict[str, Callable[[BackendConfig], Backend]] = {
+# name -> factory from a BackendConfig (and a journal of paid answers, which a backend in
+# this process may ignore); a new backend is a module plus an entry here
+BACKENDS: dict[str, Callable[..., Backend]] = {
     "transformers": _transformers, "vllm": _vllm, "openai": _openai}
 
 
@@ -103,17 +113,20 @@ def check_backend(cfg: BackendConfig) -> None:
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown --backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")
     if cfg.backend == "openai":
-        if not cfg.base_url:
+        if not cfg.base_url or not cfg.base_url.replace(",", "").strip():
             raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        if cfg.max_concurrency < 0:
+            raise ValueError(f"--max-concurrency must be >= 0 (0 = adapt), got {cfg.max_concurrency}")
         return
     from generators.llm.model_store import check_model
 
     check_model(cfg.model)
 
 
-def make_backend(cfg: BackendConfig | None = None) -> Backend:
-    """A ready backend for `cfg` (the default config gives the embedded model on CPU)."""
+def make_backend(cfg: BackendConfig | None = None, journal=None) -> Backend:
+    """A ready backend for `cfg` (the default config gives the embedded model on CPU);
+    `journal` (storage.journal.Journal): where an HTTP backend keeps every answer it paid for."""
     cfg = cfg or BackendConfig()
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")
-    return BACKENDS[cfg.backend](cfg)
+    return BACKENDS[cfg.backend](cfg, journal=journal)

@@ -27,22 +27,25 @@ class ScriptedBackend:
 
     def generate(self, requests, progress=False):
         self.calls += 1
-        out = []
-        for i, r in enumerate(requests):
-            prompt = r.messages[-1]["content"]
-            quoted = re.findall(r'"([^"]+)"', prompt)
-            answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
-            if i % 7 == 3:
-                text = "<tool_call>{}"
-            elif i % 7 == 5:
-                text = "The weather is nice today and I like it."
-            elif i % 7 == 1 and quoted:
-                text = f"I need the page about {quoted[0]}, which Quentin Zarvox described in 1920."
-            elif quoted:
-                text = f"I need the page about {quoted[0]} next, so I search for it."
-            elif answer:
-                text = f"So the answer is {answer.group(1)} as the pages show."
-            else:
-                text = "I look this up with the matching search tool now."
-            out.append([Completion(text=text) for _ in range(r.n)])
-        return out
+        return [[Completion(text=scripted_text(r.messages[-1]["content"], i)) for _ in range(r.n)]
+                for i, r in enumerate(requests)]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def scripted_text(prompt: str, i: int) -> str:
+    """The scripted reply to `prompt` as the `i`-th request of a batch (every 7th broken)."""
+    quoted = re.findall(r'"([^"]+)"', prompt)
+    answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
+    if i % 7 == 3:
+        return "<tool_call>{}"
+    if i % 7 == 5:
+        return "The weather is nice today and I like it."
+    if i % 7 == 1 and quoted:
+        return f"I need the page about {quoted[0]}, which Quentin Zarvox described in 1920."
+    if quoted:
+        return f"I need the page about {quoted[0]} next, so I search for it."
+    if answer:
+        return f"So the answer is {answer.group(1)} as the pages show."
+    return "I look this up with the matching search tool now."

@@ -304,8 +304,8 @@ class Session:
                                           states_facts=self.cfg.reasoning == "facts"))
         return out
 
-    def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:
-        """Rows for `plans` and timing/source stats. One batched generate call for all slots."""
+    def prepare(self, plans: list[planning.Plan]) -> "Prepared":
+        """A chunk's skeletons and the requests for its model-written texts (one per slot)."""
         t0 = time.perf_counter()
         sks = self.skeletons(plans)
         slots = []  # (skeleton index, slot)
@@ -315,10 +315,14 @@ class Session:
                                 temperature=self.cfg.temperature,
                                 max_tokens=self.cfg.max_final_tokens if s.kind == "final" else self.cfg.max_think_tokens,
                                 seed=self.cfg.seed + k, stop=["\n\n"]) for k, (i, s) in enumerate(slots)]
-        t1 = time.perf_counter()
-        outs = backend.generate(requests) if requests and backend is not None else []
+        return Prepared(sks, slots, requests, time.perf_counter() - t0)
+
+    def finish(self, prep: "Prepared", outs, run_key: str, llm_s: float = 0.0) -> tuple[list[dict], dict]:
+        """Rows for a prepared chunk from the model's answers (`outs`, one list per request;
+        None: the program writes every text) and timing/source stats."""
         t2 = time.perf_counter()
-        if backend is None:  # texts="template": the program writes every text
+        sks, slots = prep.skeletons, prep.slots
+        if outs is None:  # texts="template": the program writes every text
             picked = [(template(slot), "template:mode") for _, slot in slots]
         else:
             picked = [clean_think(out[0].text if out else "", slot) for (_, slot), out in zip(slots, outs)]
@@ -334,10 +338,27 @@ class Session:
             (final, _), (answer, _) = parts[-2], parts[-1]
             rows.append(to_row(sk, thinks, final, answer, [s for _, s in parts], run_key, self.cfg.tool_style))
         t3 = time.perf_counter()
-        stats = {"program_s": (t1 - t0) + (t3 - t2), "llm_s": t2 - t1, "slots": len(slots),
+        stats = {"program_s": prep.program_s + (t3 - t2), "llm_s": llm_s, "slots": len(slots),
                  "sources": Counter(s.split(":")[0] for i in texts for _, s in texts[i]),
                  "fallbacks": Counter(s for i in texts for _, s in texts[i] if s != "llm"), "by_slot": by_slot}
         return rows, stats
+
+    def trajectories(self, plans: list[planning.Plan], backend, run_key: str) -> tuple[list[dict], dict]:
+        """Rows for `plans` and timing/source stats. One batched generate call for all slots."""
+        prep = self.prepare(plans)
+        t1 = time.perf_counter()
+        outs = backend.generate(prep.requests) if prep.requests and backend is not None else []
+        return self.finish(prep, None if backend is None else outs, run_key, time.perf_counter() - t1)
+
+
+@dataclass
+class Prepared:
+    """A chunk ready for the model: its skeletons, their text slots and one request per slot."""
+
+    skeletons: list[Skeleton]
+    slots: list[tuple[int, object]]
+    requests: list[ChatRequest]
+    program_s: float = 0.0
 
 
 @dataclass

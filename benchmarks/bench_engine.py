@@ -1,0 +1,149 @@
+"""Engine benchmark: how busy `forgeplay synthesize --texts llm --backend openai` keeps a
+served engine, against the stand-in engine (generators/llm/standin_engine.py: N slots, each
+request holding one for `--latency` seconds) at 64 and 256 slots.
+
+For each setting the command runs in a process of its own (as a user runs it) and the
+engine measures: its busy share over the command's wall time and over the stage (first
+request received to last answer completed), and the stage's requests/s against the floor:
+a bare async client sending the same requests (the bodies the engine completed) with
+exactly as many in flight as the engine has slots. With `--faults`, 5% of requests are
+answered 503 and the engine restarts once a third of the way through (1 s down); the bare
+client then retries at once. `--code DIR` runs the command from another checkout (e.g. a
+worktree of the main branch, for the client before this benchmark's change) with its
+defaults; the engine always comes from this one. Writes a markdown table (`--out`).
+
+    python benchmarks/bench_engine.py --n 400 --slots 64,256 --faults
+    python benchmarks/bench_engine.py --n 100 --slots 64,256 --code ../main --label before
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+from comparisons import record  # noqa: E402
+
+from generators.corpus.build import WorldConfig, write  # noqa: E402
+from generators.llm.standin_engine import StandinEngine  # noqa: E402
+
+
+def synthesize(code: Path, data_root: Path, url: str, n: int, extra: list[str]) -> float:
+    """Run the command from checkout `code`; its wall seconds."""
+    cmd = [sys.executable, "-m", "flows.cli", "synthesize", "--dataset", "w", "--n", str(n), "--texts", "llm",
+           "--backend", "openai", "--base-url", url, "--model", "standin", "--data-root", str(data_root), *extra]
+    t = time.perf_counter()
+    res = subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if res.returncode:
+        raise SystemExit(f"synthesize failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
+    return wall
+
+
+async def _bare(url: str, bodies: list[dict], inflight: int) -> float:
+    """Send `bodies` with `inflight` at once, retrying failures at once; seconds taken."""
+    sem = asyncio.Semaphore(inflight)
+
+    async def one(session, body):
+        async with sem:
+            while True:
+                try:
+                    async with session.post(url + "/chat/completions", json=body) as r:
+                        await r.read()
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+
+    t = time.perf_counter()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await asyncio.gather(*(one(session, b) for b in bodies))
+    return time.perf_counter() - t
+
+
+def engine_for(slots: int, latency: float, faults: bool, expected: int) -> StandinEngine:
+    kw = {"fail_503": 0.05, "restart_at": max(1, expected // 3), "down": 1.0} if faults else {}
+    return StandinEngine(slots=slots, latency=latency, keep_bodies=True, **kw)
+
+
+def measure(world: Path, code: Path, slots: int, latency: float, faults: bool, n: int, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "data"
+        subprocess.run(["cp", "-r", str(world), str(root)], check=True)
+        with engine_for(slots, latency, faults, expected=6 * n) as engine:
+            start = engine.mark()
+            wall = synthesize(code, root, engine.url, n, extra)
+            command_share = engine.busy_share(start)
+            stage_s = engine.last_at - engine.first_at
+            bodies, stats, stage_share = list(engine.bodies), engine.stats(), engine.stage_share()
+    with engine_for(slots, latency, faults, expected=len(bodies)) as engine:
+        bare_s = asyncio.run(_bare(engine.url, bodies, slots))
+    return {"slots": slots, "faults": faults, "requests": len(bodies), "wall": wall, "stage_s": stage_s,
+            "busy_command": command_share, "busy_stage": stage_share,
+            "rps": len(bodies) / stage_s, "bare_rps": len(bodies) / bare_s, **stats}
+
+
+def table(rows: list[dict], label: str) -> list[str]:
+    out = [f"| client | slots | faults | requests | command wall | busy over command | busy over stage | "
+           f"stage req/s | bare client req/s | ratio | 503s | dropped by restart | paid twice |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {label} | {r['slots']} | {'5% 503 + restart' if r['faults'] else 'none'} | {r['requests']} | "
+                   f"{r['wall']:.1f} s | {100 * r['busy_command']:.0f}% | {100 * r['busy_stage']:.0f}% | "
+                   f"{r['rps']:.1f} | {r['bare_rps']:.1f} | {r['rps'] / r['bare_rps']:.2f}x | "
+                   f"{r['answered_503']} | {r['dropped']} | {r['twice_completed']} |")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=400, help="trajectories per command")
+    p.add_argument("--entities", type=int, default=500, help="world size")
+    p.add_argument("--slots", default="64,256", help="engine slots, comma-separated")
+    p.add_argument("--latency", type=float, default=1.0, help="seconds a request holds a slot")
+    p.add_argument("--faults", action="store_true", help="also run each setting with 5%% 503s and a restart")
+    p.add_argument("--code", type=Path, default=ROOT, help="checkout whose `forgeplay synthesize` runs")
+    p.add_argument("--label", default="this checkout", help="the client's name in the table")
+    p.add_argument("--extra", default="", help="more synthesize options, e.g. '--chunk 64'")
+    p.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "bench_engine.md")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        world = Path(tmp) / "world"
+        write(WorldConfig(seed=3, entities=a.entities), world, "w")
+        rows = []
+        for slots in [int(s) for s in a.slots.split(",")]:
+            for faults in ([False, True] if a.faults else [False]):
+                r = measure(world, a.code.resolve(), slots, a.latency, faults, a.n, a.extra.split())
+                rows.append(r)
+                print(table(rows[-1:], a.label)[-1], flush=True)
+                setting = f"{slots} slots, {a.latency:g} s a request, {'5% 503 + restart' if faults else 'no faults'}"
+                record(f"synthesize ({a.label})", r["rps"], "bare async client, same requests", r["bare_rps"],
+                       "requests/s", setting=setting)
+    lines = table(rows, a.label)
+    print("\n".join(lines))
+    commit = subprocess.run(["git", "-C", str(a.code), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    argv = [(f"<checkout at {commit}>" if commit else "<another checkout>") if arg == str(a.code) else arg
+            for arg in sys.argv[1:]]
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    head = "" if a.out.exists() else "# bench_engine: synthesis texts against the stand-in engine\n"
+    with open(a.out, "a") as f:
+        f.write(f"{head}\n## {a.label}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
+                f"`python benchmarks/bench_engine.py {shlex.join(argv)}` (n={a.n}, {a.entities} entities, "
+                f"latency {a.latency:g} s per request)\n\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""How many requests an HTTP backend keeps in flight, per endpoint, and who goes next.
+
+`AdaptiveLimit` adapts the number to the server, a window at a time (a window is half as
+many answers as the limit; after a decrease, the answers to requests sent before it are not
+counted): it doubles while the server keeps up (latency per token within
+`tolerance` of the best seen and the limit was reached), then grows by a sixteenth; when
+latency rises past that it shrinks in proportion (to tolerance x best / latency, at most
+by half), and by 0.7 when more than `overload_share` (a
+quarter) of a window's answers were 429, 503 or timeouts; never below FLOOR (8, what the
+client kept in flight before it adapted). A few 503s spread at random (a flaky proxy: 5%
+of answers rarely make a quarter of a window) do not shrink it; an overloaded server that
+answers many requests 503 or slowly does. A fixed limit (`fixed=True`) never moves.
+
+`Slots` hands out endpoints in arrival order (retries first) to whoever waits, each
+endpoint up to its limit, the emptiest first, so requests spread over several servers.
+
+    limits = [AdaptiveLimit(start=64) for _ in urls]
+    slots = Slots(limits)
+    k = await slots.acquire()          # an endpoint index
+    ...; limits[k].observe(seconds / tokens, overload=False); slots.release(k)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections import deque
+
+START = 64  # requests in flight per endpoint before the server has answered anything
+CEILING = 4096
+FLOOR = 8  # never fewer in flight per endpoint (a server that slowed for good is not starved)
+
+
+class AdaptiveLimit:
+    """Requests in flight one endpoint may have (see the module docstring)."""
+
+    def __init__(self, start: int = START, low: int = FLOOR, high: int = CEILING, fixed: bool = False,
+                 tolerance: float = 1.5, overload_share: float = 0.25):
+        self.value = float(start)
+        self.low, self.high, self.fixed = min(low, int(start)), high, fixed
+        self.tolerance, self.overload_share = tolerance, overload_share
+        self.base: float | None = None  # the best window's median latency per token
+        self.slow_start = True
+        self.inflight = 0
+        self.peak = 0  # most in flight during this window
+        self._latencies: list[float] = []
+        self._overloads = 0
+        self._skip = 0
+        self.changes = 0
+
+    @property
+    def limit(self) -> int:
+        return max(self.low, int(self.value))
+
+    def has_room(self) -> bool:
+        return self.inflight < self.limit
+
+    def enter(self) -> None:
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+
+    def leave(self) -> None:
+        self.inflight -= 1
+
+    def observe(self, latency: float | None, overload: bool = False) -> None:
+        """One answer: its latency per token (None when it failed), and whether it was an
+        overload signal (429, 503, a timeout)."""
+        if self._skip > 0:  # sent before the last decrease: says nothing about the new limit
+            self._skip -= 1
+            return
+        if latency is not None:
+            self._latencies.append(latency)
+        self._overloads += bool(overload)
+        if len(self._latencies) + self._overloads >= max(8, self.limit // 2):
+            self._decide()
+
+    def _decide(self) -> None:
+        answers = len(self._latencies) + self._overloads
+        median = statistics.median(self._latencies) if self._latencies else None
+        saturated = self.peak >= self.limit
+        before = self.value
+        if not self.fixed:
+            if self._overloads > self.overload_share * answers:
+                self.value, self.slow_start = max(self.low, self.value * 0.7), False
+            elif median is not None and self.base is not None and median > self.tolerance * self.base:
+                shrink = max(0.5, self.tolerance * self.base / median)  # back to where latency held
+                self.value, self.slow_start = max(self.low, self.value * shrink), False
+            elif saturated:
+                grown = self.value * 2 if self.slow_start else self.value + max(1.0, self.value / 16)
+                self.value = min(float(self.high), grown)
+        if median is not None:  # the best seen: what the server does when it is not queueing
+            self.base = median if self.base is None else min(median, self.base)
+        self.changes += self.value != before
+        if self.value < before:
+            self._skip = self.inflight
+        self._latencies, self._overloads, self.peak = [], 0, self.inflight
+
+
+class Slots:
+    """A first-come queue for the endpoints' room (see the module docstring)."""
+
+    def __init__(self, limits: list[AdaptiveLimit]):
+        self.limits = limits
+        self._waiting: deque[asyncio.Future] = deque()
+
+    def _pick(self) -> int | None:
+        best, room = None, 0.0
+        for k, lim in enumerate(self.limits):
+            free = (lim.limit - lim.inflight) / lim.limit
+            if free > room:
+                best, room = k, free
+        return best
+
+    async def acquire(self, first: bool = False) -> int:
+        """An endpoint with room, in arrival order (`first`: ahead of the queue, for retries)."""
+        if not self._waiting:
+            k = self._pick()
+            if k is not None:
+                self.limits[k].enter()
+                return k
+        fut = asyncio.get_running_loop().create_future()
+        (self._waiting.appendleft if first else self._waiting.append)(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a slot as it was cancelled: give it back
+                self.release(fut.result())
+            else:
+                self._waiting.remove(fut)
+            raise
+
+    def release(self, k: int) -> None:
+        self.limits[k].leave()
+        self.wake()
+
+    def wake(self) -> None:
+        """Hand free room to the waiters, oldest first (also after a limit grew)."""
+        while self._waiting:
+            k = self._pick()
+            if k is None:
+                return
+            fut = self._waiting.popleft()
+            if fut.done():
+                continue
+            self.limits[k].enter()
+            fut.set_result(k)
+
+    @property
+    def limit(self) -> int:
+        return sum(lim.limit for lim in self.limits)

@@ -1,0 +1,142 @@
+"""The `openai` backend's engine-facing parts against the stand-in engine on 127.0.0.1:
+the journal (an answer journaled is never asked again, a torn line is skipped), several
+endpoints sharing the requests, the adaptive limit (grows past the engine's slots while
+latency holds, backs off on overload, not on a few 503s), a restart and 503s retried with
+nothing completed twice, and a 401 stopping every request in flight."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from generators.llm.base import BackendError, ChatRequest, submit
+from generators.llm.limiter import AdaptiveLimit
+from generators.llm.openai_backend import OpenAIBackend, request_key
+from generators.llm.registry import BackendConfig
+from generators.llm.scripted import ScriptedBackend, scripted_text
+from generators.llm.standin_engine import StandinEngine
+from storage.journal import Journal
+
+
+def _reqs(n: int, tag: str = "q") -> list[ChatRequest]:
+    return [ChatRequest(messages=[{"role": "user", "content": f'look up "{tag}{i}"'}], seed=i) for i in range(n)]
+
+
+def _texts(out) -> list[str]:
+    return [cs[0].text for cs in out]
+
+
+def test_journal_keeps_answers_and_skips_a_torn_line(tmp_path):
+    path = tmp_path / "j" / "run.jsonl"
+    j = Journal(path)
+    j.put("a", [{"text": "x"}])
+    j.put("b", [{"text": "y"}])
+    with open(path, "a") as f:
+        f.write('{"k": "c", "v": [{"te')  # a kill in the middle of a line
+    again = Journal(path)
+    assert len(again) == 2 and again.get("a") == [{"text": "x"}] and again.get("c") is None
+    again.put("d", [{"text": "z"}])
+    assert Journal(path).get("d") == [{"text": "z"}] and len(Journal(path)) == 3
+    again.remove()
+    assert not path.exists()
+
+
+def test_answers_are_journaled_and_never_asked_again(tmp_path):
+    with StandinEngine(slots=8, latency=0.0) as engine:
+        first = OpenAIBackend(engine.url, "standin", journal=Journal(tmp_path / "j.jsonl"))
+        out = first.generate(_reqs(20))
+        first.close()
+        assert engine.completed == 20 and len(Journal(tmp_path / "j.jsonl")) == 20
+        again = OpenAIBackend(engine.url, "standin", journal=Journal(tmp_path / "j.jsonl"))
+        out2 = again.generate(_reqs(25))  # 20 from the journal, 5 new
+        again.close()
+        assert engine.completed == 25 and engine.repaid == 0 and again.usage.journaled == 20
+    assert _texts(out2)[:20] == _texts(out)
+    assert _texts(out2) == [scripted_text(f'look up "q{i}"', i) for i in range(25)]
+
+
+def test_request_key_is_the_body_with_its_seed_but_not_the_token_id_switch():
+    b = OpenAIBackend("http://127.0.0.1:9/v1", "m")
+    r = _reqs(2)
+    assert request_key(b.body(r[0])) != request_key(b.body(r[1]))
+    with_ids = b.body(r[0])
+    b.return_token_ids = False
+    assert request_key(with_ids) == request_key(b.body(r[0]))
+    b.close()
+
+
+def test_several_endpoints_share_the_requests():
+    with StandinEngine(slots=4, latency=0.02) as one, StandinEngine(slots=4, latency=0.02) as two:
+        b = OpenAIBackend(f"{one.url}, {two.url}", "standin", max_concurrency=4)
+        out = b.generate(_reqs(60))
+        b.close()
+        assert one.completed > 0 and two.completed > 0 and one.completed + two.completed == 60
+        assert one.max_busy <= 4 and two.max_busy <= 4  # a fixed limit is per endpoint
+    assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(60)]
+
+
+def test_the_limit_grows_past_the_slots_while_latency_holds_and_settles_above_them():
+    """A model of an engine with 256 slots answering 256 requests a step, first come first
+    served: a request's latency grows with the queue it joined."""
+    lim, slots, queue, seen = AdaptiveLimit(), 256, deque(), []
+    for _ in range(3000):
+        while lim.has_room():
+            lim.enter()
+            queue.append(0.01 * max(1.0, lim.inflight / slots))
+        for _ in range(min(len(queue), slots)):
+            lim.leave()
+            lim.observe(queue.popleft())
+        seen.append(lim.limit)
+    assert seen[1] > seen[0]  # it grew from where it started
+    assert slots <= min(seen[50:]) and max(seen[50:]) <= 4 * slots  # the engine full, its queue bounded
+
+
+def test_the_limit_backs_off_on_overload_but_not_on_a_few_503s():
+    few, many = AdaptiveLimit(start=100), AdaptiveLimit(start=100)
+    for k in range(100):
+        few.observe(0.01 if k % 20 else None, overload=k % 20 == 0)  # 5% 503s
+        many.observe(0.01 if k % 2 else None, overload=k % 2 == 0)  # half
+    assert few.limit >= 100 and many.limit <= 70
+    fixed = AdaptiveLimit(start=8, fixed=True)
+    for _ in range(50):
+        fixed.enter()
+        fixed.observe(None, overload=True)
+    assert fixed.limit == 8
+
+
+def test_503s_and_a_restart_are_retried_and_nothing_is_completed_twice():
+    with StandinEngine(slots=16, latency=0.05, fail_503=0.2, restart_at=40, down=0.3) as engine:
+        b = OpenAIBackend(engine.url, "standin", backoff=0.05)
+        out = b.generate(_reqs(120))
+        b.close()
+        assert engine.answered_503 > 0 and engine.dropped > 0 and b.usage.retries > 0
+        assert engine.completed == 120 and engine.twice_completed() == 0
+    assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(120)]
+
+
+def test_a_401_stops_every_batch_in_flight_with_one_line():
+    with StandinEngine(slots=4, latency=0.2, unauthorized=True) as engine:
+        b = OpenAIBackend(engine.url, "standin", max_concurrency=2)
+        futures = [b.submit(_reqs(10, tag)) for tag in "abc"]
+        for f in futures:
+            with pytest.raises(BackendError) as err:
+                f.result(timeout=30)
+            msg = str(err.value)
+            assert "\n" not in msg and engine.url in msg and "HTTP 401" in msg and "request " in msg
+        b.close()
+        assert engine.received <= 4 and engine.completed == 0  # nothing retried, the rest never sent
+
+
+def test_submit_answers_at_once_for_a_backend_that_does_not_stream():
+    fut = submit(ScriptedBackend(), _reqs(3))
+    assert fut.done() and _texts(fut.result()) == [scripted_text(f'look up "q{i}"', i) for i in range(3)]
+
+
+def test_pace_fields_do_not_change_the_run_id():
+    base = BackendConfig(backend="openai", base_url="http://h/v1", model="m")
+    paced = BackendConfig(backend="openai", base_url="http://h/v1", model="m", max_concurrency=256,
+                          max_retries=2, timeout=5.0)
+    assert base.config_hash() == paced.config_hash() == "de48e17aeb48e801"  # its hash before the change
+    assert BackendConfig().config_hash() == "dd6b0477cd678a8d"  # older runs keep their ids
+    assert base.config_hash() != BackendConfig(backend="openai", base_url="http://h/v1", model="n").config_hash()
