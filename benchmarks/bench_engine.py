@@ -96,8 +96,8 @@ def measure(world: Path, code: Path, slots: int, latency: float, faults: bool, n
 
 
 def table(rows: list[dict], label: str) -> list[str]:
-    out = [f"| client | slots | faults | requests | command wall | busy over command | busy over stage | "
-           f"stage req/s | bare client req/s | ratio | 503s | dropped by restart | paid twice |",
+    out = ["| client | slots | faults | requests | command wall | busy over command | busy over stage | "
+           "stage req/s | bare client req/s | ratio | 503s | dropped by restart | paid twice |",
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {label} | {r['slots']} | {'5% 503 + restart' if r['faults'] else 'none'} | {r['requests']} | "

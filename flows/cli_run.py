@@ -96,7 +96,7 @@ def show(record: dict, root: Path) -> None:
         c.print(e)
     shards = record.get("shards") or {}
     if shards.get("quarantined"):
-        c.print(f"[red]quarantined shards[/red] (corrupt or missing; no stage read them, `forgeplay verify` rechecks):")
+        c.print("[red]quarantined shards[/red] (corrupt or missing; no stage read them, `forgeplay verify` rechecks):")
         for p in shards["quarantined"]:
             c.print(f"  {p['path']}  {p['dataset']}/{p['kind']}: {p['problem']}")
     elif shards:
