@@ -44,7 +44,8 @@ from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Streaming, Usage, submit
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.assemble import traj_id_for
-from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, Tally, load_inputs, mix_report
+from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, load_inputs
+from generators.synth.tally import Tally, mix_report
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.idset import IdSet

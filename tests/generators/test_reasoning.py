@@ -19,7 +19,8 @@ from generators.corpus.templates import TEMPLATES
 from generators.llm.scripted import ScriptedBackend
 from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
-from generators.synth.synthesize import Session, SynthConfig, Tally, load_inputs
+from generators.synth.synthesize import Session, SynthConfig, load_inputs
+from generators.synth.tally import Tally
 from generators.synth.think import KIND, clean_think, describe, template, ungrounded
 from generators.tools.bank import build_bank
 

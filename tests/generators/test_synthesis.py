@@ -15,7 +15,8 @@ from generators.llm.scripted import ScriptedBackend
 from generators.llm.toolcalls import parse_tool_calls
 from generators.synth import plan as planning
 from generators.synth.skeleton import INVENTED, _invented
-from generators.synth.synthesize import Session, SynthConfig, load_inputs, mix_report
+from generators.synth.synthesize import Session, SynthConfig, load_inputs
+from generators.synth.tally import mix_report
 from generators.tools.bank import build_bank
 from storage.schema import load
 from storage.shards import stamp
