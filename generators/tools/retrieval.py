@@ -50,8 +50,10 @@ class BM25Index:
         self.stopwords = frozenset(_infer_stopwords(stopwords))
         self.size = len(texts)
         self.retriever = bm25s.BM25()
-        if self.size:
-            self.retriever.index([self.tokenize(t) for t in texts], show_progress=False)
+        corpus = [self.tokenize(t) for t in texts]
+        self.indexed = any(corpus)  # (bm25s cannot index a corpus without a single token: nothing scores)
+        if self.indexed:
+            self.retriever.index(corpus, show_progress=False)
         self._tokens: dict[str, list[str]] = {}
 
     def tokenize(self, text: str) -> list[str]:
@@ -69,7 +71,7 @@ class BM25Index:
         return toks
 
     def _ids(self, query: str) -> list[int]:
-        if not query or not self.size:
+        if not query or not self.indexed:
             return []
         vocab = self.retriever.vocab_dict
         return [vocab[t] for t in self.tokens(query) if t and t in vocab]
