@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout  # (the builtin TimeoutError only from Python 3.11)
 from dataclasses import asdict
 from functools import partial
 from itertools import islice
@@ -138,7 +139,7 @@ def streamed(session: Session, todo, backend, size: int):
             t = time.perf_counter()
             try:  # not for long: the backend's concurrency may grow meanwhile, and more may be queued
                 outs = fut.result(timeout=0.25)
-            except TimeoutError:
+            except FutureTimeout:
                 waited += time.perf_counter() - t
                 continue
             in_flight.popleft()
