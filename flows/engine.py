@@ -38,11 +38,15 @@ import logging
 import os
 import sys
 import time
-import tomllib
 import types
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the toml package Prefect itself depends on (its errors are ValueErrors)
+    import toml as tomllib
 
 PREFECT_ENV = "FORGEPLAY_PREFECT"  # set (1, true, yes): every flow runs as a Prefect flow run
 _log = logging.getLogger(__name__)
