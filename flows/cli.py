@@ -94,7 +94,9 @@ def _root(data_root: Optional[Path] = typer.Option(
 
 
 def main() -> None:
-    app()
+    from flows.interrupt import guarded
+
+    guarded(app)
 
 
 if __name__ == "__main__":

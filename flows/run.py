@@ -29,6 +29,7 @@ from typing import Callable
 from flows import loop_config
 from flows.common import publish_artifact, tie_temporary_server
 from flows.engine import flow, task
+from flows.interrupt import resume_with
 from storage import resolve_root
 from storage.looprun import LoopRecord
 
@@ -241,4 +242,6 @@ def run(config: dict, data_root=None, run_id: str | None = None, progress: bool 
     (loop_config.check_names: the base model, a corpus file) before a model loads or a
     server starts; `run_id` default: the config's hash."""
     loop_config.check_names(config)
-    return loop_flow(config, run_id or loop_config.run_id(config), str(data_root) if data_root else None, progress)
+    run_id = run_id or loop_config.run_id(config)
+    resume_with(f"forgeplay run --resume {run_id}")
+    return loop_flow(config, run_id, str(data_root) if data_root else None, progress)

@@ -83,6 +83,33 @@ def _journal_lines(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
 
 
+def test_sigterm_stops_the_stage_says_how_to_resume_and_the_rerun_completes(world, tmp_path):
+    """SIGTERM (flows/interrupt.py) stops a run the way Ctrl-C does: exit 143 with one line on how
+    to resume, no traceback, the committed chunks kept; the rerun gives an uninterrupted run's rows."""
+    with StandinEngine(slots=2, latency=0.2) as engine:
+        clean_root = fresh(world, tmp_path, "clean")
+        run(*_cfgs(engine.url), clean_root, progress=False)
+        root = fresh(world, tmp_path, "stopped")
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *_args(root, engine.url)], cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _wait(lambda: _committed(root) >= CHUNK or proc.poll() is not None, what="a committed chunk")
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            err = proc.communicate(timeout=60)[1].decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        took = time.monotonic() - sent
+        assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+        assert "stopped by SIGTERM; run the same command again to resume" in err and "Traceback" not in err
+        assert 0 < _committed(root) < N, f"the stage went on for {took:.1f} s after SIGTERM"
+        run(*_cfgs(engine.url), root, progress=False)
+        assert rows(root) == rows(clean_root)
+
+
 def test_killed_mid_stage_resumes_to_the_same_rows_and_pays_nothing_twice(world, tmp_path):
     with StandinEngine(slots=4, latency=0.05) as engine:
         clean_root = fresh(world, tmp_path, "clean")
