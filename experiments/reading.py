@@ -24,7 +24,8 @@ import re
 from collections import Counter
 
 from generators.llm.toolcalls import parse_tool_calls, split_think
-from generators.synth.think import ASKS, KIND
+from generators.synth.think import ASKS
+from generators.synth.wording import KIND
 from generators.tools.base import GENERAL, parameters_of
 from generators.tools.compute import NAME as CALCULATOR
 from generators.tools.fill import roles_of

@@ -37,10 +37,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
+from generators.synth.cases import CASES
 from generators.tools.compute import COMPUTE
 
 ROUTES = ("single", "parallel", "sequential", "mixed")
-CASES = ("clean", "wrong_args", "wrong_tool", "escalation", "early_stop", "repeat", "unknown_tool")
 DEFAULT_CASE_MIX = {"clean": 0.4, "wrong_args": 0.15, "wrong_tool": 0.15, "escalation": 0.15, "early_stop": 0.15}
 DEFAULT_ROUTE_MIX = {"single": 0.1, "parallel": 0.2, "sequential": 0.45, "mixed": 0.25}
 
@@ -158,16 +158,8 @@ def structural_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[
 
 
 def allowed_cases(plan: Plan) -> list[str]:
-    """The cases a plan can take; an injected error always hits a lookup, never the calculator."""
-    allowed = ["clean", "wrong_args", "wrong_tool", "repeat"]
-    rounds = plan.lookups
-    if any(h.domain != "general" for r in rounds for h in r):
-        allowed.append("escalation")  # needs a specialised tool that can fall short
-    if len(rounds) >= 2 and len(rounds[0]) == 1 and len(rounds[1]) == 1:
-        allowed.append("early_stop")  # two hops planned, the first result already holds both
-    if any(h.domain != "general" for r in rounds[1:] for h in r):
-        allowed.append("unknown_tool")  # a later lookup of a known kind, whose tool a model may invent
-    return allowed
+    """The cases a plan can take (each case's own rule, generators/synth/cases.py)."""
+    return [name for name, case in CASES.items() if case.allows(plan.lookups)]
 
 
 def _unit(*parts) -> float:
@@ -183,7 +175,7 @@ def choose_case(plan: Plan, mix: dict[str, float], seed: int) -> str:
         return "clean"
     salt = ("case",) if not plan.variant else ("case", plan.variant)
     u, acc, total = _unit(seed, plan.triple_id, *salt), 0.0, sum(weights.values())
-    for c in CASES:
+    for c in CASES:  # the registry's order: a case added at its end leaves the draws of the others alone
         if c in weights:
             acc += weights[c] / total
             if u < acc:

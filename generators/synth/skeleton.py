@@ -2,24 +2,10 @@
 the program from a plan, the tool bank and the simulator. Only the reasoning (`<think>`)
 and the final answer wording are left as slots for the LLM.
 
-Cases (the error is injected at one hop, chosen per triple):
-  clean        every call is right the first time
-  wrong_args   the right tool with schema-breaking arguments; the next turn fixes them
-  wrong_tool   a tool of another domain (results miss the golden page); the next turn switches
-  escalation   wrong tool -> right tool with wrong arguments -> right tool, result
-               insufficient -> the general search, which finds it
-  early_stop   two lookups planned; the first result already holds both pages, so the
-               second lookup is skipped
-  repeat       a lookup made again with the same arguments, after the same think word for
-               word (as greedy decoding writes it when it loops); the same page comes back,
-               and the next think says it is the page already read before it goes on with
-               the plan. The repeated call is flagged `repeated_call`: SFT keeps its turn as
-               context only
-  unknown_tool a later lookup of a known kind calls a tool that is not offered, named after
-               the kind of its page as a model makes one up ("search_film"); the simulator
-               answers `unknown_tool`, and the next turn makes the lookup with the general
-               search. The invented call is flagged `unknown_tool`: SFT keeps its turn as
-               context only (train/configs.py `context_errors`)
+The reflection cases (clean, wrong_args, wrong_tool, escalation, early_stop, repeat,
+unknown_tool) are declared in generators/synth/cases.py: `build` runs one loop over the plan's
+rounds and asks the plan's case for its call at each hop, the turns that repair its error, and
+what comes after a round; a `Draft` is the skeleton in the making that a case acts on.
 
 A computed answer's skeleton ends with a turn that calls the calculator with the arithmetic
 (generators/tools/compute.py; slot kind `compute`); no case puts its error there.
@@ -36,52 +22,19 @@ slot does (every fact and the steps that decide the answer).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import random
 import re
 from dataclasses import dataclass, field, replace
 
+from generators.synth.cases import CASES
 from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
-from generators.tools.arguments import corrupt_arguments
+from generators.synth.steps import Call, Slot, Turn
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
 from generators.tools.compute import COMPUTE
 from generators.tools.fill import check_arguments, fill_arguments, roles_of
 from storage.schema import meta_of
-
-
-@dataclass
-class Call:
-    id: str
-    tool: dict  # the offered tool row
-    arguments: dict
-    hop: Hop
-    mode: str = "good"
-    golden: list[str] = field(default_factory=list)
-    supporting: list[str] = field(default_factory=list)
-    answers: list[str] = field(default_factory=list)
-    injected_error: str | None = None
-    result: str = ""
-
-    def replay_key(self) -> dict:
-        return {"tool": self.tool["name"], "mode": self.mode, "golden_doc_ids": self.golden,
-                "supporting": self.supporting, "answers": self.answers}
-
-
-@dataclass
-class Slot:
-    """A piece of text the LLM writes: `kind` says what the reasoning must cover."""
-
-    kind: str  # plan | next | fix_args | switch_tool | escalate | no_tool | early_stop | compute | final | answer
-    facts: dict  # with "again" (the repeat case): the lookups the turn before made a second time (set by `build`)
-    sources: list[str] | None = None  # question + earlier tool results (None: not recorded)
-
-
-@dataclass
-class Turn:
-    calls: list[Call]
-    slot: Slot
 
 
 @dataclass
@@ -123,19 +76,6 @@ def _operands(steps: list[str]) -> list[str]:
     return [n for s in steps for n in re.findall(r"\d[\d,]*", s)]
 
 
-# Tools a model makes up after the kind of page it wants (the unknown_tool case), by domain; each
-# becomes "search_<word>" unless a tool of the bank has that name.
-INVENTED = {"person": ("artist", "author", "director", "people"), "place": ("city", "country", "town"),
-            "organisation": ("company", "studio", "university"), "work": ("film", "book", "album", "song"),
-            "event": ("battle", "treaty", "festival"), "science": ("concept", "theory")}
-
-
-def _invented(rng: random.Random, domain: str, taken) -> str:
-    """A tool name a model could make up for a page of `domain`, which no tool in `taken` has."""
-    free = [n for n in [*(f"search_{w}" for w in INVENTED.get(domain, ())), f"search_{domain}_pages"] if n not in taken]
-    return rng.choice(free) if free else next(n for i in itertools.count() if (n := f"search_{domain}_{i}") not in taken)
-
-
 def _rng(seed: int, *parts) -> random.Random:
     h = hashlib.sha256(json.dumps([seed, *parts], sort_keys=True).encode()).hexdigest()
     return random.Random(int(h[:16], 16))
@@ -174,16 +114,6 @@ class SkeletonBuilder:
         return chosen, offered, wrong_tool
 
     # -- calls ---------------------------------------------------------------------------
-    def _call(self, sk_id: str, turn: int, j: int, tool: dict, args: dict, hop: Hop, ctx: dict,
-              mode: str = "good", golden: list[str] | None = None, injected: str | None = None) -> Call:
-        c = Call(id=f"call_{sk_id[:8]}_{turn}_{j}", tool=tool, arguments=args, hop=hop, mode=mode,
-                 golden=golden if golden is not None else [hop.doc_id],
-                 supporting=ctx["supporting"].get(hop.doc_id, []), answers=ctx["answers"][hop.doc_id],
-                 injected_error=injected)
-        c.result = self.sim.call(tool["name"], c.arguments, golden_doc_ids=c.golden, mode=c.mode,
-                                 supporting=c.supporting, answers=c.answers)
-        return c
-
     def _args(self, rng: random.Random, hop: Hop, tool: dict, top_k: bool = True) -> dict:
         """Arguments from the tool's schema (generators.tools.fill): the hop's query as the
         lookup and the entity name, every required argument filled; top_k at `top_k_rate`."""
@@ -213,51 +143,28 @@ class SkeletonBuilder:
         every fact and the steps that decide the answer (`Evidence.decisive`), marked
         `form: "facts"`: its think states them in one or two sentences. With `first_general` the first
         round's lookups go to the general search and the first think gives them no kind: no page has
-        said yet what those names are (an escalation keeps its domain tools: it shows one falling
-        short)."""
+        said yet what those names are (a case that `names_first_round`, the escalation, keeps its
+        domain tools: it shows one falling short)."""
         ev = evidence or Evidence()
-        shows = evidence is not None and every_step
-        salt = (plan.case,) if not plan.variant else (plan.case, plan.variant)  # a variant draws anew
-        rng = _rng(self.seed, plan.triple_id, *salt)
-        rounds, computed = plan.lookups, plan.computed  # searches, then the calculator call if any
-        unnamed = first_general and plan.case != "escalation"  # the first round's kinds are not known yet
+        case = CASES[plan.case]
+        d = Draft(self, plan, triple, ev, shows=evidence is not None and every_step)
+        computed = plan.computed  # the calculator call, after the searches (d.rounds), if any
+        unnamed = first_general and not case.names_first_round  # the first round's kinds are not known yet
         if unnamed:
-            rounds = [[replace(h, domain=GENERAL) for h in rounds[0]], *rounds[1:]]
+            d.rounds = [[replace(h, domain=GENERAL) for h in d.rounds[0]], *d.rounds[1:]]
+        d.unnamed = unnamed
+        rounds = d.rounds
         hops = [h for r in rounds for h in r]
         needed = list(dict.fromkeys(h.domain for h in hops))
-        if plan.case in ("escalation", "unknown_tool") or \
-                (plan.case == "early_stop" and rounds[0][0].domain != rounds[1][0].domain):
+        if case.needs_general(rounds):
             needed = list(dict.fromkeys(needed + [GENERAL]))
         if computed:
             needed.append(COMPUTE)
         wrong = None
-        if plan.case in ("wrong_tool", "escalation"):
-            wrong = rng.choice([d for d in DOMAINS if d not in needed and d != GENERAL and self.by_domain.get(d)])
-        chosen, offered, wrong_tool = self._offer(rng, needed, wrong)
-        # the hop where the case's error happens
-        if plan.case == "escalation":
-            target = rng.choice([h for h in hops if h.domain != GENERAL])
-        elif plan.case == "unknown_tool":  # after a page has said what the next lookup is
-            target = rng.choice([h for r in rounds[1:] for h in r if h.domain != GENERAL])
-        else:
-            target = rng.choice(rounds[rng.randrange(len(rounds))])
-
-        supporting: dict[str, list[str]] = {}
-        for f in triple.get("supporting_facts") or []:
-            supporting.setdefault(f["doc_id"], []).append(f["sentence"])
-        answers: dict[str, list[str]] = {}
-        for i, r in enumerate(rounds):
-            for h in r:  # what a lookup must not leak when it fails: the next entity, or the answer
-                answers[h.doc_id] = ([x.query for x in rounds[i + 1]] if i + 1 < len(rounds)
-                                     else [triple["answer"], *triple.get("aliases", [])])
-        ctx = {"supporting": supporting, "answers": answers}
-        sk_id = hashlib.sha256("|".join(map(str, (self.seed, plan.triple_id, *salt))).encode()).hexdigest()
-
-        def queries(i: int) -> list[str]:
-            return [h.query for h in rounds[i]] if i < len(rounds) else []
-
-        def kinds(i: int) -> list[str]:  # what each lookup of round i is, as the tool domains say
-            return [h.domain for h in rounds[i]] if i < len(rounds) and not (unnamed and i == 0) else []
+        if case.wrong_domain:
+            wrong = d.rng.choice([x for x in DOMAINS if x not in needed and x != GENERAL and self.by_domain.get(x)])
+        d.chosen, d.offered, d.wrong_tool = self._offer(d.rng, needed, wrong)
+        d.target = case.target(d.rng, rounds)  # the hop where the case's error happens
 
         phrases = _phrases(triple, rounds) if phrased and len(rounds) > 1 else {}
 
@@ -266,7 +173,7 @@ class SkeletonBuilder:
             place of their phrases: "the capital of the country that contains Thelesk" after the page
             about "Gromora" (the country that contains Thelesk) is "the capital of Gromora"."""
             out = phrases[q]
-            for x in sorted(queries(i), key=lambda x: -len(phrases[x])):
+            for x in sorted(d.queries(i), key=lambda x: -len(phrases[x])):
                 out = out.replace(phrases[x], x)
             return out
 
@@ -276,65 +183,50 @@ class SkeletonBuilder:
             each by the pages read just before it."""
             if not phrases:
                 return {}
-            return {"said": [local(q, i - 1) for q in queries(i)],
-                    "was": [local(q, i - 2) for q in queries(i - 1)] if i > 1 else []}
+            return {"said": [local(q, i - 1) for q in d.queries(i)],
+                    "was": [local(q, i - 2) for q in d.queries(i - 1)] if i > 1 else []}
 
-        turns: list[Turn] = []
         # a computed answer's plan says at once that its arithmetic goes to the calculator at the end
-        slot = Slot("plan", {"queries": queries(0), "kinds": kinds(0), **({"computes": True} if computed else {}),
+        slot = Slot("plan", {"queries": d.queries(0), "kinds": d.kinds(0), **({"computes": True} if computed else {}),
                              **({"path": [[phrases[h.query] for h in r] for r in rounds[1:]]} if phrases else {})})
-        skipped = None
-        ri = last = 0  # last: rounds read when the last round that was not an early stop came back
+        ri = last = 0  # last: rounds read when the last round that the case did not cut short came back
         while ri < len(rounds):
-            t, calls = len(turns), []
+            calls = []
             for j, hop in enumerate(rounds[ri]):
-                tool = chosen[hop.domain]
-                if plan.case == "early_stop" and ri == 0:
-                    nxt = rounds[1][0]
-                    both = tool if nxt.domain == hop.domain else chosen[GENERAL]
-                    calls.append(self._call(sk_id, t, j, both, self._args(rng, hop, both), hop, ctx,
-                                            golden=[hop.doc_id, nxt.doc_id]))
-                elif hop is target and plan.case == "wrong_args":
-                    bad, kind = corrupt_arguments(tool, self._args(rng, hop, tool), None, rng)
-                    calls.append(self._call(sk_id, t, j, tool, bad, hop, ctx, injected=f"wrong_args:{kind}"))
-                elif hop is target and plan.case == "unknown_tool":
-                    made_up = {"name": _invented(rng, hop.domain, set(self.sim.tools) | {o["name"] for o in offered})}
-                    calls.append(self._call(sk_id, t, j, made_up, {"query": hop.query}, hop, ctx, mode="bad",
-                                            injected="unknown_tool"))
-                elif hop is target and plan.case in ("wrong_tool", "escalation"):
-                    calls.append(self._call(sk_id, t, j, wrong_tool, self._args(rng, hop, wrong_tool, False), hop, ctx,
-                                            mode="bad", injected="wrong_tool"))
-                else:
-                    calls.append(self._call(sk_id, t, j, tool, self._args(rng, hop, tool), hop, ctx))
-            turns.append(Turn(calls, slot))
-            self._repairs(turns, rng, plan, chosen, ctx)
-            if plan.case == "repeat":
-                self._repeat(turns, calls, target, sk_id)
+                call = case.call(d, ri, j, hop)
+                if call is None:
+                    tool = d.chosen[hop.domain]
+                    call = d.call(j, tool, d.args(hop, tool), hop)
+                calls.append(call)
+            d.turns.append(Turn(calls, slot))
+            bad = next((c for c in calls if c.injected_error), None)
+            if bad is not None:
+                case.repair(d, bad)
+            case.after_round(d, calls)
             found = [c.hop.query for c in calls]
-            if plan.case == "early_stop" and ri == 0:
-                skipped, ri = rounds[1][0].query, 2
-                slot = Slot("early_stop", {"found": found + [skipped], "skipped": skipped, "queries": queries(ri),
-                                           "kinds": kinds(ri),
-                                           "read": _read(ev, rounds[0] + rounds[1]) if shows else []})
+            step = case.next_slot(d, ri, found)
+            if step is not None:
+                slot, ri = step
             else:
                 ri += 1
                 last = ri
-                slot = Slot("next", {"found": found, "queries": queries(ri), "kinds": kinds(ri), **said(ri),
-                                     "read": _read(ev, rounds[ri - 1]) if shows else []})
+                slot = Slot("next", {"found": found, "queries": d.queries(ri), "kinds": d.kinds(ri), **said(ri),
+                                     "read": d.read(rounds[ri - 1])})
             if computed and ri == len(rounds) - 1:  # it announces the last lookup: the calculator comes next
                 slot.facts["computes"] = True
+        turns = d.turns
         if computed:  # the arithmetic goes to the calculator, whose result the final think reads
             slot = Slot("compute", {**slot.facts, "expression": computed.query, "queries": [],
                                     "operands": _operands([computed.query])})
-            tool = chosen[COMPUTE]
-            call = Call(id=f"call_{sk_id[:8]}_{len(turns)}_0", tool=tool, hop=computed, golden=[],
+            tool = d.chosen[COMPUTE]
+            call = Call(id=d.call_id(0), tool=tool, hop=computed, golden=[],
                         arguments={roles_of(parameters_of(tool)).lookup: computed.query})
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
-        ended = {"last": queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
+        ended = {"last": d.queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}
         if ended and len(ended["last"]) == 1 and last > 1:  # what the question asks of the last page
             ended["asks"] = _asks(triple["question"], phrases[ended["last"][0]], ended["last"][0])
-        if shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
+        if d.shows or (phrased and evidence is not None and not ev.computed):  # every fact and the derivation
             told = {"facts": ev.facts, "steps": ev.steps, "required": ev.required, "quoted": ev.quoted}
             if ended and ev.read:  # plan, at the end of its lookups: what the last pages say gives the answer
                 facts = _read(ev, rounds[last - 1])
@@ -346,7 +238,7 @@ class SkeletonBuilder:
         else:  # brief: only a computed answer's arithmetic
             told = {"steps": ev.steps, "required": _operands(ev.steps)} if ev.computed else {}
         final = Slot("final", {"found": list(dict.fromkeys(h.query for h in hops)), "answer": triple["answer"], **ended,
-                               "skipped": skipped, "question": triple["question"], **told})
+                               "skipped": d.skipped, "question": triple["question"], **told})
         answer = Slot("answer", {"answer": triple["answer"], "aliases": list(triple.get("aliases", []))})
         for turn, after in zip(turns, [t.slot for t in turns[1:]] + [final]):  # the think after a repeat names it
             again = [c.hop.query for c in turn.calls if c.injected_error == "repeated_call"]
@@ -361,49 +253,73 @@ class SkeletonBuilder:
             for sl in [t.slot for t in turns] + [final]:
                 sl.facts["years"] = True
         correct = list(dict.fromkeys(c.tool["name"] for t in turns for c in t.calls if not c.injected_error))
-        return Skeleton(plan, triple, offered, correct, turns, final, answer, self.seed,
-                        [chosen[d]["name"] for d in needed])
+        return Skeleton(plan, triple, d.offered, correct, turns, final, answer, self.seed,
+                        [d.chosen[x]["name"] for x in needed])
 
-    def _repeat(self, turns: list[Turn], calls: list[Call], target: Hop, sk_id: str) -> None:
-        """The repeat case: when the round just made holds the target lookup, the same turn again
-        (the same think, the same call) with the same result."""
-        first = next((c for c in calls if c.hop is target), None)
-        if first is not None:
-            c = replace(first, id=f"call_{sk_id[:8]}_{len(turns)}_0", injected_error="repeated_call")
-            turns.append(Turn([c], replace(turns[-1].slot, facts=dict(turns[-1].slot.facts))))
 
-    def _repairs(self, turns: list[Turn], rng: random.Random, plan: Plan, chosen: dict, ctx: dict) -> None:
-        """After a turn with an injected error, append the turns that repair it."""
-        bad = next((c for c in turns[-1].calls if c.injected_error), None)
-        if bad is None:
-            return
-        sk_id = bad.id.split("_")[1]
-        hop, tool = bad.hop, chosen[bad.hop.domain]
+class Draft:
+    """A skeleton in the making, which `SkeletonBuilder.build` and the plan's reflection case
+    (generators/synth/cases.py) act on: the rounds of lookups, the tools chosen per domain and
+    offered, the case's target hop and wrong tool, the turns so far, and the draws (`rng`)."""
 
-        def add(slot: Slot, args: dict, use: dict | None = None, **kw) -> Call:
-            call = self._call(sk_id, len(turns), 0, use or tool, args, hop, ctx, **kw)
-            turns.append(Turn([call], slot))
-            return call
+    def __init__(self, builder: SkeletonBuilder, plan: Plan, triple: dict, evidence: Evidence, shows: bool):
+        self.builder, self.plan, self.ev, self.shows = builder, plan, evidence, shows
+        salt = (plan.case,) if not plan.variant else (plan.case, plan.variant)  # a variant draws anew
+        self.rng = _rng(builder.seed, plan.triple_id, *salt)
+        self.sk_id = hashlib.sha256("|".join(map(str, (builder.seed, plan.triple_id, *salt))).encode()).hexdigest()
+        self.rounds: list[list[Hop]] = plan.lookups  # searches (the calculator's round is not among them)
+        self.unnamed = False
+        self.turns: list[Turn] = []
+        self.chosen: dict[str, dict] = {}
+        self.offered: list[dict] = []
+        self.wrong_tool: dict | None = None
+        self.target: Hop | None = None
+        self.skipped: str | None = None  # a lookup an early stop skipped
+        supporting: dict[str, list[str]] = {}
+        for f in triple.get("supporting_facts") or []:
+            supporting.setdefault(f["doc_id"], []).append(f["sentence"])
+        self.supporting = supporting
+        self.answers: dict[str, list[str]] = {}
+        for i, r in enumerate(self.rounds):
+            for h in r:  # what a lookup must not leak when it fails: the next entity, or the answer
+                self.answers[h.doc_id] = ([x.query for x in self.rounds[i + 1]] if i + 1 < len(self.rounds)
+                                          else [triple["answer"], *triple.get("aliases", [])])
 
-        def detail(call: Call) -> str:
-            return json.loads(call.result).get("detail", "")
+    def queries(self, i: int) -> list[str]:
+        return [h.query for h in self.rounds[i]] if i < len(self.rounds) else []
 
-        if bad.injected_error == "unknown_tool":
-            add(Slot("no_tool", {"tool": bad.tool["name"], "general": chosen[GENERAL]["name"], "query": hop.query}),
-                self._args(rng, hop, chosen[GENERAL]), use=chosen[GENERAL])
-            return
-        if bad.injected_error.startswith("wrong_args"):
-            add(Slot("fix_args", {"tool": tool["name"], "error": detail(bad), "query": hop.query}),
-                self._args(rng, hop, tool))
-            return
-        switch = Slot("switch_tool", {"wrong_tool": bad.tool["name"], "tool": tool["name"], "query": hop.query})
-        if plan.case == "wrong_tool":
-            add(switch, self._args(rng, hop, tool))
-            return
-        # escalation: right tool with wrong arguments, then an insufficient result, then general search
-        wrong_args, kind = corrupt_arguments(tool, self._args(rng, hop, tool), None, rng)
-        failed = add(switch, wrong_args, injected=f"wrong_args:{kind}")
-        add(Slot("fix_args", {"tool": tool["name"], "error": detail(failed), "query": hop.query}),
-            self._args(rng, hop, tool), mode="insufficient")
-        add(Slot("escalate", {"tool": tool["name"], "general": chosen[GENERAL]["name"], "query": hop.query}),
-            self._args(rng, hop, chosen[GENERAL]), use=chosen[GENERAL])
+    def kinds(self, i: int) -> list[str]:
+        """What each lookup of round i is, as the tool domains say (nothing for an unnamed first round)."""
+        return [h.domain for h in self.rounds[i]] if i < len(self.rounds) and not (self.unnamed and i == 0) else []
+
+    def read(self, hops: list[Hop]) -> list[str]:
+        """What the pages of `hops` state, when the slots show it (--reasoning evidence)."""
+        return _read(self.ev, hops) if self.shows else []
+
+    def call_id(self, j: int) -> str:
+        return f"call_{self.sk_id[:8]}_{len(self.turns)}_{j}"
+
+    def call(self, j: int, tool: dict, args: dict, hop: Hop, mode: str = "good", golden: list[str] | None = None,
+             injected: str | None = None) -> Call:
+        """Call j of the next turn, answered by the simulator."""
+        c = Call(id=self.call_id(j), tool=tool, arguments=args, hop=hop, mode=mode,
+                 golden=golden if golden is not None else [hop.doc_id],
+                 supporting=self.supporting.get(hop.doc_id, []), answers=self.answers[hop.doc_id],
+                 injected_error=injected)
+        c.result = self.builder.sim.call(tool["name"], c.arguments, golden_doc_ids=c.golden, mode=c.mode,
+                                         supporting=c.supporting, answers=c.answers)
+        return c
+
+    def args(self, hop: Hop, tool: dict, top_k: bool = True) -> dict:
+        return self.builder._args(self.rng, hop, tool, top_k)
+
+    def slot(self, kind: str, facts: dict) -> Slot:
+        return Slot(kind, facts)
+
+    def add(self, slot: Slot, call: Call) -> None:
+        """A turn of one call after the think of `slot`."""
+        self.turns.append(Turn([call], slot))
+
+    def taken_names(self) -> set[str]:
+        """The names of every tool the simulator knows and every tool offered."""
+        return set(self.builder.sim.tools) | {o["name"] for o in self.offered}

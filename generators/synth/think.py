@@ -60,9 +60,10 @@ from __future__ import annotations
 import re
 
 from generators.answers import match
-from generators.corpus.templates import TEMPLATES
+from generators.synth.cases import opening, slot_texts
 from generators.synth.grounding import Sources, missing
 from generators.synth.skeleton import Slot
+from generators.synth.wording import and_list, clause_list, clauses, page_says, quoted, reads, then_compute, with_kinds
 
 SYSTEM = ("You write the private reasoning of an assistant that answers questions by searching. "
           "Write one to three short sentences in the first person. Say what you look for and why, "
@@ -74,82 +75,16 @@ _BAD = re.compile(r"[<>{}\[\]`]|\b(?:tool_call|json)\b", re.I)
 MAX_CHARS = 600
 
 
-def _names(xs: list[str]) -> str:
-    """'A', 'A and B', 'A, B and C'."""
-    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
-
-
-def _join(xs: list[str]) -> str:
-    """The names quoted: '"A" and "B"'."""
-    return _names([f'"{x}"' for x in xs])
-
-
-# the words a page sentence starts with when it does not start with its subject ("As of the last
-# census, ...", "Notable people born in ..."): lower-cased when the sentence becomes a clause
-_OPENERS = {"The"} | {t.text.split()[0] for t in TEMPLATES if not t.text.startswith("{")}
-
-
-def _clause_list(sentences: list[str]) -> list[str]:
-    """Fact sentences as clauses: no full stop, an opening word of the page templates in lower case."""
-    out = []
-    for s in sentences:
-        s = s.strip()
-        s = s[:-1] if s.endswith(".") and not s.endswith('."') else s
-        first = s.split(" ", 1)[0]
-        out.append(first.lower() + s[len(first):] if first in _OPENERS else s)
-    return out
-
-
-def _clauses(sentences: list[str]) -> str:
-    """Fact sentences as clauses of one sentence ("A is in B and B has 16 provinces")."""
-    return _names(_clause_list(sentences))
-
-
-def _clip(text: str, n: int) -> str:
-    """`text` cut to at most `n` characters at a space (no half word or half number)."""
-    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0]
-
-
-KIND = {"person": ("a person", "people"), "place": ("a place", "places"),
-        "organisation": ("an organisation", "organisations"), "work": ("a creative work", "creative works"),
-        "event": ("an event", "events"), "science": ("a scientific concept", "scientific concepts"),
-        "general": ("a page of any kind", "pages of any kind")}
-
-
-def _what(names: list[str], kinds: list[str] | None, quote: bool = True) -> str:
-    """The names of the next lookups with what each one is, which tells the tool that finds it:
-    '"Dasta", a creative work', '"A" and "B", both places', '"A" (a person) and "B" (a place)'."""
-    said = _join(names) if quote else _names(names)
-    kinds = [k for k in kinds or [] if k in KIND]
-    if len(kinds) != len(names) or not names:
-        return said
-    if len(set(kinds)) == 1:
-        one, many = KIND[kinds[0]]
-        return f"{said}, {one}" if len(names) == 1 else f"{said}, {'both' if len(names) == 2 else 'all'} {many}"
-    parts = [f'{chr(34) + n + chr(34) if quote else n} ({KIND[k][0]})' for n, k in zip(names, kinds)]
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def _reads(f: dict) -> str:
-    """What the last result says, for a prompt."""
-    return " ".join(f.get("read") or [])
-
-
-def _then(f: dict) -> str:
-    """', then compute ...' when the lookup a slot announces is a computed answer's last one."""
-    return ", then compute the answer with the calculator" if f.get("computes") else ""
-
-
 def _path(f: dict) -> str:
     """', then the founder of Dasta and ..., then the calculator': the lookups after the first
     round, as the question names them (the plan's `path`), then the calculator if it computes."""
     end = ", then the calculator" if f.get("computes") else ""
-    return "".join(f", then {_names(r)}" for r in f.get("path") or []) + end
+    return "".join(f", then {and_list(r)}" for r in f.get("path") or []) + end
 
 
 def _was(f: dict) -> str:
     """', the founder of Dasta': what the question calls the pages just read (after the first round)."""
-    return f", {_names(f['was'])}" if f.get("was") else ""
+    return f", {and_list(f['was'])}" if f.get("was") else ""
 
 
 def _said(f: dict) -> str:
@@ -169,54 +104,29 @@ def _now(f: dict) -> str:
     return f" The question is now: {f['asks']}" if f.get("asks") else ""
 
 
-def _again(f: dict) -> str:
-    """'This is the same page about "B" as before, so I will not search for it again. ': the first
-    words of the think after a repeated lookup (the repeat case), else ''."""
-    if not f.get("again"):
-        return ""
-    many = len(f["again"]) > 1
-    return (f"This is the same {'pages' if many else 'page'} about {_join(f['again'])} as before, so I will not "
-            f"search for {'them' if many else 'it'} again. ")
-
-
 def describe(slot: Slot) -> str:
     """What the reasoning for this slot must say, in plain words (also the prompt's task)."""
-    return _again(slot.facts) + _describe(slot)
+    return opening(slot.facts) + _describe(slot)
 
 
 def _describe(slot: Slot) -> str:
     f = slot.facts
+    case_text = slot_texts().get(slot.kind)  # a slot a reflection case adds
+    if case_text is not None:
+        return case_text.describe(f)
     if slot.kind == "plan":
         last = " Last step: compute the answer with the calculator." if f.get("computes") else ""
-        path = f"The question needs {_join(f['queries'])}{_path(f)}. " if f.get("path") else ""
-        return f"{path}First step: look up {_what(f['queries'], f.get('kinds'))} with the search tools.{last}"
+        path = f"The question needs {quoted(f['queries'])}{_path(f)}. " if f.get("path") else ""
+        return f"{path}First step: look up {with_kinds(f['queries'], f.get('kinds'))} with the search tools.{last}"
     if slot.kind == "next":
-        says = f" It says: {_reads(f)}" if f.get("read") else f" {_said(f)}." if f.get("said") else ""
-        return (f"The last search found the page about {_join(f['found'])}{_was(f)}.{says} "
-                f"Next step: look up {_what(f['queries'], f.get('kinds'))}{_then(f)}.")
-    if slot.kind == "fix_args":
-        return (f"The call to {f['tool']} failed because its arguments were invalid ({_clip(f['error'], 120)}). "
-                f"Next step: call {f['tool']} again with a proper query for \"{f['query']}\".")
-    if slot.kind == "switch_tool":
-        return (f"The tool {f['wrong_tool']} searches the wrong kind of pages and did not find \"{f['query']}\". "
-                f"Next step: use {f['tool']} instead.")
-    if slot.kind == "no_tool":
-        return (f"There is no tool named {f['tool']}, so the call failed. "
-                f"Next step: search for \"{f['query']}\" with the general search {f['general']}, "
-                f"which finds pages of any kind.")
-    if slot.kind == "escalate":
-        return (f"{f['tool']} returned pages that do not contain the needed fact about \"{f['query']}\". "
-                f"Next step: try the general search {f['general']}.")
-    if slot.kind == "early_stop":
-        rest = f" Next step: look up {_join(f['queries'])}{_then(f)}." if f["queries"] else ""
-        says = f" It says: {_reads(f)}" if f.get("read") else ""
-        return (f"I had planned to look up \"{f['skipped']}\" next, but the last result already contains that "
-                f"page, so that search is not needed.{says}{rest}")
+        says = f" It says: {reads(f)}" if f.get("read") else f" {_said(f)}." if f.get("said") else ""
+        return (f"The last search found the page about {quoted(f['found'])}{_was(f)}.{says} "
+                f"Next step: look up {with_kinds(f['queries'], f.get('kinds'))}{then_compute(f)}.")
     if slot.kind == "compute":
-        says = f" It says: {_reads(f)}" if f.get("read") else ""
+        says = f" It says: {reads(f)}" if f.get("read") else ""
         skipped = f" It already covers \"{f['skipped']}\", so that search is not needed." if f.get("skipped") else ""
         found = [x for x in f["found"] if x != f.get("skipped")]
-        return (f"The last search found the page about {_join(found)}.{skipped}{says} "
+        return (f"The last search found the page about {quoted(found)}.{skipped}{says} "
                 f"Next step: compute {f['expression']} with the calculator.")
     if slot.kind == "final":
         if f.get("facts"):
@@ -225,10 +135,10 @@ def _describe(slot: Slot) -> str:
             return (f"{asks + ' ' if asks else ''}The pages say: {' '.join(f['facts'])} {how + ' ' if how else ''}The answer is {f['answer']}. "
                     f"State these facts{', then the comparison or calculation' if how else ''}, then the answer{short}.")
         if f.get("steps"):  # brief: a computed answer
-            return (f"The pages about {_join(f['found'])} give everything needed. The answer is computed: "
+            return (f"The pages about {quoted(f['found'])} give everything needed. The answer is computed: "
                     f"{' '.join(f['steps'])} Write the calculation, then conclude that the answer is {f['answer']}.")
         early = f" The search for \"{f['skipped']}\" was skipped because an earlier result covered it." if f.get("skipped") else ""
-        return (f"The pages about {_join(f['found'])} give everything needed.{early} "
+        return (f"The pages about {quoted(f['found'])} give everything needed.{early} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "answer":
         return f"Write only the short answer phrase meaning: {f['answer']}"
@@ -242,18 +152,13 @@ def _after_results(found: list[str], read: list[str] | None, then: str, skipped:
     founder of A was born, which is "C", so now I need to {then}.'"""
     plan = plan or {}
     said = _said(plan)
-    says = f" {_says(found, read)}, so" if read else f" {said}, so" if said else ""
+    says = f" {page_says(found, read)}, so" if read else f" {said}, so" if said else ""
     return f"{_result(found, plan)}{skipped}{says} {'n' if says else 'N'}ow I need to {then}."
-
-
-def _says(pages: list[str], facts: list[str]) -> str:
-    """'It says A is in B' ('They say ...' for several pages): what the pages just read state."""
-    return f"{'They say' if len(pages) > 1 else 'It says'} {_clauses(facts)}"
 
 
 def _result(found: list[str], plan: dict) -> str:
     """'The result has the page about "B", the founder of A.' (what the question calls it, if known)."""
-    return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {_join(found)}{_was(plan)}."
+    return f"The result{'s have the pages' if len(found) > 1 else ' has the page'} about {quoted(found)}{_was(plan)}."
 
 
 def _stated(f: dict) -> str:
@@ -263,11 +168,11 @@ def _stated(f: dict) -> str:
     1855; Findavia is governed from its capital, Verath; and Verath was founded in 1321. 1855 is later
     than 1321, so the answer is Tethonia.'); a chain's facts are its derivation ('..., so the answer
     is X.')."""
-    parts = _clause_list(f["facts"])
+    parts = clause_list(f["facts"])
     if len(parts) > 1 and any("," in p for p in parts):  # "A is governed from its capital, B; B was founded ..."
         facts = "; ".join(parts[:-1]) + "; and " + parts[-1]
     else:
-        facts = _names(parts)
+        facts = and_list(parts)
     said = f"{'The pages say' if len(f['found']) > 1 else 'The page says'} {facts}"
     how = " ".join(s.strip() for s in f.get("steps") or []).removesuffix(".")
     return f"{said}{'. ' + how if how else ''}, so the answer is {f['answer']}."
@@ -287,53 +192,49 @@ def lead(slot: Slot, text: str, first: bool = True) -> str:
 
 def template(slot: Slot) -> str:
     """The reasoning written by the program, used when the LLM's text is unusable."""
-    return _again(slot.facts) + _template(slot)
+    return opening(slot.facts) + _template(slot)
 
 
 def _template(slot: Slot) -> str:
     f = slot.facts
+    case_text = slot_texts().get(slot.kind)
+    if case_text is not None and case_text.template is not None:
+        return case_text.template(f)
     if slot.kind == "plan":
         if f.get("path"):
-            return (f"To answer this I need {_join(f['queries'])}{_path(f)}. "
-                    f"First I will search for {_what(f['queries'], f.get('kinds'))}.")
+            return (f"To answer this I need {quoted(f['queries'])}{_path(f)}. "
+                    f"First I will search for {with_kinds(f['queries'], f.get('kinds'))}.")
         if f.get("computes"):
-            return (f"I will search for {_what(f['queries'], f.get('kinds'))} first, "
+            return (f"I will search for {with_kinds(f['queries'], f.get('kinds'))} first, "
                     f"and at the end compute the answer with the calculator.")
         them = "them" if len(f["queries"]) > 1 else "it"
-        return (f"To answer this I need to look up {_what(f['queries'], f.get('kinds'))}. "
+        return (f"To answer this I need to look up {with_kinds(f['queries'], f.get('kinds'))}. "
                 f"I will search for {them} first.")
     if slot.kind == "next":
-        return _after_results(f["found"], f.get("read"), f"look up {_what(f['queries'], f.get('kinds'))}{_then(f)}",
+        return _after_results(f["found"], f.get("read"), f"look up {with_kinds(f['queries'], f.get('kinds'))}{then_compute(f)}",
                               plan=f)
     if slot.kind == "compute":  # after the last lookup, or after an early stop that skipped it
         found = [x for x in f["found"] if x != f.get("skipped")]
         skipped = f" It already has the page about \"{f['skipped']}\" too." if f.get("skipped") else ""
         return _after_results(found, f.get("read"), f"compute {f['expression']} with the calculator", skipped,
                               plan=f if not skipped else None)
-    if slot.kind == "early_stop" and f.get("read"):
-        rest = f" Now I need to look up {_what(f['queries'], f.get('kinds'))}{_then(f)}." if f["queries"] else ""
-        return (f"The result already has the page about \"{f['skipped']}\" too. {_says([f['skipped']], f['read'])}, "
-                f"so I do not need to search for \"{f['skipped']}\".{rest}")
     if slot.kind == "final" and f.get("form") == "facts":
         return _stated(f)
     if slot.kind == "final" and f.get("last") and not f.get("facts") and not f.get("steps"):  # brief, planned
-        return (f"{_result(f['last'], f)} {_said(f)}, so the pages about {_join(f['found'])} give everything needed. "
+        return (f"{_result(f['last'], f)} {_said(f)}, so the pages about {quoted(f['found'])} give everything needed. "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("steps") and not f.get("facts"):  # brief: a computed answer's arithmetic
-        return (f"The pages about {_join(f['found'])} give everything needed. {' '.join(f['steps'])} "
+        return (f"The pages about {quoted(f['found'])} give everything needed. {' '.join(f['steps'])} "
                 f"Conclude that the answer is {f['answer']}.")
     if slot.kind == "final" and f.get("last") and f.get("facts"):  # plan: the last pages give the answer
-        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {_says(f['last'], f['facts'])}"
+        says = f"{_result(f['last'], f)} {_said(f)}.{_now(f)} {page_says(f['last'], f['facts'])}"
         if f.get("steps"):  # a comparison of what they say
             return f"{says}. {' '.join(f['steps'])} So the answer is {f['answer']}."
         return f"{says}, so the answer is {f['answer']}."
     if slot.kind == "final" and f.get("facts"):
-        said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {_clauses(f['facts'])}."
-        return " ".join([f"The pages about {_join(f['found'])} give everything needed.", said,
+        said = " ".join(f["facts"]) if not f.get("quoted") else f"They say {clauses(f['facts'])}."
+        return " ".join([f"The pages about {quoted(f['found'])} give everything needed.", said,
                          *(f.get("steps") or []), f"So the answer is {f['answer']}."])
-    if slot.kind == "no_tool":
-        return (f"There is no tool named {f['tool']}. The general search {f['general']} finds pages of any kind, "
-                f"so now I will search for \"{f['query']}\" with it.")
     if slot.kind == "answer":
         return f["answer"]
     return _describe(slot).replace("Next step: ", "So I will ").replace("First step: ", "I will ")
@@ -355,10 +256,9 @@ def key_terms(slot: Slot) -> list[str]:
     f = slot.facts
     if slot.kind in ("plan", "next"):
         return list(f.get("queries") or f.get("found") or [])
-    if slot.kind in ("fix_args", "switch_tool", "escalate", "no_tool"):
-        return [f["query"], f.get("tool", ""), f.get("general", "")]
-    if slot.kind == "early_stop":
-        return [f["skipped"], *f.get("queries", [])]
+    case_text = slot_texts().get(slot.kind)
+    if case_text is not None:
+        return case_text.terms(f)
     if slot.kind == "compute":
         return [f["expression"], *f["operands"]]
     if slot.kind == "final":

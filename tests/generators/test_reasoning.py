@@ -21,7 +21,8 @@ from generators.synth.grounding import Sources
 from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.synth.tally import Tally
-from generators.synth.think import KIND, clean_think, describe, template, ungrounded
+from generators.synth.wording import KIND
+from generators.synth.think import clean_think, describe, template, ungrounded
 from generators.tools.bank import build_bank
 
 

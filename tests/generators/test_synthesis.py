@@ -14,7 +14,7 @@ from generators.corpus.build import WorldConfig, write
 from generators.llm.scripted import ScriptedBackend
 from generators.llm.toolcalls import parse_tool_calls
 from generators.synth import plan as planning
-from generators.synth.skeleton import INVENTED, _invented
+from generators.synth.cases import INVENTED, invented
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.synth.tally import mix_report
 from generators.tools.bank import build_bank
@@ -210,6 +210,6 @@ def test_a_made_up_tool_name_is_never_one_the_bank_has():
     taken by the bank or the offer is skipped, and when every usual one is taken a numbered one is made."""
     rng = random.Random(0)
     usual = {f"search_{w}" for w in INVENTED["work"]} | {"search_work_pages"}
-    assert {_invented(rng, "work", set()) for _ in range(50)} == usual
-    assert _invented(rng, "work", usual - {"search_book"}) == "search_book"
-    assert _invented(rng, "work", usual | {"search_work_0"}) == "search_work_1"
+    assert {invented(rng, "work", set()) for _ in range(50)} == usual
+    assert invented(rng, "work", usual - {"search_book"}) == "search_book"
+    assert invented(rng, "work", usual | {"search_work_0"}) == "search_work_1"
