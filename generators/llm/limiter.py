@@ -11,6 +11,11 @@ client kept in flight before it adapted). A few 503s spread at random (a flaky p
 of answers rarely make a quarter of a window) do not shrink it; an overloaded server that
 answers many requests 503 or slowly does. A fixed limit (`fixed=True`) never moves.
 
+An endpoint that refused or dropped a connection is down (`mark_down`: a restart, a server
+that went away): until one request to it succeeds (`mark_up`) it takes one request at a time,
+the probe, and the others wait in the queue (or go to other endpoints) instead of each
+retrying against a closed port; its limit is kept for when it is back.
+
 `Slots` hands out endpoints in arrival order (retries first) to whoever waits, each
 endpoint up to its limit, the emptiest first, so requests spread over several servers.
 
@@ -47,13 +52,25 @@ class AdaptiveLimit:
         self._overloads = 0
         self._skip = 0
         self.changes = 0
+        self.down = False  # refused or dropped a connection; one request at a time until one succeeds
+        self.probing = False  # a request holds the one slot of a down endpoint and tries it again
 
     @property
     def limit(self) -> int:
         return max(self.low, int(self.value))
 
     def has_room(self) -> bool:
-        return self.inflight < self.limit
+        return self.room() > 0
+
+    def room(self) -> int:
+        """Requests it may take now: one probe at a time while it is down."""
+        return (1 if self.down else self.limit) - self.inflight
+
+    def mark_down(self) -> None:
+        self.down = True
+
+    def mark_up(self) -> None:
+        self.down = self.probing = False
 
     def enter(self) -> None:
         self.inflight += 1
@@ -106,7 +123,7 @@ class Slots:
     def _pick(self) -> int | None:
         best, room = None, 0.0
         for k, lim in enumerate(self.limits):
-            free = (lim.limit - lim.inflight) / lim.limit
+            free = lim.room() / lim.limit if not lim.down else lim.room() / lim.limit / 2  # up ones first
             if free > room:
                 best, room = k, free
         return best

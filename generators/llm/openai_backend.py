@@ -13,7 +13,8 @@ server over any backend) and hosted APIs. It keeps the engine busy:
   with the most room, a retry possibly to another.
 - Transient failures (429, 5xx, timeouts, dropped connections, malformed answers:
   "bad_response") are retried with exponential backoff and jitter, honouring Retry-After,
-  and counted (`usage.retries`). Any other 4xx stops every request in flight at once with
+  and counted (`usage.retries`). An endpoint that refuses or drops connections (a restart)
+  takes one probe request at a time until it answers; the rest wait for it. Any other 4xx stops every request in flight at once with
   one line naming the server and the request (`BackendError`).
 - With a `journal` (storage/journal.py), every completed answer is journaled as it
   arrives, keyed by `request_key` (a hash of the request body, seed included), and a
@@ -137,7 +138,7 @@ class OpenAIBackend:
         except asyncio.TimeoutError:
             raise _Retryable(f"timeout after {self.timeout:g} s", overload=True) from None
         except aiohttp.ClientError as e:
-            raise _Retryable(f"connection: {type(e).__name__}: {e}") from None
+            raise _Retryable(f"connection: {type(e).__name__}: {e}", down=True) from None
         if status == 200:
             return parse_response(text, req.n, req.logprobs)
         msg = error_message(text)
@@ -151,38 +152,59 @@ class OpenAIBackend:
                            f"{str(req.messages[-1].get('content'))[:60]!r}]")
 
     async def _request(self, index: int, req: ChatRequest, key: str) -> list[Completion]:
-        attempt = 0
+        attempt, k, probe = 0, None, False  # probe: this request holds a down endpoint's one slot
         while True:
-            k = await self._slots.acquire(first=attempt > 0)
-            t0, error, result = time.monotonic(), None, None
+            if k is None:
+                k = await self._slots.acquire(first=attempt > 0)
+            lim, t0, error, result = self.limits[k], time.monotonic(), None, None
             try:
                 result = await self._attempt(k, index, req)
             except _Retryable as e:
                 error = e
-            except BackendError:
-                self.usage.failures += 1
+            except BaseException as e:  # not retried (BackendError), or the batch was cancelled
+                self.usage.failures += isinstance(e, BackendError)
+                self._give_back(k, probe)
                 raise
-            finally:
-                if result is not None:
-                    self.limits[k].observe((time.monotonic() - t0) / max(1, result.completion_tokens))
-                elif error is not None:
-                    self.limits[k].observe(None, overload=error.overload)
+            if result is not None:
+                lim.observe((time.monotonic() - t0) / max(1, result.completion_tokens))
+                lim.mark_up()  # back (or never gone): the queue gets its room again
                 self._slots.release(k)
-            if error is None:
                 break
+            lim.observe(None, overload=error.overload)
+            if error.down:  # one request keeps trying it; the others wait for it instead of retrying
+                lim.mark_down()
+                if not lim.probing:
+                    lim.probing = probe = True
             if attempt >= self.max_retries:
                 self.usage.failures += 1
+                self._give_back(k, probe)
                 raise BackendError(f"{self.urls[k]}: request {index}: gave up after {attempt + 1} attempts; "
                                    f"last error: {error.reason}")
-            await asyncio.sleep(self._delay(attempt, error.retry_after))
-            attempt += 1
             self.usage.retries += 1
+            attempt += 1
+            if not probe:
+                self._slots.release(k)
+                k = None
+                if lim.down:  # it waits in the queue for the probe (or another endpoint), no backoff of its own
+                    continue
+            try:
+                await asyncio.sleep(self._delay(attempt - 1, error.retry_after))
+            except BaseException:
+                if probe:
+                    self._give_back(k, probe)
+                raise
         self.usage.requests += 1
         self.usage.prompt_tokens += result.prompt_tokens
         self.usage.completion_tokens += result.completion_tokens
         if self.journal is not None:
             self.journal.put(key, [c.to_dict() for c in result.completions])
         return result.completions
+
+    def _give_back(self, k: int, probe: bool) -> None:
+        """Release endpoint k's slot; a probe that ends without an answer lets another probe."""
+        if probe:
+            self.limits[k].probing = False
+        self._slots.release(k)
 
     # -- a batch -------------------------------------------------------------------------------
     async def _batch(self, requests: Sequence[ChatRequest], progress: bool) -> list[list[Completion]]:

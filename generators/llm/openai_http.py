@@ -18,11 +18,12 @@ RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
 class _Retryable(Exception):
     """One attempt failed in a way worth retrying."""
 
-    def __init__(self, reason: str, retry_after: float | None = None, overload: bool = False):
+    def __init__(self, reason: str, retry_after: float | None = None, overload: bool = False, down: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
         self.overload = overload  # 429, 503 or a timeout: the server may be asked too much
+        self.down = down  # a refused or dropped connection: the server is not there (restarting, gone)
 
 
 @dataclass

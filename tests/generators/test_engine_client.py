@@ -115,6 +115,21 @@ def test_503s_and_a_restart_are_retried_and_nothing_is_completed_twice():
     assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(120)]
 
 
+def test_a_restarting_server_gets_one_probe_at_a_time_not_every_request_retrying():
+    """64 requests in flight when the server drops them and refuses connections for a second: each
+    fails once, then one probe tries the endpoint (backing off) while the rest wait for it, so the
+    retries are about the requests dropped, not those times the attempts a second of backoff allows."""
+    with StandinEngine(slots=64, latency=0.2, restart_at=100, down=1.0) as engine:
+        b = OpenAIBackend(engine.url, "standin", max_concurrency=64, backoff=0.02, max_retries=12)
+        out = b.generate(_reqs(300))
+        b.close()
+        dropped = engine.dropped
+        assert 0 < dropped <= 64 and engine.completed == 300 and engine.twice_completed() == 0
+        # every dropped request retries once; the probe adds at most log2(1 s / 0.02 s) + a few
+        assert b.usage.retries <= dropped + 12, (b.usage.retries, dropped)
+    assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(300)]
+
+
 def test_a_401_stops_every_batch_in_flight_with_one_line():
     with StandinEngine(slots=4, latency=0.2, unauthorized=True) as engine:
         b = OpenAIBackend(engine.url, "standin", max_concurrency=2)
