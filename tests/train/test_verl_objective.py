@@ -96,6 +96,9 @@ def test_dry_run_writes_the_verl_run_and_bad_options_stop_in_one_line(labelled, 
     assert f"actor_rollout_ref.rollout.n={G}" in overrides and f"data.train_files={folder}/train.parquet" in overrides
     assert f"VERL_USE_EXTERNAL_MODULES={OBJECTIVE_MODULE}" in res.output and "verl.trainer.main_ppo" in res.output
     assert (folder / "forgeplay_verl" / "train" / "verl_objective.py").exists() and (folder / "run.sh").exists()
+    readme = " ".join((folder / "README.md").read_text().split())
+    assert "algorithm.adv_estimator=forgeplay_labels" in readme and "trainer.v1.trainer_mode=forgeplay" in readme
+    assert "no hook to give the teacher a prompt of its own" in readme  # what verl cannot express, said
     import pyarrow.parquet as pq
 
     rows = {r["extra_info"]["id"]: r["extra_info"] for part in ("train", "test")
@@ -128,7 +131,7 @@ def test_verl_computes_forgeplays_advantages_and_reward(labelled, tiny_llama_dir
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    assert got["forgeplay_importable"] == [] and got["registered"] == ["forgeplay_hrpo", "forgeplay_labels"]
+    assert got["verl"] == "0.9.1" and got["forgeplay_importable"] == [] and got["registered"] == ["forgeplay_hrpo", "forgeplay_labels"]
     infos = got["extra_info"]
     # the reward: verl's loader on the exported reward.py gives forgeplay's reward
     assert got["scores"] == [compute_score("d", x, t["answer"], info) for t, xs, info in zip(triples, texts, infos)

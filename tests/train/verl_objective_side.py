@@ -103,13 +103,13 @@ def compose(overrides: list[str]) -> dict:
 
 def main(export: str, tokenizer_dir: str, cases_path: str) -> None:
     cases = json.loads(open(cases_path).read())
-    import verl  # noqa: F401  (imports VERL_USE_EXTERNAL_MODULES: the estimators register)
+    import verl  # imports VERL_USE_EXTERNAL_MODULES: the estimators register
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    out = {"forgeplay_importable": [m for m in ("generators", "train", "storage", "flows", "acquire")
+    out = {"verl": verl.__version__, "forgeplay_importable": [m for m in ("generators", "train", "storage", "flows", "acquire")
                                     if importlib.util.find_spec(m) is not None],
            "registered": sorted(k for k in ADV_ESTIMATOR_REGISTRY if k.startswith("forgeplay"))}
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
