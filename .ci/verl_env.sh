@@ -12,7 +12,8 @@
 #     loader, its tool agent's tool call, its RL dataset and its custom reward loader;
 #   - exactly the packages those import: ray (plain), tensordict (verl's pin), omegaconf and
 #     hydra-core, pydantic, transformers (verl's pin), datasets, pillow, codetiming, cachetools,
-#     fastapi and uvicorn (imported by the agent loop module), packaging;
+#     fastapi and uvicorn (imported by the agent loop module), packaging; torchdata and peft
+#     (imported by verl's ray_trainer, whose compute_advantage applies forgeplay's estimators);
 #   - what the exported tool adapter imports besides verl (bm25s, jsonschema, fastjsonschema;
 #     train/verl_bundle.py WORKER_DEPS), as a user's worker would install them.
 # forgeplay itself is NOT installed here: the export has to work without it.
@@ -24,7 +25,7 @@ VENV="${1:-$ROOT/.venv-verl}"
 VERL_VERSION="${VERL_VERSION:-0.9.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 DEPS=(ray "tensordict>=0.8,<=0.10.0,!=0.9.0" omegaconf hydra-core pydantic "transformers>=5.5.3,<5.11,!=5.6.0"
-      datasets pillow codetiming cachetools fastapi uvicorn packaging bm25s jsonschema fastjsonschema)
+      datasets pillow codetiming cachetools fastapi uvicorn packaging torchdata peft bm25s jsonschema fastjsonschema)
 
 start=$(date +%s)
 LABEL=verl_env
@@ -39,6 +40,7 @@ import bm25s, fastjsonschema, jsonschema  # noqa: F401,E401  (the exported tool 
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop  # noqa: F401
 from verl.tools.tool_registry import initialize_tools_from_config  # noqa: F401
 from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: F401
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: F401
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: F401
 print("[verl_env] verl", md.version("verl"), "torch", md.version("torch"), "transformers", md.version("transformers"))
 PY

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from acquire.vote import Vote, vote
+from generators.vote import Vote, vote
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made: the command line reads this module's users
     import torch

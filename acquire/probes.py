@@ -32,7 +32,7 @@ from torch import nn
 
 from acquire.cag import cag_from_counts
 from acquire.group import Group, vote_features
-from acquire.vote import rewards
+from generators.vote import rewards
 
 
 def _mlp(inp: int, out: int, width: int) -> nn.Module:

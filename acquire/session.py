@@ -1,6 +1,6 @@
 """Acquiring labels for prompts without trusted ones, batch by batch, without Prefect: sample
 n answers per prompt from the policy (multi-turn tool rollouts, train/rollout.py), vote
-(acquire/vote.py), score the groups with a strategy (acquire/strategies.py), buy labels for
+(generators/vote.py), score the groups with a strategy (acquire/strategies.py), buy labels for
 the chosen ones within the budget (acquire/buy.py), let CARE's probes learn from what was
 bought, and commit the batch's `rollouts` and its pseudo-labels (`labels`, source pseudo,
 cost 0). Prompts are a dataset's triples treated as unlabelled: their answers are held back

@@ -24,7 +24,7 @@ from typing import Callable
 
 from acquire.cag import cag
 from acquire.group import Group
-from acquire.vote import rewards
+from generators.vote import rewards
 
 
 @dataclass

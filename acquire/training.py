@@ -2,7 +2,7 @@
 plugs into GRPO (train/labelled.py), one registry entry per acquisition strategy.
 
 After each step's rollouts (a group of `group_size` per prompt), the labeller:
-1. votes each prompt's answers (acquire/vote.py): the pseudo-label;
+1. votes each prompt's answers (generators/vote.py): the pseudo-label;
 2. takes the label of a prompt already paid for from the ledger, free (an earlier step, run or
    `acquire-labels` bought it);
 3. scores the other prompts with the strategy and buys true labels for the top `label_p` of
@@ -32,10 +32,10 @@ from acquire.buy import ColumnSource, buy, labelled_ids, pseudo_rows
 from acquire.group import group_of
 from acquire.ledger import Ledger
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
-from acquire.vote import rewards
+from generators.vote import rewards
 from generators.answers import match
 from train.labelled import register_labeller
-from train.reward import NO_ANSWER, score_parsed
+from train.reward import label_rewards
 
 
 def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, float], soft_adv: float) -> list[float]:
@@ -45,18 +45,30 @@ def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, f
             for p in prompt_ids]
 
 
+def ledger_path(root, cfg):
+    """The ledger of label-aware GRPO's labels dataset (`--labels-out`, default <data>_labels)."""
+    from storage.manifest import dataset_dir
+
+    return dataset_dir(root, cfg.labels_out or f"{cfg.data}_labels") / "_ledger.sqlite"
+
+
+def bought_labels(root, cfg) -> dict[str, str]:
+    """prompt id -> label of every label bought so far for `cfg`'s labels dataset ({} without a ledger)."""
+    path = ledger_path(root, cfg)
+    return {k: v for k, v in Ledger(path).paid().items() if v} if path.exists() else {}
+
+
 class Labeller:
     """Labels, rewards and weights for each GRPO step (module docstring)."""
 
     def __init__(self, cfg, root, model) -> None:
-        from storage.manifest import dataset_dir
         from storage.resumable import RunWriter
         from storage.runs import config_hash
 
         self.cfg, self.model = cfg, model
         self.strategy = get_strategy(cfg.labels)
         self.out = cfg.labels_out or f"{cfg.data}_labels"
-        self.ledger = Ledger(dataset_dir(root, self.out) / "_ledger.sqlite", budget=cfg.budget)
+        self.ledger = Ledger(ledger_path(root, cfg), budget=cfg.budget)
         self.recovered = self.ledger.recover(labelled_ids(root, self.out))  # a killed run's reservations
         run = f"grpo-labels-{config_hash({k: v for k, v in asdict(cfg).items() if k != 'budget'})}"
         self.writer = RunWriter(root, run, {"config_hash": run})
@@ -97,10 +109,12 @@ class Labeller:
             label, aliases = (labels[g.prompt_id], p.aliases) if g.prompt_id in labels else (g.vote.label, [])
             weighted = replace(p, meta={**p.meta, "weight": w})
             voted = rewards(g.vote, g.vote.label)  # exact match against the vote
-            for o, answer, v in zip(rollouts[i * size:(i + 1) * size], g.vote.answers, voted):
-                parts = score_parsed(answer, label, aliases) if label else NO_ANSWER
-                scores_.append(parts["score"] + (cfg.format_weight if o.stats["format"] == 1.0 else 0.0))
-                noise += parts["em"] != o.stats["em"]
+            outs = rollouts[i * size:(i + 1) * size]
+            got, ems = label_rewards(list(g.vote.answers), label, aliases, [o.stats["format"] == 1.0 for o in outs],
+                                     cfg.format_weight)
+            scores_ += got
+            for o, em, v in zip(outs, ems, voted):
+                noise += em != o.stats["em"]
                 pseudo_noise += v != o.stats["em"]
                 out_prompts.append(weighted)
         truth = [bool(g.vote.label) and match(g.vote.label, p.answer, list(p.aliases)).em for g, p in zip(groups, firsts)]

@@ -83,8 +83,11 @@ def verl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction 
              help="Dataset whose documents and tools the tools search. Default: the dataset the trajectories "
                   "came from.")] = None) -> None:
     """Write train.parquet / test.parquet with verl's columns (data_source, prompt, ability,
-    reward_model, extra_info, agent_name), reward.py (standard library only) and a README with
-    the verl command; print the prompt lengths and the data.max_prompt_length to set."""
+    reward_model, extra_info, agent_name), reward.py (standard library only), forgeplay's
+    objectives as verl advantage estimators (forgeplay_labels: label-aware GRPO with CARE's
+    weights; forgeplay_hrpo: hop-grouped; not CARE's probes, nor a distillation teacher with its
+    own prompt, which verl has no hook for) and a README with the verl command; print the prompt
+    lengths and the data.max_prompt_length to set."""
     from train.verl_export import export_verl
 
     r = _run(export_verl, "verl", data, out, kinds, test_fraction, keep_rejected, data_root,

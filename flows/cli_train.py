@@ -26,9 +26,36 @@ def _report(summary: dict) -> None:
     c.print(f"model: {summary['final_model']}  curves: {summary['curves']}  data: {summary['counts']}")
 
 
+def _verl(cfg, train, data_root) -> None:
+    """`train grpo --engine verl [--dry-run]`: write the verl run (train/verl_launch.py), print its
+    command, and without --dry-run run it; a failed verl run is reported in one line, exit 1."""
+    from acquire.training import bought_labels
+    from storage import resolve_root
+    from train import verl_launch
+    from train.verl_export import Labels
+
+    root = resolve_root(data_root)
+    verl_launch.check(cfg, train, root)
+    labels = Labels(bought_labels(root, cfg) if cfg.labels else {}, vote_weight=0.0, format_weight=cfg.format_weight)
+    plan = verl_launch.prepare(cfg, train, root, labels)
+    c = Console()
+    c.print(f"verl run written to {plan.folder}: {', '.join(f'{k} ({v} rows)' for k, v in plan.export.files.items())}, "
+            f"{verl_launch.estimator(cfg)} advantages, {len(labels.bought)} bought labels; overrides.txt, run.sh")
+    print(plan.shell())  # plain: a line to copy
+    if cfg.dry_run:
+        return
+    code = verl_launch.launch(plan)
+    if code:
+        Console(stderr=True).print(f"[red]train grpo --engine verl failed:[/red] verl exited with {code}")
+        raise typer.Exit(1)
+
+
 def _train(kind: str, cfg, train, data_root) -> None:
     """Run the training flow; a failed training process is reported in one line, exit 1."""
     from flows.train import run
+
+    if getattr(cfg, "engine", "trainer") != "trainer" or getattr(cfg, "dry_run", False):
+        return _verl(cfg, train, data_root)
 
     try:
         summary = run(kind, cfg, train, data_root)

@@ -134,3 +134,12 @@ class GRPOConfig(RolloutConfig):
     label_warmup: int = field(default=20, metadata={"help": "--labels care: steps before the probes gate and score"})
     soft_adv: float = field(default=1.0, metadata={
         "help": "--labels care: a gated prompt's weight is clip(soft_adv * E[CAG | vote wrong], 0, 1)"})
+    # another engine (train/verl_launch.py)
+    engine: str = field(default="trainer", metadata={
+        "help": "trainer (forgeplay's own) or verl: export the data, reward and objective (--advantage, --labels) "
+                "to OUT/verl and run verl 0.9.1's PPO trainer there on --nproc GPUs of this machine (needs verl "
+                "and GPUs; not expressible there: CARE's probes (a voted prompt weighs 0) and a teacher with its "
+                "own prompt)"})
+    dry_run: bool = field(default=False, metadata={
+        "help": "--engine verl: write OUT/verl (data, reward, objective, overrides.txt, run.sh) and print the "
+                "command without running it"})

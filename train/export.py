@@ -73,6 +73,7 @@ class Item:
     messages: list[dict] | None = None
     route: str = ""
     case: str = ""
+    triple_id: str = ""  # the triple a question came from (a label bought for it is keyed by it)
 
 
 def openai_tools(tools: list[dict]) -> list[dict]:
@@ -91,7 +92,7 @@ def _item(kind: str, r: dict) -> Item | None:
     if kind == "triples":
         return Item(r["triple_id"], kind, r["question"], r["answer"], list(r.get("aliases") or []),
                     int(r["hop_count"]), r.get("qtype") or "", qa_prompt,
-                    golden_doc_ids=list(r.get("golden_doc_ids") or []), meta=r.get("meta") or "")
+                    golden_doc_ids=list(r.get("golden_doc_ids") or []), meta=r.get("meta") or "", triple_id=r["triple_id"])
     if kind == "tasks":
         if not r.get("answer"):
             return None
@@ -106,7 +107,8 @@ def _item(kind: str, r: dict) -> Item | None:
         return Item(r["traj_id"], kind, r.get("question") or user, r["answer"], list(meta.get("aliases") or []),
                     int(meta.get("hop_count") or 1), meta.get("qtype") or "", prompt,
                     tools=list(r.get("tools") or []), golden_doc_ids=list(meta.get("golden_doc_ids") or []),
-                    meta=r.get("meta") or "", messages=msgs, route=r.get("route") or "", case=r.get("case") or "")
+                    meta=r.get("meta") or "", messages=msgs, route=r.get("route") or "", case=r.get("case") or "",
+                    triple_id=r.get("triple_id") or "")
     raise ValueError(f"cannot export kind {kind!r}; choose from {', '.join(KINDS)}")
 
 

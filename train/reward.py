@@ -64,11 +64,36 @@ def score_parsed(answer: str | None, gold: str, aliases: list[str] = ()) -> dict
     return {"score": float(score), "em": float(m.em), "f1": float(m.f1), "format": 1.0}
 
 
+def label_rewards(answers: list, label: str | None, aliases: list[str], well_formed: list[bool],
+                  format_weight: float) -> tuple[list[float], list[float]]:
+    """Label-aware GRPO's rewards for one prompt's rollouts (acquire/training.py, and inside verl
+    train/verl_objective.py): each answer (None: none) scored against the prompt's label (a bought
+    one with the data's aliases, else the vote, no aliases; no label: 0), plus `format_weight` for
+    a well-formed rollout. Returns (rewards, exact matches)."""
+    parts = [score_parsed(a, label, aliases) if label else dict(NO_ANSWER) for a in answers]
+    return ([p["score"] + (format_weight if ok else 0.0) for p, ok in zip(parts, well_formed)],
+            [p["em"] for p in parts])
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
                   **kwargs) -> dict[str, float]:
     """verl custom reward. ground_truth is the gold answer string (a JSON object
-    {"answer", "aliases"} is accepted too); aliases come from extra_info["aliases"]."""
-    gold, aliases = ground_truth, _aliases((extra_info or {}).get("aliases") if isinstance(extra_info, dict) else None)
+    {"answer", "aliases"} is accepted too); aliases come from extra_info["aliases"]; with
+    extra_info["format_weight"] (`forgeplay train grpo --engine verl`) a response with one
+    well-formed answer scores that much more, as forgeplay's GRPO rewards it (train/rollout.py)."""
+    info = extra_info if isinstance(extra_info, dict) else {}
+    parts = _score(solution_str, ground_truth, _aliases(info.get("aliases")))
+    try:
+        bonus = float(info.get("format_weight") or 0.0)
+    except (TypeError, ValueError):
+        bonus = 0.0
+    if bonus and parts["format"] == 1.0:
+        parts["score"] += bonus
+    return parts
+
+
+def _score(solution_str: str, ground_truth: str, aliases: list[str]) -> dict[str, float]:
+    gold = ground_truth
     if isinstance(ground_truth, str) and ground_truth.lstrip().startswith("{"):
         try:
             obj = json.loads(ground_truth)

@@ -101,6 +101,14 @@ def _add_command(app, kind: StageKind, call) -> None:
 
 # ---- what the built-in kinds load --------------------------------------------------------
 
+def check_grpo(cfg: GRPOConfig, tcfg: TrainConfig) -> None:
+    """--labels (train/labelled.py), and no --engine verl here: `forgeplay train grpo` runs that
+    (train/verl_launch.py); this trainer is the engine `trainer`."""
+    if cfg.engine != "trainer" or cfg.dry_run:
+        raise ValueError("--engine verl and --dry-run are run by `forgeplay train grpo`, not by forgeplay's trainer")
+    check_labels(cfg, tcfg)
+
+
 def load_model(name: str | None, device=None):
     """(path, tokenizer, float32 model on `device`; default: cuda when there is one)."""
     import torch
@@ -234,7 +242,7 @@ register(StageKind(
     trains data-parallel in N processes (one per GPU, or gloo on CPU)."""))
 
 register(StageKind(
-    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"), check=check_labels,
+    "grpo", GRPOConfig, build_grpo, count_grpo, curves=("loss", "reward", "tokens_per_s"), check=check_grpo,
     reads=("triples",),
     help="""GRPO on a dataset's triples: multi-turn rollouts in which the policy calls the
     virtual search tools (BM25 simulator), rewarded by exact match / F1 of the final <answer>

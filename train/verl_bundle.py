@@ -1,5 +1,5 @@
-"""The worker package of a verl export: forgeplay's reward, tool adapter and BM25 simulator,
-copied into `DIR/forgeplay_verl/` so that a verl worker runs them without forgeplay installed.
+"""The worker package of a verl export: forgeplay's reward, tool adapter, BM25 simulator and
+objectives (train/verl_objective.py: verl advantage estimators), copied into `DIR/forgeplay_verl/` so that a verl worker runs them without forgeplay installed.
 
     write_package(out, documents, tool_rows)   # DIR/forgeplay_verl/: the modules and corpus/
     write_tool_config(out, tools)              # DIR/tool_config.yaml
@@ -39,13 +39,15 @@ from storage.files import atomic_path, write_text
 PACKAGE = "forgeplay_verl"
 REWARD_ENTRY = "train.reward"
 TOOL_ENTRY = "train.verl_tool"
-ENTRIES = (REWARD_ENTRY, TOOL_ENTRY)
+OBJECTIVE_ENTRY = "train.verl_objective"
+ENTRIES = (REWARD_ENTRY, TOOL_ENTRY, OBJECTIVE_ENTRY)
+OBJECTIVE_MODULE = f"{PACKAGE}.{OBJECTIVE_ENTRY}"  # VERL_USE_EXTERNAL_MODULES: registers the estimators
 TOOL_CLASS = f"{PACKAGE}.{TOOL_ENTRY}.SimulatorTool"
 PROJECT = ("flows", "selfplay", "acquire", "train", "validators", "generators", "storage")
-# what the copied modules may import besides the standard library: verl brings verl, numpy and
-# pyarrow; the others are installed beside it (requirements())
-WORKER_DEPS = {"verl": None, "numpy": None, "pyarrow": None, "bm25s": "bm25s", "jsonschema": "jsonschema",
-               "fastjsonschema": "fastjsonschema"}
+# what the copied modules may import besides the standard library: verl brings verl, torch, numpy
+# and pyarrow; the others are installed beside it (requirements())
+WORKER_DEPS = {"verl": None, "torch": None, "numpy": None, "pyarrow": None, "bm25s": "bm25s",
+               "jsonschema": "jsonschema", "fastjsonschema": "fastjsonschema"}
 REPO = Path(__file__).resolve().parents[1]
 
 _REWARD_SHIM = '''"""forgeplay's answer reward for verl: reward.custom_reward_function.path=<this file>,

@@ -10,7 +10,9 @@ package forgeplay_verl/ (train/verl_bundle.py) and README.md with the verl comma
 Row: data_source "forgeplay/<dataset>/<qtype>", prompt [{role, content}] (system + user),
 ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: the gold answer},
 extra_info {split, index, id, kind, question, answer, aliases, hop_count, qtype,
-need_tools_kwargs, and for tool rows tool_selection (the names offered, verl's per-row tool
+need_tools_kwargs, what forgeplay's objectives in verl read (train/verl_objective.py; `Labels`):
+label (a label bought for the row's question, forgeplay's ledger keys it by triple id; "" none), vote_weight (the
+advantage weight of a prompt trained on its vote) and format_weight, and for tool rows tool_selection (the names offered, verl's per-row tool
 filter) and tools_kwargs {<tool name>: {create_kwargs: {golden_doc_ids, seed}}} for each
 offered tool and no other (verl looks the called function's name up there:
 `tools_kwargs.get(name, {})`; a JSON object of Parquet's JSON type, which verl's dataset loader,
@@ -67,10 +69,21 @@ class VerlExport:
     tool_names: list[str] = field(default_factory=list)  # the tools of tool_config.yaml
 
 
+@dataclass
+class Labels:
+    """What label-aware GRPO inside verl reads per row: the labels bought so far (prompt id ->
+    label, forgeplay's ledger), the weight of a prompt trained on its vote, the format reward."""
+
+    bought: dict[str, str] = field(default_factory=dict)
+    vote_weight: float = 0.0
+    format_weight: float = 0.0
+
+
 def verl_schema(tool_names: list[str]) -> pa.Schema:
     extra = [("split", pa.string()), ("index", pa.int64()), ("id", pa.string()), ("kind", pa.string()),
              ("question", pa.string()), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
-             ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_())]
+             ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_()),
+             ("label", pa.string()), ("vote_weight", pa.float64()), ("format_weight", pa.float64())]
     if tool_names:  # tool rows: their tools and the JSON object verl reads as a dict (module docstring)
         extra += [("tool_selection", pa.list_(pa.string())), ("tools_kwargs", pa.json_())]
     return pa.schema([
@@ -146,10 +159,13 @@ def _prompt(i: Item, tools_in: str) -> list[dict]:
             for m in i.prompt]
 
 
-def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str], tools_in: str = "") -> dict:
-    tool_use = i.kind == "trajectories"
+def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str], tools_in: str = "",
+             labels: Labels | None = None) -> dict:
+    tool_use, labels = i.kind == "trajectories", labels or Labels()
     extra = {"split": split, "index": index, "id": i.id, "kind": i.kind, "question": i.question, "answer": i.answer,
-             "aliases": i.aliases, "hop_count": i.hop_count, "qtype": i.qtype, "need_tools_kwargs": tool_use}
+             "aliases": i.aliases, "hop_count": i.hop_count, "qtype": i.qtype, "need_tools_kwargs": tool_use,
+             "label": labels.bought.get(i.triple_id or i.id) or "", "vote_weight": labels.vote_weight,
+             "format_weight": labels.format_weight}
     if tool_names:
         offered = [t["function"]["name"] for t in openai_tools(i.tools)] if tool_use else []
         seed = int(json.loads(i.meta or "{}").get("seed") or 0) if tool_use else 0
@@ -164,7 +180,7 @@ def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str
 
 def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
                 skip_rejected: bool = True, tool_agent: bool = False, tokenizer: str | Path | None = None,
-                corpus: str | None = None) -> VerlExport:
+                corpus: str | None = None, labels: Labels | None = None) -> VerlExport:
     """Write the files of the module docstring to out_dir; see VerlExport for what is returned.
     Streams (train/export.py): a first pass over the records decides which prompts repeat,
     the splits, the offered tools and the golden documents; a second writes the rows, one
@@ -219,7 +235,7 @@ def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: fl
                     if (kind, pos) not in kept:
                         continue
                     part = split.of(i.id, (kind, pos), tool_use)
-                    row = verl_row(i, dataset, part, index[part], names, result.tools_in)
+                    row = verl_row(i, dataset, part, index[part], names, result.tools_in, labels)
                     index[part] += 1
                     files[part].add(row)
                     if tok is not None:  # as verl's dataset filter counts them (with every tool's schema)

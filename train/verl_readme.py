@@ -1,18 +1,22 @@
 """The README.md of a verl export (train/verl_export.py): its files, how a verl worker gets the
-reward and the tool adapter, and the verl command line with the measured max_prompt_length."""
+reward and the tool adapter, forgeplay's objectives in verl and what verl cannot express, and
+the verl command line with the measured max_prompt_length."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from train import verl_bundle
+
 _HEAD = """# forgeplay export of `{dataset}` for verl
 
 Files: {files}; reward.py (verl's custom reward, standard library only) and the package
-forgeplay_verl/ beside it (a copy of forgeplay's reward{tool_part}; no forgeplay install needed).
+forgeplay_verl/ beside it (a copy of forgeplay's reward{tool_part} and objectives; no forgeplay
+install needed).
 
 Columns: data_source, prompt (chat list), ability, reward_model {{style, ground_truth}} (the plain
 gold answer), extra_info {{split, index, id, kind, question, answer, aliases, hop_count, qtype,
-need_tools_kwargs{tool_cols}}}, agent_name.
+need_tools_kwargs, label, vote_weight, format_weight{tool_cols}}}, agent_name.
 
 Prompt lengths ({tokenizer}): {lengths}
 """
@@ -61,6 +65,33 @@ ray job submit --address http://HEAD:8265 --working-dir {out} -- python -m verl.
 ```
 """
 
+_OBJECTIVES = """
+## forgeplay's objectives in verl
+
+forgeplay_verl/train/verl_objective.py registers two advantage estimators with verl's registry
+(`verl.trainer.ppo.core_algos.register_adv_est`) when verl imports it
+(`VERL_USE_EXTERNAL_MODULES={module}`, in every verl process):
+
+- `algorithm.adv_estimator=forgeplay_labels`: label-aware GRPO with CARE's weights. Per prompt,
+  the label is extra_info.label (bought in forgeplay, from its ledger) else the majority vote of
+  the prompt's n answers; each response is rewarded against it (1 exact, 0.5 x F1, 0 without one
+  `<answer>`, + extra_info.format_weight when well formed); the group's GRPO advantages are
+  weighted 1 for a bought label, extra_info.vote_weight (0 here) for a voted one.
+- `algorithm.adv_estimator=forgeplay_hrpo`: HRPO, the rewards normalised among the batch's
+  responses whose extra_info.hop_count is the same.
+
+verl passes a registered estimator only the rewards, the mask and the group ids, so they run
+under the trainer the module registers too: add `trainer.v1.trainer_mode=forgeplay` (verl's
+synchronous trainer, whose advantage step hands them each row's extra_info and answer).
+`forgeplay train grpo ... --engine verl --dry-run` writes these settings for a run.
+
+Not available inside verl: CARE's probes (they learn from the policy's hidden states within
+forgeplay's trainer, so a voted prompt weighs extra_info.vote_weight), and self-play's
+distillation from a teacher that reads the question's construction path: verl's distillation
+scores the student's own prompt and response with a served teacher, with no hook to give the
+teacher a prompt of its own, and that teacher is a fixed model, not a moving average of the student.
+"""
+
 _MULTI_TURN = """  actor_rollout_ref.rollout.multi_turn.enable=True \\
   actor_rollout_ref.rollout.multi_turn.format=hermes \\
   actor_rollout_ref.rollout.multi_turn.tool_config_path={out}/tool_config.yaml \\
@@ -92,5 +123,5 @@ def render(dataset: str, out: Path, r) -> str:
         text += (f"\n{r.left_out} tool-use prompts were left out: export with --tool-agent to train them with "
                  "verl's tool agent.\n")
     mpl = r.lengths.get("max_prompt_length", 2048)
-    return text + _COMMAND.format(out=out, max_prompt_length=mpl,
+    return text + _OBJECTIVES.format(module=verl_bundle.OBJECTIVE_MODULE) + _COMMAND.format(out=out, max_prompt_length=mpl,
                                   multi_turn=_MULTI_TURN.format(out=out) if tools else "")

@@ -10,7 +10,7 @@ import torch
 from acquire.cag import cag_from_counts
 from acquire.group import Group
 from acquire.probes import Example, Probes, feasible
-from acquire.vote import vote
+from generators.vote import vote
 
 H, N = 16, 8
 

@@ -9,7 +9,7 @@ import torch
 from acquire.group import Group
 from acquire.probes import Probes
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
-from acquire.vote import vote
+from generators.vote import vote
 
 
 def group(pid: str, answers, logprob: float = -1.0, certainty: float = 1.0, true: str | None = None) -> Group:

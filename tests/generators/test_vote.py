@@ -1,6 +1,6 @@
 """Majority vote: clusters by normalised answer, the largest first, ties to the earliest."""
 
-from acquire.vote import rewards, vote
+from generators.vote import rewards, vote
 
 
 def test_largest_cluster_wins_and_normalised_answers_cluster_together():
