@@ -11,7 +11,6 @@ import sys
 import typer
 from rich.console import Console
 
-import selfplay.update  # noqa: F401  (registers the self-play update stages; flows/train.py the labellers)
 from storage.configcli import USER_ERRORS, config_command
 from train.evaluate import EvalConfig
 from train.stages import add_stage_commands

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import acquire.training  # noqa: F401  (registers label-aware GRPO's labellers, --labels)
-import selfplay.update  # noqa: F401  (registers the self-play update stages)
 from flows.common import publish_artifact, tie_temporary_server
 from flows.engine import flow, task
 from storage import resolve_root

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from train import plugins
+
 # name -> factory(cfg, root, session) -> labeller (module docstring)
 LABELLERS: dict[str, Callable[[Any, Any, Any], Any]] = {}
 
@@ -30,8 +32,9 @@ def check_labels(cfg, tcfg) -> None:
     """A readable error before anything loads: an unknown --labels, or --labels with --nproc > 1."""
     if not getattr(cfg, "labels", ""):
         return
+    plugins.load()
     if cfg.labels not in LABELLERS:
-        known = ", ".join(LABELLERS) or "none registered (run it through `forgeplay train grpo`)"
+        known = ", ".join(LABELLERS) or "none registered (is forgeplay installed? train/plugins.py)"
         raise ValueError(f"--labels must be one of {known}, not {cfg.labels!r}")
     if tcfg.nproc > 1:
         raise ValueError(f"label-aware GRPO (--labels) runs in one process (--nproc 1), not {tcfg.nproc}")
@@ -40,4 +43,5 @@ def check_labels(cfg, tcfg) -> None:
 
 
 def make_labeller(cfg, root, session):
+    plugins.load()
     return LABELLERS[cfg.labels](cfg, root, session)

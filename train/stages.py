@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from storage.configcli import USER_ERRORS, config_command
+from train import plugins
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
 from train.labelled import check_labels
 
@@ -78,6 +79,7 @@ def register(kind: StageKind) -> StageKind:
 
 
 def get_kind(name: str) -> StageKind:
+    plugins.load()
     if name not in KINDS:
         raise ValueError(f"unknown training stage {name!r}; known: {', '.join(KINDS)}")
     return KINDS[name]
@@ -86,6 +88,7 @@ def get_kind(name: str) -> StageKind:
 def add_stage_commands(app, call: Callable[[str, Any, TrainConfig, Any], None]) -> None:
     """Add one command per registered kind to the Typer `app`: options from the kind's config
     and TrainConfig, then `call(kind_name, cfg, train_cfg, data_root)`."""
+    plugins.load()
     for kind in KINDS.values():
         _add_command(app, kind, call)
 

@@ -6,6 +6,10 @@ agreement and checkpoints the probes with the policy."""
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,3 +108,36 @@ def test_labels_options_are_checked_before_training(root):
     assert res.exit_code == 2 and "--labels must be one of random" in res.output, res.output
     res = CliRunner().invoke(app, base + ["--labels", "care", "--nproc", "2"])
     assert res.exit_code == 2 and "runs in one process" in res.output, res.output
+
+
+# `python -m train` in a fresh process; writes its exit code and the flows modules it imported
+RUN = """
+import json, sys
+import train.__main__ as m
+out, sys.argv = sys.argv[1], ["train", *json.loads(sys.argv[2])]
+code = 0
+try:
+    m.app()
+except SystemExit as e:
+    code = e.code
+open(out, "w").write(json.dumps({"code": code, "flows": sorted(k for k in sys.modules if k.split(".")[0] == "flows")}))
+"""
+
+
+def test_python_m_train_runs_label_aware_grpo_without_flows(root, tiny_llama_dir, tmp_path):  # noqa: F811
+    """The labellers and the self-play stages come from train/plugins.py (pyproject's entry points),
+    not from an import in flows: `python -m train grpo --labels care` lists and runs them alone."""
+    repo, out = Path(__file__).resolve().parents[2], tmp_path / "got.json"
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    args = ["grpo", "--data", "w", "--model", str(tiny_llama_dir), "--out", str(tmp_path / "g"), "--limit", "4",
+            "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--tool-style", "compact",
+            "--labels", "care", "--budget", "2", "--labels-out", "w_cli", "--max-steps", "1", "--batch-size", "2",
+            "--data-root", str(root)]
+    subprocess.run([sys.executable, "-c", RUN, str(out), json.dumps(args)], cwd=repo, env=env, check=True, timeout=600)
+    got = json.loads(out.read_text())
+    assert got == {"code": 0, "flows": []}
+    rec = json.loads((tmp_path / "g" / "metrics.jsonl").read_text().splitlines()[0])
+    assert "labels_bought" in rec and rec["budget_left"] >= 0
+    help_text = subprocess.run([sys.executable, "-m", "train", "--help"], cwd=repo, env={**env, "COLUMNS": "200"},
+                               capture_output=True, text=True, check=True).stdout
+    assert "selfplay-examiner" in help_text and "selfplay-student" in help_text
