@@ -97,3 +97,13 @@ def test_a_tools_file_is_a_bank(tmp_path):
     path.write_text(json.dumps(tool) + "\nnot json\n")
     with pytest.raises(ValueError, match="line 2: invalid JSON"):
         file_bank(path)
+
+
+def test_bank_rows_follows_the_corpus_as_train_grpo_picks_it():
+    from generators.tools.banks import bank_rows
+
+    docs = [{**d, "source": "import:pages.jsonl"} for d in _docs(with_kind=True)]
+    world = lambda: [{"name": "world"}]  # noqa: E731
+    assert [r["name"] for r in bank_rows("auto", docs, 3, world)] == [r["name"] for r in corpus_bank(docs, 3)]
+    assert bank_rows("auto", [{**d, "source": "world:seed=3"} for d in docs], 3, world) == [{"name": "world"}]
+    assert bank_rows("world", docs, 3, world) == [{"name": "world"}]
