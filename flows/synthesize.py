@@ -83,7 +83,7 @@ def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, li
         from generators.tools.banks import file_bank
         from generators.tools.corpus_bank import corpus_bank
 
-        rows = corpus_bank(documents or [], seed) if choice == "corpus" else file_bank(Path(choice))
+        rows = corpus_bank(documents or []) if choice == "corpus" else file_bank(Path(choice))
         rows = rows + ([calculator_row()] if calculator else [])
         reasons = {f"{choice if choice == 'corpus' else 'file'} tools": len(rows)}
     write_rows(root, dataset, "tools", run_id, rows, lineage=lineage)

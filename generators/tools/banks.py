@@ -5,7 +5,7 @@ each a general search, answered with its lookup argument).
 
     choice = resolve_choice("auto", sources)   # "corpus" for an imported corpus, "world" for the world
     rows = file_bank(Path("my_tools.jsonl"))   # ValueError "--tools my_tools.jsonl line 3: ..."
-    rows = bank_rows("auto", documents, seed=0, world=lambda: build_bank(0, 1))   # what train grpo offers
+    rows = bank_rows("auto", documents, world=lambda: build_bank(0, 1))   # what train grpo offers
 """
 
 from __future__ import annotations
@@ -57,16 +57,18 @@ def file_bank(path: Path) -> list[dict]:
     return [next(r for r in base_rows() if r["domain"] == GENERAL)] + report.rows
 
 
-def bank_rows(option: str, documents: list[dict], seed: int, world) -> list[dict]:
+def bank_rows(option: str, documents: list[dict], world) -> list[dict]:
     """The rows of the bank `option` names for `documents` (rows with `source`); `world()`
-    makes the world's bank (each command its own: gated variants, or none)."""
+    makes the world's bank (each command its own: gated variants, or none). The corpus bank
+    is clustered with its default seed: every run of a dataset offers the same corpus tools,
+    so one simulator replays them all."""
     from generators.tools.corpus_bank import corpus_bank
 
     check_option(option)
     choice = resolve_choice(option, {d.get("source") or "" for d in documents})
     if choice == "world":
         return world()
-    return corpus_bank(documents, seed) if choice == "corpus" else file_bank(Path(choice))
+    return corpus_bank(documents) if choice == "corpus" else file_bank(Path(choice))
 
 
 def choice_key(choice: str) -> str:

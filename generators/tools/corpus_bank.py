@@ -15,14 +15,21 @@ gets no tool of its own (the general search finds those). Each kind's tool is a 
              "passages": n} and, for a cluster, "terms": {word: weight} (its top terms)
 
 A kind tool's search sees the passages of its kinds (and those of no kind); a cluster tool's
-those whose distinct words weigh most in its `terms` (`domains_of`, the one assignment the
-simulator and the planner both use, so validation's replay finds the same passages).
+those whose distinct words weigh most in its `terms` (`assignments`, the one assignment the
+simulator and the planner both use, so validation's replay finds the same passages; the
+clusters of one bank share a `bank` key, so banks of other seeds in the same dataset do
+not change each other's searches).
 
-    rows = corpus_bank(documents, seed=7)     # [general_search row, search_river, search_city, ...]
+    rows = corpus_bank(documents)             # [general_search row, search_river, search_city, ...]
+
+Commands cluster with the default seed (0), so every run of a dataset offers the same corpus
+tools (a tool name means one tool in a dataset, and validation replays all its runs with one
+simulator); another seed gives another, equally deterministic, clustering.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -221,7 +228,12 @@ def _cluster_rows(docs, texts, seed, max_kinds, taken) -> list[dict]:
         titles = [docs[i].get("title") or "" for i, d in enumerate(domains) if d == str(j)]
         out.append(_row(domain, "pages about " + ", ".join(words[:5]), words, titles, sizes[str(j)], taken,
                         {"terms": terms_of[j]}))
-    return out
+    key = stable_key([[r["domain"], _meta(r)["terms"]] for r in out])
+    return [{**r, "meta": json.dumps({**_meta(r), "bank": key}, sort_keys=True, ensure_ascii=False)} for r in out]
+
+
+def stable_key(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _meta(row: dict) -> dict:
@@ -229,11 +241,20 @@ def _meta(row: dict) -> dict:
     return json.loads(m) if isinstance(m, str) else dict(m or {})
 
 
-def domains_of(tools: Sequence[dict], kinds: Sequence[str | None], token_lists) -> list[str | None]:
-    """The corpus tool's domain each document belongs to (None: no kind tool's), in the order of
-    `kinds` (the documents' kinds, `kind_of`) and `token_lists` (their tokens, only read when
-    a tool is a cluster's: a callable i -> tokens or a list)."""
-    by_kind, clusters = {}, []
+def bank_of(row: dict) -> str:
+    """Which assignment a corpus tool's search follows: "kinds" (the documents' own kinds) or
+    its cluster bank's key (banks clustered with other seeds assign passages apart)."""
+    meta = _meta(row)
+    return "kinds" if meta.get("kinds") else str(meta.get("bank", "clusters"))
+
+
+def assignments(tools: Sequence[dict], kinds: Sequence[str | None], token_lists) -> dict[str, list[str | None]]:
+    """{bank_of: the domain of each document in it (None: none of its tools')}, documents in the
+    order of `kinds` (their kinds, `kind_of`) and `token_lists` (their tokens, read only for
+    a cluster bank: a callable i -> tokens or a list). A cluster bank puts a document in the
+    cluster whose `terms` its distinct words weigh most in (none when they weigh nothing)."""
+    by_kind: dict[str, str] = {}
+    clusters: dict[str, list[tuple[str, dict]]] = {}
     for row in tools:
         meta = _meta(row)
         if meta.get("source") != SOURCE:
@@ -241,14 +262,29 @@ def domains_of(tools: Sequence[dict], kinds: Sequence[str | None], token_lists) 
         for k in meta.get("kinds") or []:
             by_kind.setdefault(k, row["domain"])
         if meta.get("terms"):
-            clusters.append((row["domain"], meta["terms"]))
-    out: list[str | None] = [by_kind.get(k) if k else None for k in kinds]
-    if clusters:
-        tokens = token_lists if callable(token_lists) else token_lists.__getitem__
-        for i, d in enumerate(out):
-            if d is None:
-                toks = set(tokens(i))
-                scores = [sum(w for t, w in terms.items() if t in toks) for _, terms in clusters]
-                best = max(range(len(clusters)), key=lambda j: (scores[j], -j))
-                out[i] = clusters[best][0] if scores[best] > 0 else None
+            clusters.setdefault(bank_of(row), []).append((row["domain"], meta["terms"]))
+    out: dict[str, list[str | None]] = {}
+    if by_kind:
+        out["kinds"] = [by_kind.get(k) if k else None for k in kinds]
+    tokens = token_lists if callable(token_lists) else token_lists.__getitem__
+    for bank, cs in sorted(clusters.items()):
+        cs = sorted(set((d, json.dumps(t, sort_keys=True)) for d, t in cs))
+        cs = [(d, json.loads(t)) for d, t in cs]
+        got: list[str | None] = []
+        for i in range(len(kinds)):
+            toks = set(tokens(i))
+            scores = [sum(w for t, w in terms.items() if t in toks) for _, terms in cs]
+            best = max(range(len(cs)), key=lambda j: (scores[j], -j))
+            got.append(cs[best][0] if scores[best] > 0 else None)
+        out[bank] = got
+    return out
+
+
+def domains_of(tools: Sequence[dict], kinds: Sequence[str | None], token_lists) -> list[str | None]:
+    """The corpus tool's domain of each document: its kind's tool's, else its cluster's (the
+    first bank's, in `assignments` order; None: none)."""
+    banks = assignments(tools, kinds, token_lists)
+    out: list[str | None] = [None] * len(kinds)
+    for got in banks.values():
+        out = [a or b for a, b in zip(out, got)]
     return out

@@ -54,7 +54,7 @@ from generators.tools.base import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALI
                                    canonical, parameters_of)
 from generators.tools.compute import COMPUTE, calculator_row
 from generators.tools.compute import answer as calculate
-from generators.tools.corpus_bank import domains_of, is_corpus_tool, kind_of, tokens_of
+from generators.tools.corpus_bank import assignments, bank_of, is_corpus_tool, kind_of, tokens_of
 from generators.tools.fill import roles_of
 from generators.tools.imported import is_imported
 from generators.tools.retrieval import BM25Index, Scored
@@ -138,13 +138,15 @@ class Simulator:
             self.masks[dom] = untyped | np.isin(types, list(ets))
         # a corpus bank's tools (generators/tools/corpus_bank.py) see the passages of their kind or cluster
         corpus = [row for row in tools or [] if is_corpus_tool(row)]
-        self.corpus_domains: list[str | None] = domains_of(
-            corpus, [kind_of(docs[d].get("meta")) for d in self.doc_ids],
-            lambda i: tokens_of(f"{self.titles[i]}\n{self.texts[i]}")) if corpus else [None] * len(self.doc_ids)
-        if corpus:
-            dom = np.array([d or "" for d in self.corpus_domains], dtype=object)
-            for row in corpus:
-                self.masks.setdefault(row["domain"], (dom == "") | (dom == row["domain"]))
+        banks = assignments(corpus, [kind_of(docs[d].get("meta")) for d in self.doc_ids],
+                            lambda i: tokens_of(f"{self.titles[i]}\n{self.texts[i]}")) if corpus else {}
+        self.corpus_domains: list[str | None] = [None] * len(self.doc_ids)
+        for got in banks.values():
+            self.corpus_domains = [a or b for a, b in zip(self.corpus_domains, got)]
+        arrays = {b: np.array([d or "" for d in got], dtype=object) for b, got in banks.items()}
+        for row in corpus:
+            dom = arrays[bank_of(row)]
+            self.masks.setdefault(row["domain"], (dom == "") | (dom == row["domain"]))
         self.index = BM25Index([f"{t}\n{x}" for t, x in zip(self.titles, self.texts)], self.config.stopwords)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
         self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}

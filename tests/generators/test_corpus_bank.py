@@ -104,6 +104,16 @@ def test_bank_rows_follows_the_corpus_as_train_grpo_picks_it():
 
     docs = [{**d, "source": "import:pages.jsonl"} for d in _docs(with_kind=True)]
     world = lambda: [{"name": "world"}]  # noqa: E731
-    assert [r["name"] for r in bank_rows("auto", docs, 3, world)] == [r["name"] for r in corpus_bank(docs, 3)]
-    assert bank_rows("auto", [{**d, "source": "world:seed=3"} for d in docs], 3, world) == [{"name": "world"}]
-    assert bank_rows("world", docs, 3, world) == [{"name": "world"}]
+    assert [r["name"] for r in bank_rows("auto", docs, world)] == [r["name"] for r in corpus_bank(docs)]
+    assert bank_rows("auto", [{**d, "source": "world:seed=3"} for d in docs], world) == [{"name": "world"}]
+    assert bank_rows("world", docs, world) == [{"name": "world"}]
+
+
+def test_a_second_cluster_bank_leaves_the_first_ones_searches_alone():
+    docs = _docs(with_kind=False)
+    first = corpus_bank(docs)
+    other = corpus_bank(docs[:20], seed=9)  # another corpus state and seed: other terms, another bank key
+    assert {json.loads(r["meta"])["bank"] for r in first[1:]} != {json.loads(r["meta"])["bank"] for r in other[1:]}
+    alone, both = Simulator(docs, tools=first), Simulator(docs, tools=first + other)
+    for r in first[1:]:
+        assert (alone.masks[r["domain"]] == both.masks[r["domain"]]).all()
