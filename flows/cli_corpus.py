@@ -1,9 +1,11 @@
 """Corpus commands: `forgeplay corpus world` (the fictional encyclopedia with multi-hop
 questions) and `forgeplay corpus import` (HotpotQA / 2WikiMultihopQA / plain JSONL and
-Parquet question sets). Both write `documents` and `triples` shards.
+Parquet question sets, or documents alone: `{title, text}` rows or a folder of pages). Both
+write `documents` and `triples` shards (documents alone: passages, no triples).
 
     forgeplay corpus world --seed 7 --entities 2000 --out world7
     forgeplay corpus import hotpot_dev_distractor_v1.json --out hotpot
+    forgeplay corpus import pages/ --out mine --passage-words 200 --passage-overlap 40
     forgeplay sql "SELECT qtype, hop_count, count(*) FROM world7_triples GROUP BY ALL"
 """
 
@@ -110,33 +112,60 @@ class ImportFormat(str, Enum):
     hotpot = "hotpot"
     jsonl = "jsonl"
     parquet = "parquet"
+    documents = "documents"
 
 
-def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JSON Lines, plain JSONL, or Parquet.")],
+def _split_help(name: str) -> str:
+    from generators.corpus.passages import Split
+
+    return {f.name: f.metadata.get("help", "") for f in fields(Split)}[name]
+
+
+def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JSON Lines, plain JSONL, Parquet, "
+                                              "documents ({title, text} rows), or a folder of .txt/.md/.html pages.")],
             out: Annotated[str, typer.Option("--out", help="Dataset to write (documents and triples).")],
             format: Annotated[ImportFormat, typer.Option(
                 "--format", help="auto: detect the file type and each record's layout; hotpot: JSON/JSONL "
                 "records with context and supporting_facts; jsonl: plain records (all context is golden); "
-                "parquet: a Parquet file, layout detected per record.")] = ImportFormat.auto,
+                "parquet: a Parquet file, layout detected per record; documents: every record is a "
+                "document ({title, text}, no question). auto reads a record without a question but with "
+                "a text as a document, and a folder as pages.")] = ImportFormat.auto,
+            passage_words: Annotated[int, typer.Option(help=_split_help("passage_words"))] = 200,
+            passage_overlap: Annotated[int, typer.Option(help=_split_help("passage_overlap"))] = 40,
             source: Annotated[Optional[str], typer.Option(help="Source label stored on every row (default: import:<file name>).")] = None,
             run_id: Annotated[Optional[str], typer.Option(help="Run id (default: import-<hash of file and options>).")] = None,
             show: Annotated[int, typer.Option(help="Rejected records listed at most.")] = 50,
             data_root: DataRoot = None) -> None:
-    """Import a multi-hop QA file as documents and triples.
+    """Import a multi-hop QA file as documents and triples, or documents alone as passages.
 
-    Bad records are skipped and listed with their line number (JSON Lines), array index (JSON) or row (Parquet), their _id and the reason; all of them are also written to <root>/<DATASET>/_runs/<run_id>.rejects.jsonl. Re-importing the same file into the same run writes nothing twice.
+    Documents (records with title and text but no question, or the .txt, .md and .html files of a folder) are split into passages of at most --passage-words words; passage ids come from the document id, the passage index and the passage text, so a rerun makes the same ids. Bad records (a broken file of a folder: by its path) are skipped and listed with their line number (JSON Lines), array index (JSON) or row (Parquet), their _id and the reason; all of them are also written to <root>/<DATASET>/_runs/<run_id>.rejects.jsonl. Re-importing the same file into the same run writes nothing twice.
     """
+    from generators.corpus.folder import pages
     from generators.corpus.importer import import_file
+    from generators.corpus.passages import Split
     from storage.userfiles import detect_container
 
     _check_names(out, run_id)
-    if not file.is_file():
-        fail(f"no such file: {file}")
+    split = Split(passage_words, passage_overlap)
     try:
-        container = detect_container(file)
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"cannot read {file}: {e}")
-    style = {"auto": "auto", "hotpot": "hotpot", "jsonl": "plain", "parquet": "auto"}[format.value]
+        split.check()
+    except ValueError as e:
+        fail(str(e))
+    if file.is_dir():
+        if format not in (ImportFormat.auto, ImportFormat.documents):
+            fail(f"{file} is a folder of pages: use --format auto or documents")
+        if not pages(file):
+            fail(f"no .txt, .md or .html file in {file}")
+        container = "folder"
+    elif not file.is_file():
+        fail(f"no such file: {file}")
+    else:
+        try:
+            container = detect_container(file)
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"cannot read {file}: {e}")
+    style = {"auto": "auto", "hotpot": "hotpot", "jsonl": "plain", "parquet": "auto",
+             "documents": "documents"}[format.value]
     if format == ImportFormat.parquet and container != "parquet":
         fail(f"--format parquet but {file.name} does not end in .parquet")
     if format in (ImportFormat.hotpot, ImportFormat.jsonl) and container == "parquet":
@@ -146,7 +175,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
         with _progress() as bar:
             task = bar.add_task("records", total=None)
             report = import_file(file, resolve_root(data_root), out, style=style, container=container, source=source,
-                                 run_id=run_id, progress=lambda n: bar.advance(task, n))
+                                 run_id=run_id, split=split, progress=lambda n: bar.advance(task, n))
     except (OSError, UnicodeDecodeError) as e:
         fail(f"cannot read {file}: {e}")
     except Exception as e:  # pyarrow errors on a broken Parquet file
@@ -158,7 +187,8 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
     t.add_column("")
     t.add_column("count", justify="right")
     for label, n in [("records read", report.records), ("imported", report.imported),
-                     ("rejected", len(report.rejects)), ("distinct documents", report.documents),
+                     ("of them documents (no question)", report.texts), ("rejected", len(report.rejects)),
+                     ("distinct documents (passages)", report.documents),
                      ("new document rows", report.written.get("documents", 0)),
                      ("new triple rows", report.written.get("triples", 0))]:
         t.add_row(label, str(n))

@@ -24,6 +24,7 @@ does not travel: fanning out with `--texts llm` needs the HTTP backend (`--backe
 
     forgeplay synthesize --dataset demo --n 500
     forgeplay synthesize --dataset demo --n 500 --texts template --task-runner dask --workers 2
+    forgeplay synthesize --dataset mine --n 100 --tools corpus   # the corpus's own tools (--tools world|corpus|FILE)
 """
 
 from __future__ import annotations
@@ -66,14 +67,27 @@ def load_task(root: str, dataset: str):
 
 @task(name="build-tool-bank", retries=1)
 def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, imported: list,
-              backend=None, calculator: bool = False):
-    """The gated bank (written as this run's `tools`) plus the dataset's imported tools."""
+              backend=None, calculator: bool = False, choice: str = "world", documents: list | None = None):
+    """The bank `choice` names (generators/tools/banks.py; world: gated), written as this run's
+    `tools`, plus the dataset's imported tools."""
     from generators.tools.bank import generate_bank
+    from generators.tools.compute import calculator_row
 
-    build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend,
-                          reserved_names=[t["name"] for t in imported], calculator=calculator)
-    write_rows(root, dataset, "tools", run_id, build.tools, lineage=lineage)
-    return build.tools + imported, build.reasons()
+    if choice == "world":
+        build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend,
+                              reserved_names=[t["name"] for t in imported], calculator=calculator)
+        rows, reasons = build.tools, build.reasons()
+    else:
+        from pathlib import Path
+
+        from generators.tools.banks import file_bank
+        from generators.tools.corpus_bank import corpus_bank
+
+        rows = corpus_bank(documents or []) if choice == "corpus" else file_bank(Path(choice))
+        rows = rows + ([calculator_row()] if calculator else [])
+        reasons = {f"{choice if choice == 'corpus' else 'file'} tools": len(rows)}
+    write_rows(root, dataset, "tools", run_id, rows, lineage=lineage)
+    return rows + imported, reasons
 
 
 @task(name="synthesize-chunk", retries=2, retry_delay_seconds=5)
@@ -176,6 +190,12 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
              "backend": bcfg.config_hash()}
     if imported:  # new imports make a new run; without any, run ids stay what they were
         keyed["imported_tools"] = [t["tool_id"] for t in imported]
+    from generators.tools.banks import choice_key, resolve_choice
+
+    bank = resolve_choice(cfg.tools, load_table(cfg.dataset, "documents", root, columns=["source"])
+                          .column("source").unique().to_pylist())
+    if bank != "world":  # the bank a run offered before --tools existed keeps its run ids
+        keyed["tools"] = choice_key(bank)
     if cfg.hold_out:  # the ids make the run too: the same file with other ids is another split
         keyed["held_out"] = sorted(cfg.held_out())
     run_id = cfg.run_id or f"synth-{config_hash(keyed)}"
@@ -195,7 +215,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
                "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
     with stages.stage("tool bank") as st:
         tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
-                                        imported, be if cfg.llm_variants else None, cfg.calculator)
+                                        imported, be if cfg.llm_variants else None, cfg.calculator, bank,
+                                        inputs.documents if bank == "corpus" else None)
         st.rows_out = len(tools)
         st.notes = ", ".join([f"{k}={v}" for k, v in gate_reasons.items()] + [f"imported={len(imported)}"])
     with stages.stage("plan", rows_in=len(inputs.triples)) as st:
@@ -289,7 +310,10 @@ def check_inputs(cfg: SynthConfig, bcfg: BackendConfig, root) -> None:
     """What a run reads and the options that name it, checked before any model loads or
     Prefect server starts (one-line ValueError): the dataset's triples and documents, the
     --hold-out file and --top-k, and the backend when a model writes texts or variants."""
+    from generators.tools.banks import check_option
+
     require_world(root, cfg.dataset)
+    check_option(cfg.tools)
     cfg.held_out()
     cfg.top_k_choices()
     if cfg.texts == "llm" or cfg.llm_variants:

@@ -99,6 +99,9 @@ class GRPOConfig(RolloutConfig):
     limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
     triples: str = field(default="all", metadata={"help": TRIPLES_HELP})
     tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
+    tools: str = field(default="auto", metadata={
+        "help": "the tool bank offered: world, corpus or a JSON Lines file of tools, as `forgeplay synthesize "
+                "--tools` (generators/tools/banks.py); auto: corpus for an imported corpus, world for the world"})
     rollout_backend: str = field(default="transformers", metadata={
         "help": "what samples rollouts: transformers (the policy module itself), vllm (an in-process vLLM "
                 "engine, the policy's weights loaded into it after every optimizer step; needs vllm) or "

@@ -185,6 +185,7 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
     vLLM engine synced from it, train/weight_sync.py); `objective` as GRPOSession's."""
     from generators.llm.transformers_backend import TransformersBackend
     from generators.tools.bank import build_bank
+    from generators.tools.banks import bank_rows
     from generators.tools.simulator import Simulator
     from storage import load_table
     from train.triples import pick_triples
@@ -193,7 +194,7 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
     check_rollout_backend(cfg)
     triples = pick_triples(root, cfg.data, cfg.triples, cfg.limit)
     docs = load_table(cfg.data, "documents", root).to_pylist()
-    tools = build_bank(seed=cfg.tool_seed, variants_per_tool=1)
+    tools = bank_rows(cfg.tools, docs, lambda: build_bank(seed=cfg.tool_seed, variants_per_tool=1))
     if cfg.rollout_backend in ("vllm", "vllm-server"):
         from train.trainer import dist_info
 

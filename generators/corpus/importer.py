@@ -8,6 +8,10 @@ Accepted records:
   plain: `question, answer, context` or `golden_context` (one passage string, or a list
       of passages: strings, {"title", "text"} objects or [title, text] pairs), optional
       `aliases`, `id`/`_id`, `type`/`qtype`, `hop_count`.
+  documents: `title, text` without a question (optional `id`, `url`, `kind`/`category`,
+      other fields kept), or a folder of `.txt`, `.md` and `.html` files
+      (generators/corpus/folder.py): split into passages (generators/corpus/passages.py),
+      written as documents only, no triples.
 
 Every context paragraph becomes a document (doc_id = hash of title and text, so a
 paragraph shared by many questions is stored once). golden_doc_ids are the documents of
@@ -28,13 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from generators.corpus.folder import folder_digest, iter_folder
 from generators.corpus.ids import doc_id, triple_id
+from generators.corpus.passages import DocumentError, Split, is_document, passages_of
 from storage.files import write_text
 from storage.manifest import file_sha256
 from storage.runs import runs_dir, save_run
 from storage.userfiles import detect_container, iter_records
 
-STYLES = ("auto", "hotpot", "plain")
+STYLES = ("auto", "hotpot", "plain", "documents")
 BATCH = 1000  # records per write call
 ROWS_PER_SHARD = 50_000  # bounds the writer's buffer (whole shards are kept in memory until commit)
 
@@ -51,6 +57,7 @@ class ImportReport:
     records: int = 0
     imported: int = 0
     documents: int = 0
+    texts: int = 0  # records that were documents (no question), split into passages
     written: dict = field(default_factory=dict)
     rejects: list[dict] = field(default_factory=list)
     qtypes: dict = field(default_factory=dict)
@@ -188,25 +195,38 @@ def _triple(rec: dict, source: str, golden: list[str], support: list[dict], hops
             "meta": json.dumps(meta, sort_keys=True, default=str)}
 
 
-def normalise(rec: dict, style: str = "auto", source: str = "import") -> tuple[list[dict], dict]:
-    """(document rows, triple row) of one record; raises RecordError with the reason."""
+def normalise(rec: dict, style: str = "auto", source: str = "import",
+              split: Split = Split()) -> tuple[list[dict], dict | None]:
+    """(document rows, triple row or None for a document) of one record; raises RecordError
+    with the reason."""
+    if style == "documents" or (style == "auto" and is_document(rec)):
+        try:
+            return passages_of(rec, source, split), None
+        except DocumentError as e:
+            raise RecordError(str(e)) from None
     if style == "hotpot" or (style == "auto" and "supporting_facts" in rec):
         return _hotpot(rec, source)
     return _plain(rec, source)
 
 
 def import_file(path: Path, root, dataset: str, *, style: str = "auto", container: str | None = None,
-                source: str | None = None, run_id: str | None = None,
+                source: str | None = None, run_id: str | None = None, split: Split = Split(),
                 progress: Callable[[int], None] | None = None) -> ImportReport:
-    """Read `path`, write documents and triples to (root, dataset), report rejects."""
+    """Read `path` (a file, or a folder of pages), write documents and triples to (root,
+    dataset), report rejects."""
     from storage.shards import ShardWriter
 
     if style not in STYLES:
         raise ValueError(f"unknown record style {style!r}; use one of {', '.join(STYLES)}")
-    container = container or detect_container(path)
+    split.check()
+    folder = path.is_dir()
+    container = "folder" if folder else container or detect_container(path)
     source = source or f"import:{path.name}"
-    digest = file_sha256(path)
-    config_hash = hashlib.sha256(f"{digest}|{style}|{container}|{source}".encode()).hexdigest()[:16]
+    digest = folder_digest(path) if folder else file_sha256(path)
+    keyed = f"{digest}|{style}|{container}|{source}"
+    if split != Split():  # (the defaults keep the run ids imports had before documents were read)
+        keyed += f"|{split.passage_words}|{split.passage_overlap}"
+    config_hash = hashlib.sha256(keyed.encode()).hexdigest()[:16]
     run_id = run_id or f"import-{config_hash[:12]}"
     report = ImportReport(run_id, source, container)
     lineage = {"config_hash": config_hash, "parent_ids": []}
@@ -220,14 +240,14 @@ def import_file(path: Path, root, dataset: str, *, style: str = "auto", containe
             docs_buf.clear()
             triples_buf.clear()
 
-        for raw in iter_records(path, container):
+        for raw in (iter_folder(path) if folder else iter_records(path, container)):
             report.records += 1
             if progress:
                 progress(1)
             try:
                 if raw.error:
                     raise RecordError(raw.error)
-                docs, triple = normalise(raw.record, style, source)
+                docs, triple = normalise(raw.record, "documents" if folder else style, source, split)
             except RecordError as e:
                 report.rejects.append({"where": raw.where, "_id": raw.raw_id, "reason": str(e)})
                 continue
@@ -235,8 +255,13 @@ def import_file(path: Path, root, dataset: str, *, style: str = "auto", containe
                 if d["doc_id"] not in seen_docs:
                     seen_docs.add(d["doc_id"])
                     docs_buf.append(d)
-            triples_buf.append(triple)
             report.imported += 1
+            if triple is None:
+                report.texts += 1
+                if len(docs_buf) >= BATCH:
+                    flush()
+                continue
+            triples_buf.append(triple)
             report.qtypes[triple["qtype"]] = report.qtypes.get(triple["qtype"], 0) + 1
             report.hops[triple["hop_count"]] = report.hops.get(triple["hop_count"], 0) + 1
             if len(triples_buf) >= BATCH:
@@ -248,6 +273,7 @@ def import_file(path: Path, root, dataset: str, *, style: str = "auto", containe
     save_run(root, dataset, run_id, {
         "command": "corpus import", "run_id": run_id, "dataset": dataset, "file": str(path),
         "sha256": digest, "container": container, "style": style, "source": source, "config_hash": config_hash,
+        "passage_words": split.passage_words, "passage_overlap": split.passage_overlap, "texts": report.texts,
         "records": report.records, "imported": report.imported, "rejected": len(report.rejects),
         "documents": report.documents, "written": report.written})
     return report

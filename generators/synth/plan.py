@@ -192,6 +192,8 @@ def variant_of(plan: Plan, v: int, mix: dict[str, float], seed: int) -> Plan:
         rounds = [[h] for r in rounds for h in r]
     out = Plan(plan.triple_id, rounds, route_of(rounds), variant=v)
     out.allowed = allowed_cases(out)
+    if "wrong_tool" not in plan.allowed:  # the bank has no other domain's tool to get wrong
+        out.allowed = [c for c in out.allowed if c not in ("wrong_tool", "escalation")]
     out.case = choose_case(out, mix, seed)
     return out
 

@@ -91,11 +91,13 @@ class SkeletonBuilder:
         self.by_domain: dict[str, list[dict]] = {d: [] for d in DOMAINS}
         for t in sorted(tools, key=lambda t: t["tool_id"]):
             self.by_domain.setdefault(t["domain"], []).append(t)
+        # the world's domains, then those of a corpus bank (generators/tools/corpus_bank.py)
+        self.domains = (*DOMAINS, *sorted(d for d in self.by_domain if d not in DOMAINS and d != COMPUTE))
 
     # -- tools -------------------------------------------------------------------------
     def _offer(self, rng: random.Random, needed: list[str], wrong: str | None) -> tuple[dict[str, dict], list[dict], dict | None]:
         chosen = {d: rng.choice(self.by_domain[d]) for d in needed}
-        others = [d for d in (*DOMAINS, COMPUTE) if d not in needed and self.by_domain.get(d)]
+        others = [d for d in (*self.domains, COMPUTE) if d not in needed and self.by_domain.get(d)]
         wrong_tool = rng.choice(self.by_domain[wrong]) if wrong else None
         lo, hi = self.distractors
         n = rng.randint(lo, hi)
@@ -162,7 +164,7 @@ class SkeletonBuilder:
             needed.append(COMPUTE)
         wrong = None
         if case.wrong_domain:
-            wrong = d.rng.choice([x for x in DOMAINS if x not in needed and x != GENERAL and self.by_domain.get(x)])
+            wrong = d.rng.choice([x for x in self.domains if x not in needed and x != GENERAL and self.by_domain.get(x)])
         d.chosen, d.offered, d.wrong_tool = self._offer(d.rng, needed, wrong)
         d.target = case.target(d.rng, rounds)  # the hop where the case's error happens
 

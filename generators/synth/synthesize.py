@@ -25,6 +25,7 @@ from generators.synth import plan as planning
 from generators.synth.assemble import to_row, traj_id_for
 from generators.synth.skeleton import Skeleton, SkeletonBuilder
 from generators.synth.think import clean_think, lead, slot_prompt, template
+from generators.tools.banks import HELP as BANK_HELP
 
 
 @dataclass
@@ -61,6 +62,7 @@ class SynthConfig:
     first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
     lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
+    tools: str = field(default="auto", metadata={"help": BANK_HELP})
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
@@ -111,7 +113,7 @@ LEADS = ("every", "later")
 # keeps its id, and a run with today's default, facts, gets a new one)
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
-                  "asks_in_turn": False, "lead": "every", "per_triple": 8, "allow_fewer": False}
+                  "asks_in_turn": False, "lead": "every", "per_triple": 8, "allow_fewer": False, "tools": "auto"}
 
 
 @dataclass
@@ -149,6 +151,7 @@ class Session:
         self._pool: list[planning.Plan] | None = None
         self._domains = {d: domain_for(doc.get("meta")) for d, doc in self.docs.items()}
         self.tools: list[dict] = []
+        self._corpus, self._bank_domains = False, set()  # a corpus bank; the domains of the bank's tools
         self._sim = self._builder = None
         self.computes = cfg.calculator  # plans end with a calculator call (the bank will have one)
         if tools is not None:
@@ -159,16 +162,34 @@ class Session:
         has the calculator: a run can be planned, and its size checked, before the bank is built."""
         from generators.tools.compute import is_compute
 
+        from generators.tools.base import DOMAINS
+        from generators.tools.corpus_bank import is_corpus_tool
+
         self.tools = tools
         self._sim = self._builder = None
         computes = self.cfg.calculator and any(is_compute(t) for t in tools)
-        if computes != self.computes:
-            self._pool = None
+        self._corpus = any(is_corpus_tool(t) for t in tools)
+        self._bank_domains = {t["domain"] for t in tools}
+        if computes != self.computes or self._corpus or not set(DOMAINS) <= self._bank_domains:
+            self._pool = None  # the plans' lookups go to the domains this bank has
         self.computes = computes
 
     def domain_of(self, doc_id: str) -> str:
-        """The domain tool meant for a document (generators.tools.simulator.domain_for)."""
-        return self._domains[doc_id]
+        """The domain tool meant for a document: with a corpus bank its kind's tool's
+        (Simulator.domain_of), else generators.tools.simulator.domain_for; the general search
+        when the bank has no tool of that domain."""
+        from generators.tools.base import GENERAL
+
+        d = self.sim.domain_of(doc_id) if self._corpus else self._domains[doc_id]
+        return d if not self.tools or d in self._bank_domains else GENERAL
+
+    def _wrong_possible(self, plan) -> bool:
+        """Whether the bank has a domain tool besides the plan's own (wrong_tool, escalation)."""
+        from generators.tools.base import GENERAL
+        from generators.tools.compute import COMPUTE
+
+        planned = {h.domain for r in plan.lookups for h in r}
+        return not self.tools or any(d not in planned and d not in (GENERAL, COMPUTE) for d in self._bank_domains)
 
     @property
     def sim(self):
@@ -229,6 +250,8 @@ class Session:
                 rounds = rounds + [[planning.compute_hop(expression)]] if expression else rounds
             p = planning.Plan(tid, rounds, planning.route_of(rounds))
             p.allowed = planning.allowed_cases(p)
+            if not self._wrong_possible(p):
+                p.allowed = [c for c in p.allowed if c not in ("wrong_tool", "escalation")]
             p.case = planning.choose_case(p, self.case_mix, self.cfg.seed)
             out.append(p)
         self._pool = out

@@ -23,6 +23,8 @@ tool's JSON Schema: {"error": "invalid_arguments", "detail": ...}; unknown tool:
 {"error": "unknown_tool", ...} (`unknown_tool(name)`). `search(query, k, domain)` is plain
 BM25 for other callers.
 The calculator (generators/tools/compute.py) is known to every simulator and answered there.
+A corpus bank's tool (generators/tools/corpus_bank.py) sees the documents of its kind or
+cluster and those of none (`corpus_domains`).
 The BM25 query of a call is its lookup argument plus, for a base tool or variant, every other
 scalar argument but top_k and language; an imported tool (generators.tools.imported) searches
 its domain like that domain's base tool, with its lookup and its name arguments only.
@@ -52,6 +54,7 @@ from generators.tools.base import (DOMAIN_ENTITY_TYPES, DOMAINS, ENTITY_TYPE_ALI
                                    canonical, parameters_of)
 from generators.tools.compute import COMPUTE, calculator_row
 from generators.tools.compute import answer as calculate
+from generators.tools.corpus_bank import assignments, bank_of, is_corpus_tool, kind_of, tokens_of
 from generators.tools.fill import roles_of
 from generators.tools.imported import is_imported
 from generators.tools.retrieval import BM25Index, Scored
@@ -133,6 +136,17 @@ class Simulator:
         self.masks = {GENERAL: np.ones(len(self.doc_ids), dtype=bool)}
         for dom, ets in DOMAIN_ENTITY_TYPES.items():
             self.masks[dom] = untyped | np.isin(types, list(ets))
+        # a corpus bank's tools (generators/tools/corpus_bank.py) see the passages of their kind or cluster
+        corpus = [row for row in tools or [] if is_corpus_tool(row)]
+        banks = assignments(corpus, [kind_of(docs[d].get("meta")) for d in self.doc_ids],
+                            lambda i: tokens_of(f"{self.titles[i]}\n{self.texts[i]}")) if corpus else {}
+        self.corpus_domains: list[str | None] = [None] * len(self.doc_ids)
+        for got in banks.values():
+            self.corpus_domains = [a or b for a, b in zip(self.corpus_domains, got)]
+        arrays = {b: np.array([d or "" for d in got], dtype=object) for b, got in banks.items()}
+        for row in corpus:
+            dom = arrays[bank_of(row)]
+            self.masks.setdefault(row["domain"], (dom == "") | (dom == row["domain"]))
         self.index = BM25Index([f"{t}\n{x}" for t, x in zip(self.titles, self.texts)], self.config.stopwords)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
         self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}
@@ -166,8 +180,12 @@ class Simulator:
 
     # -- helpers for trajectory builders ------------------------------------------------
     def domain_of(self, doc_id: str) -> str:
-        """The domain tool meant for a document: its entity type if typed, else the general search."""
-        t = self.types[self.index_of[doc_id]]
+        """The domain tool meant for a document: its corpus tool's (when the bank has corpus
+        tools), else its entity type if typed, else the general search."""
+        i = self.index_of[doc_id]
+        if self.corpus_domains[i]:
+            return self.corpus_domains[i]
+        t = self.types[i]
         return t if t in DOMAIN_ENTITY_TYPES else GENERAL
 
     def tool_domain(self, tool: str) -> str | None:

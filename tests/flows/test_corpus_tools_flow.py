@@ -1,0 +1,85 @@
+"""`synthesize --tools corpus` on a corpus imported as HotpotQA records (the real importer,
+`synthesize` and `validate` flows; template texts, no model): the bank is the corpus's own,
+every kind-specific search returns passages of its kind, and validation's replay accepts
+the trajectories."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.synthesize import run as synthesize
+from flows.validate import run as validate
+from generators.corpus.build import WorldConfig, write
+from generators.corpus.importer import import_file
+from generators.llm.registry import BackendConfig
+from generators.synth.synthesize import SynthConfig
+from generators.tools.simulator import Simulator, split_sentences
+from storage import load_table
+from validators.runner import ValidateConfig
+
+
+def _hotpot_file(root, path, n: int = 40):
+    """The world's questions written as HotpotQA records (context, supporting_facts by index)."""
+    write(WorldConfig(seed=5, entities=150), root, "w")
+    docs = {d["doc_id"]: d for d in load_table("w", "documents", root).to_pylist()}
+    lines = []
+    for t in load_table("w", "triples", root).to_pylist()[:n]:
+        sents = {g: split_sentences(docs[g]["text"]) for g in t["golden_doc_ids"]}
+        facts = []
+        for f in t["supporting_facts"]:
+            idx = next((i for i, s in enumerate(sents[f["doc_id"]]) if f["sentence"].strip() in s), 0)
+            facts.append([docs[f["doc_id"]]["title"], idx])
+        lines.append(json.dumps({"_id": t["triple_id"], "question": t["question"], "answer": t["answer"],
+                                 "type": t["qtype"], "context": [[docs[g]["title"], sents[g]] for g in sents],
+                                 "supporting_facts": facts}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_synthesize_with_the_corpus_tools_validates(tmp_path):
+    root = tmp_path / "data"
+    report = import_file(_hotpot_file(root, tmp_path / "hotpot.jsonl"), root, "h")
+    assert report.imported == 40 and not report.rejects
+    cfg = SynthConfig(dataset="h", n=40, chunk=20, texts="template", tools="corpus")
+    out = synthesize(cfg, BackendConfig(), root, progress=False)
+    assert out["written"] == 40
+    tools = load_table("h", "tools", root, run_id=out["run_id"]).to_pylist()
+    kinds = [t for t in tools if json.loads(t["meta"]).get("source") == "corpus"]
+    assert len(kinds) >= 2 and "search_person" not in {t["name"] for t in tools}  # not the world's bank
+    by_name = {t["name"]: t for t in tools}
+
+    docs = load_table("h", "documents", root).to_pylist()
+    sim = Simulator(docs, seed=cfg.seed, tools=tools)
+    rows = load_table("h", "trajectories", root, run_id=out["run_id"]).to_pylist()
+    kind_calls = 0
+    for r in rows:
+        assert {t["name"] for t in r["tools"]} <= set(by_name) | {"general_search"}
+        results = {m["tool_call_id"]: m["content"] for m in r["messages"] if m["role"] == "tool"}
+        for m in r["messages"]:
+            for c in m["tool_calls"] or []:
+                tool = by_name.get(c["name"])
+                if tool is None or tool["domain"] == "general":
+                    continue
+                kind_calls += 1
+                got = json.loads(results[c["id"]]).get("results", [])
+                assert all(sim.corpus_domains[sim.index_of[x["doc_id"]]] in (tool["domain"], None) for x in got)
+    assert kind_calls > 0
+
+    summary = validate(ValidateConfig(dataset="h"), data_root=root, progress=False)
+    verdicts = load_table("h", "verdicts", root).to_pylist()
+    replays = [v for v in verdicts if v["check"] == "replay"]
+    assert len(replays) == 40 and all(v["passed"] for v in replays), [v["reason"] for v in replays if not v["passed"]]
+    assert load_table("h_valid", "trajectories", root).num_rows > 0, summary
+
+    # the command line: by default (auto) an imported corpus gets its own bank; --tools names another
+    res = CliRunner().invoke(app, ["--data-root", str(root), "synthesize", "--dataset", "h", "--n", "8",
+                                   "--texts", "template"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    runs = {t["run_id"] for t in load_table("h", "tools", root).to_pylist() if "corpus" in (t["meta"] or "")}
+    assert len(runs) == 2
+    res = CliRunner().invoke(app, ["--data-root", str(root), "synthesize", "--dataset", "h", "--n", "4",
+                                   "--texts", "template", "--tools", "nope"], env={"COLUMNS": "200"})
+    assert res.exit_code != 0 and "--tools must be one of" in res.output
