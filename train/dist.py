@@ -42,12 +42,17 @@ def is_distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-def init_from_env() -> torch.device:
+def init_from_env(one_rank: bool = False) -> torch.device:
     """Initialise the default process group from WORLD_SIZE/RANK/LOCAL_RANK/MASTER_* (set by
-    torchrun) and return this rank's device. Without WORLD_SIZE: no process group, cuda:0 or cpu."""
+    torchrun) and return this rank's device. Without WORLD_SIZE: no process group (with
+    `one_rank`, which sharding needs, a group of this process alone), cuda:0 or cpu."""
     cuda = torch.cuda.is_available()
     if "WORLD_SIZE" not in os.environ:
-        return torch.device("cuda", 0) if cuda else torch.device("cpu")
+        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        if one_rank and not is_distributed():
+            torch.distributed.init_process_group("nccl" if cuda else "gloo", store=torch.distributed.HashStore(),
+                                                 rank=0, world_size=1, device_id=device if cuda else None)
+        return device
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         if local >= torch.cuda.device_count():
@@ -110,6 +115,13 @@ def reduce_grads(params: Sequence[torch.nn.Parameter], scale: float) -> None:
         bucket.append(g)
     if bucket:
         _reduce_bucket(bucket, scale)
+
+
+def scale_grads(params: Sequence[torch.nn.Parameter], scale: float) -> None:
+    """grad <- scale * grad (sharded training: FSDP already summed the gradients over ranks)."""
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(scale)
 
 
 def _reduce_bucket(grads: list[torch.Tensor], scale: float) -> None:
