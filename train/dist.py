@@ -9,6 +9,10 @@ step statistics across ranks, and launch `python -m train sft|grpo ...` under
 
     launch("sft", [sft_cfg, train_cfg], data_root, nproc=2)   # from the flow or the CLI
 
+With `--shard full|grad_op` the ranks shard the model (train/shard.py) and FSDP reduces the
+gradients itself (`scale_grads` only scales them); a single sharded process gets a one-rank
+group (`init_from_env(one_rank=True)`).
+
 The launcher uses a static rendezvous on 127.0.0.1 and a free port, streams the ranks'
 output as it comes, and raises `LaunchFailed` with the failing rank's error if any rank
 fails (torchrun then stops the others).

@@ -28,6 +28,13 @@ stats ending in "tokens" are summed over micro-batches and ranks, other stats av
 `tokens_per_s` and `peak_mem_gb` (the largest process's peak so far, train/memory.py) are
 added to every record. Rank 0 alone writes metrics.jsonl and checkpoints; every rank restores
 on resume.
+
+Sharded (`--shard full|grad_op`, train/shard.py): the model is split over the ranks with FSDP2
+before the optimizer is made; the backward reduce-scatters gradient sums, which are scaled as
+above, so the step is the same; the ranks split micro-batches until they have equally many
+(each forward and backward is a collective) and a micro-batch with nothing to train on still
+runs a backward (times 0); every rank writes its shards of each checkpoint
+(train/checkpoint.py `save_sharded`).
 """
 
 from __future__ import annotations

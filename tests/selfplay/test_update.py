@@ -167,3 +167,30 @@ def test_update_options_are_checked_before_anything_runs(tmp_path):
     cfg = PlayConfig(dataset="w", checkpoints="c", iterations=4, distill_coef="1,0.5")
     assert cfg.lambdas() == [1.0, 0.5, 0.5, 0.5]
     assert PlayConfig(dataset="w", checkpoints="c", iterations=2, distill="off").lambdas() == [0.0, 0.0]
+
+
+def test_both_updates_sharded_equal_unsharded(played, tmp_path, tiny_llama_dir):  # noqa: F811
+    """`--shard full` in one process (FSDP over a one-rank group, train/shard.py): the examiner's
+    and the student's updates (the EMA teacher following a sharded student) give the weights
+    the unsharded updates give."""
+    from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig
+    from train.configs import TrainConfig
+    from train.run import run_stage
+
+    root, _, summary, _ = played
+    for kind, config in (("selfplay-examiner", ExaminerUpdateConfig), ("selfplay-student", StudentUpdateConfig)):
+        finals = {}
+        for shard in ("none", "full"):
+            out = tmp_path / f"{kind}-{shard}"
+            s = run_stage(kind, config(data="w_selfplay", run=summary["run_id"], iteration=0, model=str(tiny_llama_dir),
+                                       out=str(out)),
+                          TrainConfig(max_steps=2, batch_size=2, lr=1e-3, shard=shard), root, progress=False)
+            assert s["steps"] == 2
+            finals[shard] = _weights(out / "final")
+            if kind == "selfplay-student":
+                finals[shard + "-teacher"] = _weights(out / "teacher")
+        for k, v in finals["none"].items():
+            assert torch.allclose(finals["full"][k], v, atol=1e-6), (kind, k)
+        if kind == "selfplay-student":
+            for k, v in finals["none-teacher"].items():
+                assert torch.allclose(finals["full-teacher"][k], v, atol=1e-6), k
