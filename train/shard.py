@@ -122,14 +122,13 @@ def gathered(model):
 
 
 def full_state_dict(model) -> dict:
-    """The whole state dict on CPU (a collective on a sharded model: every rank calls it; every
-    rank gets it). A model that is not sharded: its own state dict, on CPU."""
+    """The whole state dict on CPU: a collective on a sharded model (every rank calls it; rank 0
+    gets the tensors, the others an empty dict). A model that is not sharded: its own, on CPU."""
     if not is_sharded(model):
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
-                                                                broadcast_from_rank0=False))
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def full_tensor(t: torch.Tensor) -> torch.Tensor:
