@@ -145,25 +145,26 @@ def check_nproc(nproc: int) -> None:
         raise ValueError(f"--nproc {nproc} but this machine has {torch.cuda.device_count()} GPUs")
 
 
-def command(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int) -> list[str]:
+def command(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int,
+            module: str = "train") -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "train", kind]
-    # under torchrun WORLD_SIZE is the process count; "--nproc" would also be an ambiguous
-    # abbreviation for torch.distributed.run's own argument parser
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", module, "--", kind]
+    # "--": the stage's options are the script's, even those that abbreviate torch.distributed.run's
+    # own (--run); under torchrun WORLD_SIZE is the process count, so --nproc is left out
     cmd += to_args(*configs, skip=("nproc",))
     if data_root is not None:
         cmd += ["--data-root", str(data_root)]
     return cmd
 
 
-def launch(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int) -> None:
-    """Run `python -m train KIND` in `nproc` processes on this machine and wait; the ranks'
-    output streams to stderr. Raises LaunchFailed when a rank fails."""
+def launch(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int, module: str = "train") -> None:
+    """Run `python -m MODULE KIND` (the kind's StageKind.module) in `nproc` processes on this
+    machine and wait; the ranks' output streams to stderr. Raises LaunchFailed when a rank fails."""
     check_nproc(nproc)
     env = dict(os.environ)
     if not torch.cuda.is_available() and Path("/sys/class/net/lo").exists():
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are on this machine
-    proc = subprocess.Popen(command(kind, configs, data_root, nproc), env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(kind, configs, data_root, nproc, module), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     tail = ""
     try:

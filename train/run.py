@@ -107,7 +107,7 @@ def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
     if tcfg.resume and (path := checkpoint.latest(run_dir)) is not None:
         start = int(path.name.split("-")[1])
     with stages.stage("train", rows_in=n, notes=f"{tcfg.nproc} processes") as st:
-        dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc)
+        dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc, stage.module)
         st.rows_out = len([r for r in read_metrics(run_dir) if r["step"] > start])
     final = run_dir / "final"
     if not (final / "config.json").exists():
