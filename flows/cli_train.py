@@ -2,11 +2,16 @@
 command per stage kind registered in train/stages.py (sft, grpo, selfplay-examiner,
 selfplay-student), with options from the
 kind's config and TrainConfig; and `forgeplay train eval`. `--nproc N` trains data-parallel
-in N processes (torchrun on this machine; train/dist.py)."""
+in N processes (torchrun on this machine; train/dist.py), `--shard full|grad_op` sharded
+with FSDP (train/shard.py); `forgeplay train plan` prints the model's memory per process
+under each `--shard` setting (train/memory.py) and `forgeplay train consolidate` writes a
+sharded checkpoint as a plain model folder (train/checkpoint.py)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -72,6 +77,51 @@ def register(app: typer.Typer) -> None:
                             no_args_is_help=True)
     app.add_typer(train_app, name="train")
     add_stage_commands(train_app, _train)
+
+    @train_app.command("plan")
+    def plan(model_size: Annotated[float, typer.Option(help="parameters of the model (7e9 for a 7B model)")],
+             nproc: Annotated[int, typer.Option(help="processes (GPUs) the model is sharded over")] = 1,
+             layers: Annotated[int, typer.Option(help="decoder blocks (a block holds model-size / layers)")] = 32,
+             memory_gb: Annotated[float, typer.Option(help="GB each process may use: says which settings "
+                                                           "fit (0 = no verdict)")] = 0.0) -> None:
+        """Print the model's state per process (weights, gradients, AdamW state and what FSDP
+        gathers; bf16 compute on GPUs) under each --shard setting, by the arithmetic of
+        train/memory.py. Activations and the KV cache come on top: a training command prints
+        its whole plan before its first step."""
+        from rich.table import Table
+
+        from train.memory import GB, state_table
+
+        try:
+            rows = state_table(model_size, nproc, layers)
+        except ValueError as e:
+            Console(stderr=True).print(f"[red]train plan:[/red] {e}")
+            raise typer.Exit(1) from None
+        table = Table(title=f"model state per process: {model_size:.3g} parameters over {nproc} processes (GB)")
+        cols = ("weights", "gradients", "optimizer", "gathered", "total")
+        for col in ("--shard", *cols, *(["fits"] if memory_gb else [])):
+            table.add_column(col, justify="right")
+        for mode, parts in rows.items():
+            fits = ["yes" if parts["total"] <= memory_gb * GB else "no"] if memory_gb else []
+            table.add_row(mode, *(f"{parts.get(c, 0.0) / GB:.2f}" for c in cols), *fits)
+        Console(width=120).print(table)
+
+    @train_app.command("consolidate")
+    def consolidate(run: Annotated[Path, typer.Argument(help="a run folder (its latest checkpoint) or a checkpoint "
+                                                               "folder (RUN/checkpoints/step-N)")],
+                    out: Annotated[Path, typer.Option("--out", "-o", help="model folder to write")],
+                    model: Annotated[Optional[str], typer.Option(help="where the tokenizer comes from (default: "
+                                                                      "the run's --model)")] = None) -> None:
+        """Write a sharded checkpoint (--shard full|grad_op) as a plain Hugging Face model folder
+        (float32 weights, config, tokenizer) that every backend loads; in one process."""
+        from train.consolidate import consolidate_run
+
+        try:
+            path = consolidate_run(run, out, model)
+        except (ValueError, FileNotFoundError) as e:
+            Console(stderr=True).print(f"[red]train consolidate:[/red] {e}")
+            raise typer.Exit(1) from None
+        Console().print(f"model: {path}")
 
     @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS, label="train eval")
     def evaluate(cfg: EvalConfig, data_root=None) -> None:

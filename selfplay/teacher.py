@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from train.objective import frozen_copy
+from train.shard import full_tensor
 
 
 class EMATeacher:
@@ -44,6 +45,6 @@ class EMATeacher:
     @torch.no_grad()
     def update(self, student: torch.nn.Module) -> None:
         """p_t <- (1 - tau) * p_t + tau * p_s for every floating parameter and buffer."""
-        for t, s in self._pairs(student):
-            t.lerp_(s.detach().to(device=t.device, dtype=t.dtype), self.tau)
+        for t, s in self._pairs(student):  # a sharded student's parameter: gathered whole (every rank calls)
+            t.lerp_(full_tensor(s.detach()).to(device=t.device, dtype=t.dtype), self.tau)
         self.updates += 1

@@ -24,7 +24,9 @@ to a whole step is in the metrics (`teacher_s`, `seconds`).
               model="runs/sft/final", out="runs/sp/it0/student"), TrainConfig(max_steps=4))
 
 The flow `selfplay` (flows/selfplay.py) runs both after each iteration's attempts; `forgeplay
-train selfplay-examiner|selfplay-student` runs one on its own.
+train selfplay-examiner|selfplay-student` runs one on its own, with `--nproc N` in N ranks
+(`python -m selfplay KIND` under torchrun, selfplay/__main__.py; every rank keeps the whole
+teacher and reference) and `--shard full|grad_op` sharded (train/shard.py).
 """
 
 from __future__ import annotations
@@ -161,10 +163,11 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
 
 
 def follow(trainer, teacher, tokenizer, out: Path) -> None:
-    """After each optimizer step the teacher moves towards the student; after the last it is saved."""
+    """After each optimizer step the teacher moves towards the student (on every rank, alike);
+    after the last, rank 0 saves it."""
     def on_step(rec: dict) -> None:
         teacher.update(trainer.model)
-        if trainer.step == trainer.cfg.max_steps:
+        if trainer.step == trainer.cfg.max_steps and trainer.rank == 0:
             teacher.module.save_pretrained(out)
             tokenizer.save_pretrained(out)
 
@@ -172,7 +175,7 @@ def follow(trainer, teacher, tokenizer, out: Path) -> None:
 
 
 register(StageKind(
-    "selfplay-examiner", ExaminerUpdateConfig, build_examiner, curves=("loss", "reward", "kl"), one_process=True,
+    "selfplay-examiner", ExaminerUpdateConfig, build_examiner, curves=("loss", "reward", "kl"), module="selfplay",
     reads=("rollouts",),
     help="""Update a self-play examiner from one iteration's outputs: the examiner reward of
     each output (0.5 for a well-formed task plus (n-k)/(n-1) when 0<k<n of the student's n
@@ -180,7 +183,7 @@ register(StageKind(
     clipped surrogate plus a KL to the reference. Writes OUT/final."""))
 
 register(StageKind(
-    "selfplay-student", StudentUpdateConfig, build_student, curves=("loss", "reward", "teacher_kl"), one_process=True,
+    "selfplay-student", StudentUpdateConfig, build_student, curves=("loss", "reward", "teacher_kl"), module="selfplay",
     reads=("rollouts",),
     help="""Update a self-play student from one iteration's attempts: GRPO on exact match plus
     lambda times KL(student || teacher) on its own tokens, where the teacher (an EMA of the

@@ -6,6 +6,12 @@ Layout of a run folder:
                                         extra-NAME.pt (a stage's own state, e.g. CARE's probes)
     RUN_DIR/checkpoints/latest          text file holding "step-00000010"
 
+A sharded run (`--shard full|grad_op`, train/shard.py) saves `sharded/` instead of model.pt and
+optimizer.pt: the model's and AdamW's state as torch.distributed.checkpoint writes them, each
+rank its own shards (`save_sharded`, a collective; `restore_sharded` reads them back on any
+number of ranks), and `model/config.json`, the model's config. train/consolidate.py turns such
+a checkpoint into a plain model folder (`forgeplay train consolidate`) in one process.
+
 A checkpoint is first written to a hidden temp folder next to its final place, then
 renamed into place; `latest` is written last, also atomically (storage/files.py). A kill at any
 moment leaves either the previous complete checkpoint or the new one as `latest`, never a
@@ -21,6 +27,7 @@ half-written one. `state.json` holds the step, the data position and any extra J
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -29,9 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from storage.files import atomic_path, remove_leftovers, write_text
+from storage.files import atomic_path, fsync_dir, remove_leftovers, write_text
 
 LATEST = "latest"
+SHARDED = "sharded"  # the torch.distributed.checkpoint folder of a sharded checkpoint
 
 
 def ckpt_dir(run_dir: str | Path) -> Path:
@@ -60,15 +68,68 @@ def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any 
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / "model.pt")
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        if scheduler is not None:
-            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
-        for key, obj in (extras or {}).items():
-            torch.save(obj.state_dict(), tmp / f"extra-{key}.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}, indent=2))
+        _rest(tmp, step, scheduler, state, extras)
     write_text(base / LATEST, name)
     _prune(base, keep, name)
     return final
+
+
+def _rest(tmp: Path, step: int, scheduler, state: dict | None, extras: dict | None) -> None:
+    if scheduler is not None:
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(rng_state(), tmp / "rng.pt")
+    for key, obj in (extras or {}).items():
+        torch.save(obj.state_dict(), tmp / f"extra-{key}.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}, indent=2))
+
+
+def save_sharded(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any, scheduler: Any = None,
+                 state: dict | None = None, keep: int = 2, extras: dict | None = None) -> Path:
+    """`save` for a sharded model, called by every rank: each writes its shards of the model and
+    optimizer state into a hidden temp folder; rank 0 adds the rest (its scheduler, RNG, extras),
+    renames the folder into place and moves `latest`."""
+    import torch.distributed as tdist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    base, name = ckpt_dir(run_dir), f"step-{step:08d}"
+    final, tmp = base / name, base / f".{name}.tmp-sharded"
+    rank = tdist.get_rank()
+    if rank == 0:
+        base.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    tdist.barrier()
+    msd, osd = get_state_dict(model, optimizer)
+    dcp.save({"model": msd, "optimizer": osd}, checkpoint_id=tmp / SHARDED)  # returns once every rank wrote
+    if rank == 0:
+        model.config.save_pretrained(tmp / "model")
+        _rest(tmp, step, scheduler, state, extras)
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        shutil.rmtree(final, ignore_errors=True)  # a rerun of the same step replaces the old copy
+        os.replace(tmp, final)
+        fsync_dir(base)
+        write_text(base / LATEST, name)
+        _prune(base, keep, name)
+    tdist.barrier()
+    return final
+
+
+def restore_sharded(path: str | Path, model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None,
+                    rng: bool = True, extras: dict | None = None) -> dict:
+    """`restore` of a `save_sharded` checkpoint into a sharded model (every rank calls it)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = Path(path)
+    msd, osd = get_state_dict(model, optimizer)
+    sd = {"model": msd, "optimizer": osd}
+    dcp.load(sd, checkpoint_id=path / SHARDED)
+    set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optimizer"])
+    return _restore_rest(path, scheduler, rng, extras)
 
 
 def _prune(base: Path, keep: int, current: str) -> None:
@@ -108,6 +169,10 @@ def restore(path: str | Path, model: torch.nn.Module, optimizer: Any = None, sch
     model.load_state_dict(torch.load(path / "model.pt", map_location="cpu"))
     if optimizer is not None and (path / "optimizer.pt").exists():
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu"))
+    return _restore_rest(path, scheduler, rng, extras)
+
+
+def _restore_rest(path: Path, scheduler: Any, rng: bool, extras: dict | None) -> dict:
     if scheduler is not None and (path / "scheduler.pt").exists():
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu"))
     if rng:

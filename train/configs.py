@@ -46,6 +46,11 @@ class TrainConfig:
     bf16: bool = field(default=True, metadata={"help": "bf16 autocast on GPU (ignored on CPU)"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads per process (default: the cores "
                                                               "divided among the model processes running on this machine)"})
+    shard: str = field(default="none", metadata={
+        "help": "FSDP sharding across the processes (torch's fully_shard): full (parameters, gradients and AdamW "
+                "state split over the ranks, a block's weights gathered for its forward and again for its "
+                "backward), grad_op (the same, but parameters kept unsharded after forward until the "
+                "backward: fewer gathers, more memory) or none (a whole copy per process); bf16 compute on GPU"})
     nproc: int = field(default=1, metadata={"help": "data-parallel processes (torchrun; one per GPU, gloo on CPU); "
                                                     "batch_size is per process"})
 

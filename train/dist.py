@@ -9,6 +9,10 @@ step statistics across ranks, and launch `python -m train sft|grpo ...` under
 
     launch("sft", [sft_cfg, train_cfg], data_root, nproc=2)   # from the flow or the CLI
 
+With `--shard full|grad_op` the ranks shard the model (train/shard.py) and FSDP reduces the
+gradients itself (`scale_grads` only scales them); a single sharded process gets a one-rank
+group (`init_from_env(one_rank=True)`).
+
 The launcher uses a static rendezvous on 127.0.0.1 and a free port, streams the ranks'
 output as it comes, and raises `LaunchFailed` with the failing rank's error if any rank
 fails (torchrun then stops the others).
@@ -42,12 +46,17 @@ def is_distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-def init_from_env() -> torch.device:
+def init_from_env(one_rank: bool = False) -> torch.device:
     """Initialise the default process group from WORLD_SIZE/RANK/LOCAL_RANK/MASTER_* (set by
-    torchrun) and return this rank's device. Without WORLD_SIZE: no process group, cuda:0 or cpu."""
+    torchrun) and return this rank's device. Without WORLD_SIZE: no process group (with
+    `one_rank`, which sharding needs, a group of this process alone), cuda:0 or cpu."""
     cuda = torch.cuda.is_available()
     if "WORLD_SIZE" not in os.environ:
-        return torch.device("cuda", 0) if cuda else torch.device("cpu")
+        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        if one_rank and not is_distributed():
+            torch.distributed.init_process_group("nccl" if cuda else "gloo", store=torch.distributed.HashStore(),
+                                                 rank=0, world_size=1, device_id=device if cuda else None)
+        return device
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         if local >= torch.cuda.device_count():
@@ -112,6 +121,13 @@ def reduce_grads(params: Sequence[torch.nn.Parameter], scale: float) -> None:
         _reduce_bucket(bucket, scale)
 
 
+def scale_grads(params: Sequence[torch.nn.Parameter], scale: float) -> None:
+    """grad <- scale * grad (sharded training: FSDP already summed the gradients over ranks)."""
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(scale)
+
+
 def _reduce_bucket(grads: list[torch.Tensor], scale: float) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])
     torch.distributed.all_reduce(flat)
@@ -129,25 +145,26 @@ def check_nproc(nproc: int) -> None:
         raise ValueError(f"--nproc {nproc} but this machine has {torch.cuda.device_count()} GPUs")
 
 
-def command(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int) -> list[str]:
+def command(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int,
+            module: str = "train") -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "train", kind]
-    # under torchrun WORLD_SIZE is the process count; "--nproc" would also be an ambiguous
-    # abbreviation for torch.distributed.run's own argument parser
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", module, "--", kind]
+    # "--": the stage's options are the script's, even those that abbreviate torch.distributed.run's
+    # own (--run); under torchrun WORLD_SIZE is the process count, so --nproc is left out
     cmd += to_args(*configs, skip=("nproc",))
     if data_root is not None:
         cmd += ["--data-root", str(data_root)]
     return cmd
 
 
-def launch(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int) -> None:
-    """Run `python -m train KIND` in `nproc` processes on this machine and wait; the ranks'
-    output streams to stderr. Raises LaunchFailed when a rank fails."""
+def launch(kind: str, configs: Sequence, data_root: str | Path | None, nproc: int, module: str = "train") -> None:
+    """Run `python -m MODULE KIND` (the kind's StageKind.module) in `nproc` processes on this
+    machine and wait; the ranks' output streams to stderr. Raises LaunchFailed when a rank fails."""
     check_nproc(nproc)
     env = dict(os.environ)
     if not torch.cuda.is_available() and Path("/sys/class/net/lo").exists():
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are on this machine
-    proc = subprocess.Popen(command(kind, configs, data_root, nproc), env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(kind, configs, data_root, nproc, module), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     tail = ""
     try:

@@ -38,6 +38,7 @@ from train.memory import ModelShape, Workload, make_plan
 from train.objective import KLToReference, Objective, ReverseKLToTeacher, RolloutBatch, grpo_objective
 from train.prefix import grouped_token_logprobs, plain_token_logprobs
 from train.rollout import Prompt, rollout
+from train.shard import gathered
 
 TOOL_TURN_TOKENS = 1024  # a tool turn in the plan (the simulator's results for a call: up to ~900 tokens)
 SETTINGS = "--batch-size, --group-size, --max-turns or --max-new-tokens"
@@ -85,31 +86,19 @@ class GRPOSession:
 
     def step(self, model, prompts: list[Prompt]) -> tuple[torch.Tensor, dict]:
         started = time.perf_counter()
-        sync = getattr(self.backend, "sync", None)
         step = self.trainer.step if self.trainer is not None else None
-        if sync is not None:  # vLLM (train/weight_sync.py): push the weights if an optimizer step changed them
-            sync(model, step)
-        else:
-            self.backend.lm = model  # rollouts with the current weights
-            self.backend.policy_version = step
         group = [p for p in prompts for _ in range(self.cfg.group_size)]
-        was = model.training
-        model.eval()
-        try:
-            outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.seed_base + self.calls,
-                           logprobs=False)
-        finally:
-            model.train(was)
-        self.calls += 1
+        label_stats = {}
+        with gathered(model):  # a sharded policy samples with whole weights, no collective (train/shard.py)
+            outs = self.sample(model, group, step)
+            if self.labeller is not None:  # rewards against voted or bought labels, prompts weighted
+                group, relabelled, label_stats = self.labeller(group, outs, step or 0)
+                rewards = torch.tensor(relabelled, dtype=torch.float32)
+            else:
+                rewards = torch.tensor([o.reward for o in outs])
         self.check_memory(model, outs)
         width = max(len(o.token_ids) for o in outs)
         mask = _pad([[float(m) for m in o.mask] for o in outs], width)
-        label_stats = {}
-        if self.labeller is not None:  # rewards against voted or bought labels, prompts weighted
-            group, relabelled, label_stats = self.labeller(group, outs, step or 0)
-            rewards = torch.tensor(relabelled, dtype=torch.float32)
-        else:
-            rewards = torch.tensor([o.reward for o in outs])
         seqs, pad = [o.token_ids for o in outs], self.backend.pad_id
         start = max(1, min(o.mask.index(1) if 1 in o.mask else len(o.mask) for o in outs))
         # one update per batch of rollouts: the sampling policy is the current one, so the
@@ -129,6 +118,24 @@ class GRPOSession:
                                                                      for v in o.stats["policy_versions"])})
         return loss, stats
 
+
+    def sample(self, model, group: list[Prompt], step: int | None) -> list:
+        """The rollouts of `group` with the current weights (pushed to vLLM first when it samples)."""
+        sync = getattr(self.backend, "sync", None)
+        if sync is not None:  # vLLM (train/weight_sync.py): push the weights if an optimizer step changed them
+            sync(model, step)
+        else:
+            self.backend.lm = model  # rollouts with the current weights
+            self.backend.policy_version = step
+        was = model.training
+        model.eval()
+        try:
+            outs = rollout(self.backend, self.simulator, group, self.cfg, seed=self.seed_base + self.calls,
+                           logprobs=False)
+        finally:
+            model.train(was)
+        self.calls += 1
+        return outs
 
     # ---- memory (train/memory.py) ------------------------------------------------------------
 
@@ -176,7 +183,8 @@ class GRPOSession:
         lengths = [len(o.token_ids) for o in outs]
         work = self._work(len(outs), lengths, sum(o.stats["policy_tokens"] for o in outs))
         if work.tokens > self.plan.work.tokens or work.logit_positions > self.plan.work.logit_positions:
-            make_plan(model, work, None, limit=self.plan.limit, checkpointing=self.plan.checkpointing).check()
+            make_plan(model, work, None, limit=self.plan.limit, checkpointing=self.plan.checkpointing,
+                      shard=self.plan.shard, world=self.plan.world).check()
 
 
 def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective | None = None) -> GRPOSession:

@@ -23,6 +23,26 @@ there it divides the peak several times for about a third more compute); `on` an
 The limit is `--memory-gb`, else this process's memory plus what the machine has available
 (MemAvailable, or the cgroup's limit; shared by the processes of a CPU `--nproc` run), or on a GPU
 its free memory. `peak_memory_gb()` is the peak the metrics record.
+
+Sharding (`--shard`, train/shard.py) over N processes divides the model's state; per process,
+with P parameters (T trainable), B those of the largest decoder block, R those outside the
+blocks (embeddings, output layer, final norm) and c bytes a gathered weight takes (2 in bf16
+on a GPU, else 4):
+
+    none     weights 4P      + gradients 4T   + optimizer 8T   (AdamW's two moments)
+    full     weights 4P/N    + gradients 4T/N + optimizer 8T/N + gathered c(R + 2B) + 4 max(2B, R)
+    grad_op  weights 4P/N    + gradients 4T/N + optimizer 8T/N + gathered cP       + 4 max(2B, R)
+
+`gathered` is what FSDP holds whole for a pass: `full` keeps the root unit and two blocks (the
+one computing, the next being gathered) and `grad_op` every unit from its forward to its
+backward; both add the unsharded float32 gradients of two blocks (or of the root) before their
+reduce-scatter. A stage that samples (GRPO) gathers the whole model, cP, while it samples.
+Activations, logits, frozen models and the KV cache are per process as without sharding.
+`forgeplay train plan --model-size 7e9 --nproc 8` prints the model's state under each setting
+for a decoder of `--layers` 32 blocks holding all its parameters (B = P/32, R = 0), in bf16 on
+GPUs: none 16P = 112.0 GB; full 16P/8 + 12B = 14.0 + 2.625 = 16.6 GB; grad_op 16P/8 + 2P + 8B
+= 14.0 + 14.0 + 1.75 = 29.8 GB. Each process loads the whole float32 model once before it is
+sharded (4P; the plan counts the training peak).
 """
 
 from __future__ import annotations
@@ -35,6 +55,7 @@ GB = 1e9
 LOGIT_CHUNK = 512  # positions projected to the vocabulary at once (train.losses.chunked_token_logprobs)
 RUNTIME = 0.7 * GB  # python, torch, tokenizer and data, measured on the embedded model's runs
 CHECKPOINTING = ("auto", "on", "off")
+SHARDS = ("none", "full", "grad_op")  # --shard (train/shard.py)
 
 
 class MemoryPlanError(ValueError):
@@ -56,6 +77,8 @@ class ModelShape:
     trainable: int
     active_layers: int  # blocks from the lowest trainable one up (they keep activations)
     bytes_per_param: int = 4
+    block_params: int = 0  # the largest decoder block's parameters (an FSDP unit, train/shard.py)
+    root_params: int = 0  # parameters outside the blocks: embeddings, output layer, final norm
 
     @classmethod
     def of(cls, model) -> "ModelShape":
@@ -66,16 +89,25 @@ class ModelShape:
         layers = c.num_hidden_layers
         params = list(model.parameters())
         trainable = sum(p.numel() for p in params if p.requires_grad)
+        total, blocks = sum(p.numel() for p in params), _block_sizes(model, layers)
         return cls(layers, c.hidden_size, getattr(c, "intermediate_size", 4 * c.hidden_size), heads * head_dim,
                    getattr(c, "num_key_value_heads", heads) * head_dim, heads, c.vocab_size,
-                   sum(p.numel() for p in params), trainable, _active_layers(model, layers),
-                   params[0].element_size() if params else 4)
+                   total, trainable, _active_layers(model, layers),
+                   params[0].element_size() if params else 4, max(blocks, default=0), total - sum(blocks))
 
     def block_floats(self) -> int:
         """Floats one token keeps for the backward pass of one block: the two RMSNorms (input,
         scale, output), the rotated queries and keys, values, attention output and its
         contiguous copy, the log-sum-exp per head, and the MLP's gate, up, activation and product."""
         return 6 * self.hidden + 3 * self.q_dim + 2 * self.kv_dim + self.heads + 4 * self.intermediate
+
+
+def _block_sizes(model, layers: int) -> list[int]:
+    """Parameters of each decoder block (the ModuleList of `layers` modules; [] without one)."""
+    import torch
+
+    blocks = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers), [])
+    return [sum(p.numel() for p in b.parameters()) for b in blocks]
 
 
 def _active_layers(model, layers: int) -> int:
@@ -115,6 +147,8 @@ class Plan:
     checkpointing: bool
     limit: float
     work: Workload
+    shard: str = "none"
+    world: int = 1
 
     @property
     def peak(self) -> float:
@@ -122,6 +156,8 @@ class Plan:
 
     def line(self) -> str:
         ck = "checkpointing" if self.checkpointing else "no checkpointing"
+        if self.shard != "none":
+            ck += f", --shard {self.shard} over {self.world}"
         parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in self.parts.items() if v >= 0.005 * GB)
         return (f"memory plan: {parts} GB ({self.work.what}, {ck}): peak {self.peak / GB:.1f} GB "
                 f"of {self.limit / GB:.1f} GB")
@@ -129,6 +165,10 @@ class Plan:
     def check(self) -> None:
         if self.peak > self.limit:
             more = "" if self.checkpointing else ", turn on --activation-checkpointing"
+            if self.shard == "none":
+                more += ", shard the model over more processes (--shard full --nproc N)"
+            elif self.shard == "grad_op":
+                more += ", use --shard full"
             raise MemoryPlanError(
                 f"training needs about {self.peak / GB:.1f} GB ({self.work.what}; "
                 f"{', '.join(f'{k} {v / GB:.1f}' for k, v in self.parts.items() if v >= 0.05 * GB)}) but "
@@ -144,6 +184,29 @@ class Plan:
     def as_dict(self) -> dict:
         return {"peak_gb": round(self.peak / GB, 3), "limit_gb": round(self.limit / GB, 3),
                 "checkpointing": self.checkpointing, **{f"{k}_gb": round(v / GB, 3) for k, v in self.parts.items()}}
+
+
+def check_shard(mode: str) -> str:
+    if mode not in SHARDS:
+        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, not {mode!r}")
+    return mode
+
+
+def size_shape(params: float, layers: int = 32) -> ModelShape:
+    """A decoder of `params` parameters, all in `layers` equal blocks (`forgeplay train plan`)."""
+    if params <= 0 or layers < 1:
+        raise ValueError(f"--model-size must be > 0 and --layers >= 1, not {params} and {layers}")
+    p = int(params)
+    return ModelShape(layers, 0, 0, 0, 0, 0, 0, p, p, layers, 4, p // layers, p - layers * (p // layers))
+
+
+def state_table(params: float, world: int, layers: int = 32, compute: int = 2) -> dict[str, dict]:
+    """--shard setting -> the model's state per process in bytes (`state_parts`, plus "total")."""
+    if world < 1:
+        raise ValueError(f"--nproc must be >= 1, not {world}")
+    shape = size_shape(params, layers)
+    rows = {mode: state_parts(shape, mode, world, compute) for mode in SHARDS}
+    return {mode: {**parts, "total": sum(parts.values())} for mode, parts in rows.items()}
 
 
 def activation_bytes(shape: ModelShape, tokens: int, checkpointing: bool) -> float:
@@ -162,9 +225,9 @@ def frozen_bytes(shape: ModelShape, tokens: int) -> float:
 
 
 def make_plan(model, work: Workload, cfg, device=None, limit: float | None = None,
-              checkpointing: bool | None = None) -> Plan:
+              checkpointing: bool | None = None, shard: str | None = None, world: int | None = None) -> Plan:
     """The plan for `model` (its trainable parameters as they are now) under TrainConfig `cfg`
-    (`checkpointing` given: that decision instead of the config's)."""
+    (`checkpointing`, `shard`, `world` given: those instead of the config's)."""
     mode = getattr(cfg, "activation_checkpointing", "auto")
     if checkpointing is not None:
         mode = "on" if checkpointing else "off"
@@ -175,11 +238,14 @@ def make_plan(model, work: Workload, cfg, device=None, limit: float | None = Non
     shape = ModelShape.of(model)
     if limit is None:
         limit = memory_limit(cfg, device)
+    shard = check_shard(shard or getattr(cfg, "shard", "none"))
+    world = world or getattr(cfg, "nproc", 1)
+    compute = 2 if getattr(cfg, "bf16", True) and not _on_cpu(device) else 4
+    state = state_parts(shape, shard, world, compute, generates=work.generation_tokens > 0)
 
     def parts(ck: bool) -> dict:
-        grads = shape.trainable * 4.0
-        out = {"weights": shape.params * shape.bytes_per_param * 1.0, "gradients": grads,
-               "optimizer": 2 * grads,
+        grads = state["gradients"]
+        out = {**state,
                "activations": work.passes * activation_bytes(shape, work.tokens, ck),
                # a chunk's logits, softmax and gradient; kept full-vocabulary logits: the student's
                # with their log-softmax, softmax and gradients, the teacher's with its log-softmax
@@ -192,12 +258,28 @@ def make_plan(model, work: Workload, cfg, device=None, limit: float | None = Non
         return out
 
     off, on = parts(False), parts(True)
-    state = off["weights"] + off["gradients"] + off["optimizer"]
+    kept = sum(state.values())
     if mode == "auto":
-        ck = not work.checkpointing_blocked and (sum(off.values()) > limit or off["activations"] > state)
+        ck = not work.checkpointing_blocked and (sum(off.values()) > limit or off["activations"] > kept)
     else:
         ck = mode == "on"
-    return Plan(on if ck else off, ck, limit, work)
+    return Plan(on if ck else off, ck, limit, work, shard, world)
+
+
+def state_parts(shape: ModelShape, shard: str = "none", world: int = 1, compute: int = 4,
+                generates: bool = False) -> dict:
+    """Bytes one process keeps of the model's state under `--shard` over `world` processes
+    (module docstring): weights, gradients, optimizer and, sharded, the gathered weights."""
+    n = world if check_shard(shard) != "none" else 1
+    grads = 4.0 * shape.trainable
+    out = {"weights": shape.params * shape.bytes_per_param / n, "gradients": grads / n, "optimizer": 2 * grads / n}
+    if shard != "none":
+        block, root = shape.block_params, shape.root_params
+        whole = shape.params if shard == "grad_op" else root + 2 * block
+        if generates:  # sampling gathers every unit (train/shard.py `gathered`)
+            whole = shape.params
+        out["gathered"] = compute * whole + 4.0 * max(2 * block, root)
+    return out
 
 
 def _on_cpu(device) -> bool:

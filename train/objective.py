@@ -196,8 +196,9 @@ def masked_logits(model, seqs: list[list[int]], mask: torch.Tensor, pad_id: int)
     head = model.get_output_embeddings()
     if head is None or any(getattr(model.config, k, None) for k in SCALED_LOGITS):
         return model(**inputs.kwargs).logits[rows, cols]
-    hidden = model.base_model(**inputs.kwargs).last_hidden_state
-    return head(hidden[rows, cols])
+    from train.shard import in_forward
+
+    return in_forward(model, lambda: head(model.base_model(**inputs.kwargs).last_hidden_state[rows, cols]))
 
 
 # ---- the objective -------------------------------------------------------------------------------

@@ -200,5 +200,10 @@ def token_logprobs_at(model, inputs: dict, rows: torch.Tensor, cols: torch.Tenso
     if head is None or any(getattr(model.config, k, None) for k in SCALED_LOGITS):
         logits = model(**inputs, use_cache=False).logits[rows, cols].float()
         return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
-    hidden = model.base_model(**inputs, use_cache=False).last_hidden_state
-    return chunked_token_logprobs(hidden[rows, cols], head, targets)
+    from train.shard import in_forward
+
+    def run() -> torch.Tensor:  # the decoder, then the output layer: one call of a sharded model's root
+        hidden = model.base_model(**inputs, use_cache=False).last_hidden_state
+        return chunked_token_logprobs(hidden[rows, cols], head, targets)
+
+    return in_forward(model, run)

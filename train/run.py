@@ -53,6 +53,9 @@ def check_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None) -> None:
     check_args(cfg)
     if tcfg.nproc < 1:
         raise ValueError(f"--nproc must be >= 1, not {tcfg.nproc}")
+    from train.memory import check_shard
+
+    check_shard(tcfg.shard)
     if tcfg.nproc > 1:
         from train import dist  # imports torch: counts the GPUs
 
@@ -104,7 +107,7 @@ def _launch(stage: StageKind, cfg, tcfg: TrainConfig, root) -> dict:
     if tcfg.resume and (path := checkpoint.latest(run_dir)) is not None:
         start = int(path.name.split("-")[1])
     with stages.stage("train", rows_in=n, notes=f"{tcfg.nproc} processes") as st:
-        dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc)
+        dist.launch(stage.name, [cfg, tcfg], root, tcfg.nproc, stage.module)
         st.rows_out = len([r for r in read_metrics(run_dir) if r["step"] > start])
     final = run_dir / "final"
     if not (final / "config.json").exists():
@@ -118,12 +121,13 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
     config, curves and final model. A failing rank prints one line the launcher reports."""
     from train import checkpoint, dist
     from train.sft import save_final
+    from train.shard import full_state_dict
     from train.trainer import Trainer, plot_metrics
 
     under_torchrun, rank = "WORLD_SIZE" in os.environ, int(os.environ.get("RANK", "0"))
     run_dir, png, final, stages = Path(cfg.out), None, None, Stages()
     try:
-        device = dist.init_from_env()
+        device = dist.init_from_env(one_rank=tcfg.shard != "none")
         check_args(cfg)
         plan = None
         with stages.stage("load") as st:
@@ -140,9 +144,10 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
             if built.on_trainer is not None:
                 built.on_trainer(trainer)
             st.rows_out = len(trainer.fit(built.data, progress=progress))
+        weights = full_state_dict(built.model) if trainer.sharded else None  # a collective: every rank
         if rank == 0:
             png, final = plot_metrics(run_dir, stage.curves), save_final(built.model, built.tokenizer, run_dir,
-                                                                        built.counts.get("longest_turn"))
+                                                                        built.counts.get("longest_turn"), weights)
             if not tcfg.keep_checkpoints:  # the final model stays; the optimizer state of each step goes
                 checkpoint.prune(run_dir)
     except BaseException as e:

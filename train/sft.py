@@ -204,8 +204,13 @@ def labelled_logprobs(model, batch: dict[str, torch.Tensor], neftune_alpha: floa
     if rows.numel() == 0:
         raise ValueError("a micro-batch with no labelled (assistant) tokens")
     inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
-    inputs = noisy_inputs(model, inputs, neftune_alpha)
-    return token_logprobs_at(model, inputs, rows, cols, target[rows, cols])
+    from train.shard import in_forward
+
+    if neftune_alpha <= 0:
+        return token_logprobs_at(model, inputs, rows, cols, target[rows, cols])
+    # NEFTune reads the input embeddings outside the model's forward: one call of a sharded root
+    return in_forward(model, lambda: token_logprobs_at(model, noisy_inputs(model, inputs, neftune_alpha), rows, cols,
+                                                       target[rows, cols]))
 
 
 def train_last_layers(model, n: int) -> dict:
@@ -252,16 +257,18 @@ def make_step(pad_id: int, packed: bool = False, neftune_alpha: float = 0.0, los
     return step
 
 
-def save_final(model, tokenizer, run_dir: str | Path, longest_turn: int | None = None) -> Path:
+def save_final(model, tokenizer, run_dir: str | Path, longest_turn: int | None = None,
+               state_dict: dict | None = None) -> Path:
     """Save the trained model + tokenizer as a Hugging Face folder `run_dir/final` (atomic); its
     `forgeplay-model.json` records what it was trained from and, when known, the longest assistant
-    turn it was trained on (`longest_turn`, what an evaluation's `max_new_tokens` must fit)."""
+    turn it was trained on (`longest_turn`, what an evaluation's `max_new_tokens` must fit).
+    `state_dict`: the weights to save instead of the model's own (a sharded model's, gathered)."""
     final = Path(run_dir) / "final"
     meta = {"trained_from": str(getattr(model, "name_or_path", ""))}
     if longest_turn:
         meta["longest_turn"] = int(longest_turn)
     with atomic_path(final, folder=True) as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         (tmp / MARKER).write_text(json.dumps(meta))
     return final

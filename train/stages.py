@@ -65,7 +65,8 @@ class StageKind:
     count: Callable[[Any, Any], tuple[int, dict]] | None = None  # (root, cfg) -> (rows, counts)
     curves: tuple[str, ...] = ("loss", "lr", "tokens_per_s")
     help: str = ""
-    one_process: bool = False  # registered outside train/ (python -m train cannot launch its ranks)
+    one_process: bool = False  # its ranks cannot be launched (run_stage refuses --nproc > 1)
+    module: str = "train"  # `python -m MODULE KIND` runs a rank (a package above train registers its kinds there)
     check: Callable[[Any, TrainConfig], None] | None = None  # (cfg, train_cfg): options wrong together
     reads: tuple[str, ...] = ()  # record kinds of --data it trains on (any of them): checked before a model loads
 

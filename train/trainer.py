@@ -28,6 +28,13 @@ stats ending in "tokens" are summed over micro-batches and ranks, other stats av
 `tokens_per_s` and `peak_mem_gb` (the largest process's peak so far, train/memory.py) are
 added to every record. Rank 0 alone writes metrics.jsonl and checkpoints; every rank restores
 on resume.
+
+Sharded (`--shard full|grad_op`, train/shard.py): the model is split over the ranks with FSDP2
+before the optimizer is made; the backward reduce-scatters gradient sums, which are scaled as
+above, so the step is the same; the ranks split micro-batches until they have equally many
+(each forward and backward is a collective) and a micro-batch with nothing to train on still
+runs a backward (times 0); every rank writes its shards of each checkpoint
+(train/checkpoint.py `save_sharded`).
 """
 
 from __future__ import annotations
@@ -47,9 +54,7 @@ from train import checkpoint, dist
 from train.configs import TrainConfig  # noqa: F401  (re-exported)
 from train.memory import peak_memory_gb
 from train.packing import token_batches
-
-
-
+from train.shard import check_shard, full_tensor, shard_model
 
 def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     def factor(step: int) -> float:
@@ -102,6 +107,12 @@ class Trainer:
         self.rank, self.world = dist_info()
         self.cores = CoreShare.claim(cfg.threads)  # each rank is one model process of the machine
         torch.manual_seed(cfg.seed)
+        self.sharded = False  # --shard full|grad_op: FSDP2 units over the process group (train/shard.py)
+        if check_shard(cfg.shard) != "none":
+            if not dist.is_distributed():
+                raise ValueError(f"--shard {cfg.shard} needs torch.distributed (train/dist.py init_from_env)")
+            dist.broadcast_params(model)  # each rank keeps its slice of rank 0's weights
+            self.sharded = shard_model(model, cfg.shard, next(model.parameters()).device, cfg.bf16)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg)
@@ -137,7 +148,11 @@ class Trainer:
     # ---- checkpoints -------------------------------------------------------------------
 
     def save(self) -> None:
-        if self.rank == 0:
+        if self.sharded:  # every rank writes its shards (torch.distributed.checkpoint)
+            checkpoint.save_sharded(self.run_dir, self.step, self.model, self.optimizer, self.scheduler,
+                                    {"consumed": self.consumed, "config": asdict(self.cfg)},
+                                    keep=self.cfg.checkpoints_kept, extras=self.extras)
+        elif self.rank == 0:
             checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, self.scheduler,
                             {"consumed": self.consumed, "config": asdict(self.cfg)}, keep=self.cfg.checkpoints_kept,
                             extras=self.extras)
@@ -148,7 +163,8 @@ class Trainer:
         path = checkpoint.latest(self.run_dir)
         if path is None:
             return False
-        state = checkpoint.restore(path, self.model, self.optimizer, self.scheduler, extras=self.extras)
+        restore = checkpoint.restore_sharded if self.sharded else checkpoint.restore
+        state = restore(path, self.model, self.optimizer, self.scheduler, extras=self.extras)
         self.step, self.consumed = state["step"], state["consumed"]
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists() and self.rank == 0:  # drop records written after the checkpoint
@@ -164,6 +180,18 @@ class Trainer:
         bs = self.cfg.batch_size
         return [mine[m * bs:(m + 1) * bs] for m in range(self.cfg.grad_accum)]
 
+    def even_micro_batches(self, micros: list[list[int]]) -> list[list[int]]:
+        """Sharded: every rank's micro-batches split until each rank has as many (each forward and
+        backward is a collective); a rank's largest micro-batch is halved first. Ranks hold equally
+        many examples, so the most micro-batches any rank has is within reach."""
+        target = max(dist.gather_all(len(micros)))
+        micros = [list(m) for m in micros]
+        while len(micros) < target:
+            i = max(range(len(micros)), key=lambda j: len(micros[j]))
+            half = len(micros[i]) // 2
+            micros[i:i + 1] = [micros[i][:half], micros[i][half:]]
+        return micros
+
     # ---- loop --------------------------------------------------------------------------
 
     def train_step(self, examples: Sequence) -> dict:
@@ -178,6 +206,8 @@ class Trainer:
         loss_sum = weight = 0.0  # sum of loss * weight, sum of weights (this rank)
         use_bf16 = self.cfg.bf16 and self.device.type == "cuda"
         micros = self.micro_batches(mine)
+        if self.sharded:
+            micros = self.even_micro_batches(micros)
         for part in micros:
             micro = [examples[i] for i in part]
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16):
@@ -187,14 +217,22 @@ class Trainer:
                 (loss * w).backward()
                 loss_sum += float(loss.detach()) * w
                 weight += w
+            elif self.sharded:  # the other ranks' backward waits on this one's: a backward of nothing
+                if not torch.isfinite(loss.detach()).all():
+                    raise ValueError("--shard: a micro-batch with nothing to train on gave a loss of nan")
+                (loss * 0.0).backward()
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
         parts = dist.gather_all((loss_sum, weight, totals, len(micros), peak_memory_gb(self.device)))
         total_weight = sum(p[1] for p in parts)
-        dist.reduce_grads(list(self.model.parameters()), 1.0 / total_weight if total_weight else 0.0)
+        scale = 1.0 / total_weight if total_weight else 0.0
+        if self.sharded:  # FSDP reduce-scattered each gradient's sum over ranks in the backward
+            dist.scale_grads(list(self.model.parameters()), scale)
+        else:
+            dist.reduce_grads(list(self.model.parameters()), scale)
         norm = 0.0
         if self.cfg.max_grad_norm > 0:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
+            norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -219,7 +257,8 @@ class Trainer:
             raise ValueError("no training examples")
         if self.cfg.resume:
             self.try_resume()
-        dist.broadcast_params(self.model)  # ranks start equal (loaded alike; this makes sure)
+        if not self.sharded:  # (sharded ranks took their slices of rank 0's weights)
+            dist.broadcast_params(self.model)  # ranks start equal (loaded alike; this makes sure)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         from tqdm.auto import tqdm
 

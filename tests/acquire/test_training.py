@@ -141,3 +141,30 @@ def test_python_m_train_runs_label_aware_grpo_without_flows(root, tiny_llama_dir
     help_text = subprocess.run([sys.executable, "-m", "train", "--help"], cwd=repo, env={**env, "COLUMNS": "200"},
                                capture_output=True, text=True, check=True).stdout
     assert "selfplay-examiner" in help_text and "selfplay-student" in help_text
+
+
+
+def test_label_aware_grpo_sharded_equals_unsharded(root, tiny_llama_dir, tmp_path):  # noqa: F811
+    """`--labels care --shard full` (FSDP over a one-rank group): the labeller reads the policy's
+    hidden states with whole weights (train/shard.py `gathered`); the same labels bought, rewards
+    and weights as unsharded, and the probes ride in the sharded checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    from flows.train import run
+
+    finals, recs = {}, {}
+    for shard in ("none", "full"):
+        out = tmp_path / shard
+        cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(out), limit=6, group_size=2, max_turns=1,
+                         max_new_tokens=4, tool_style="compact", labels="care", budget=3, label_p=0.5,
+                         label_gate=0.5, label_warmup=1, labels_out=f"w_care_{shard}")
+        run("grpo", cfg, TrainConfig(max_steps=2, batch_size=2, schedule="constant", lr=1e-3, shard=shard,
+                                     keep_checkpoints=True), root)
+        recs[shard] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        finals[shard] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    for key in ("reward", "labels_bought", "label_weight"):
+        assert [r[key] for r in recs["full"]] == [r[key] for r in recs["none"]], key
+    assert [r["loss"] for r in recs["full"]] == pytest.approx([r["loss"] for r in recs["none"]], rel=1e-5, abs=1e-7)
+    assert all(torch.allclose(finals["full"][k], v, atol=1e-6) for k, v in finals["none"].items())
+    assert (tmp_path / "full" / "checkpoints" / "step-00000002" / "extra-labeller.pt").exists()
+    assert (tmp_path / "full" / "checkpoints" / "step-00000002" / "sharded").is_dir()

@@ -60,7 +60,7 @@ def tiny(tmp_path_factory) -> Path:
 
 LIGHT = [["--help"], ["--version"], ["sql", "SELECT 1"], ["datasets"], ["inspect", "demo"], ["show", "demo", "t1"],
          ["show", "demo", "t1", "--format", "json"], ["verify"], ["card", "demo"],
-         ["validate", "--help"], ["train", "sft", "--help"]]
+         ["validate", "--help"], ["train", "sft", "--help"], ["train", "plan", "--model-size", "7e9", "--nproc", "8"]]
 
 
 @pytest.mark.parametrize("args", LIGHT, ids=[" ".join(a) for a in LIGHT])

@@ -146,8 +146,6 @@ def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_lla
     teacher = _weights(out / "teacher")
     assert all(torch.allclose(teacher[k], ema[k], atol=1e-6) for k in ema)
     assert any(not torch.equal(teacher[k], student[k]) for k in ema)  # behind the student, not a copy
-    with pytest.raises(ValueError, match="runs in one process"):  # python -m train would not know the kind
-        run_stage("selfplay-student", stage, TrainConfig(max_steps=1, nproc=2), root, progress=False)
     # no attempt was right: without a teacher the student has nothing to learn; the examiner has
     assert not learns("selfplay-student", replace(stage, distill_coef=0.0), root)
     assert learns("selfplay-examiner", ExaminerUpdateConfig(data="w_selfplay", run=summary["run_id"]), root)
@@ -167,3 +165,48 @@ def test_update_options_are_checked_before_anything_runs(tmp_path):
     cfg = PlayConfig(dataset="w", checkpoints="c", iterations=4, distill_coef="1,0.5")
     assert cfg.lambdas() == [1.0, 0.5, 0.5, 0.5]
     assert PlayConfig(dataset="w", checkpoints="c", iterations=2, distill="off").lambdas() == [0.0, 0.0]
+
+
+def test_both_updates_sharded_equal_unsharded(played, tmp_path, tiny_llama_dir):  # noqa: F811
+    """`--shard full` in one process (FSDP over a one-rank group, train/shard.py): the examiner's
+    and the student's updates (the EMA teacher following a sharded student) give the weights
+    the unsharded updates give; and the student in two processes (`python -m selfplay` under
+    torchrun), sharded or not, alike."""
+    from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig
+    from train.configs import TrainConfig
+    from train.run import run_stage
+
+    root, _, summary, _ = played
+    for kind, config in (("selfplay-examiner", ExaminerUpdateConfig), ("selfplay-student", StudentUpdateConfig)):
+        finals = {}
+        for shard in ("none", "full"):
+            out = tmp_path / f"{kind}-{shard}"
+            s = run_stage(kind, config(data="w_selfplay", run=summary["run_id"], iteration=0, model=str(tiny_llama_dir),
+                                       out=str(out)),
+                          TrainConfig(max_steps=2, batch_size=2, lr=1e-3, shard=shard), root, progress=False)
+            assert s["steps"] == 2
+            finals[shard] = _weights(out / "final")
+            if kind == "selfplay-student":
+                finals[shard + "-teacher"] = _weights(out / "teacher")
+        # Adam turns rounding-level gradient differences of near-zero entries into steps of up
+        # to ~lr/10 (as in tests/train/test_distributed.py), hence atol 1e-4
+        diff = max(float((finals["full"][k] - v).abs().max()) for k, v in finals["none"].items())
+        print(f"{kind}: max abs weight diff, --shard full vs none: {diff:.3g}")
+        assert diff < 1e-4, (kind, diff)
+        if kind == "selfplay-student":
+            for k, v in finals["none-teacher"].items():
+                assert torch.allclose(finals["full-teacher"][k], v, atol=1e-4), k
+    two = {}
+    for shard in ("none", "full"):
+        out = tmp_path / f"two-{shard}"
+        s = run_stage("selfplay-student", StudentUpdateConfig(data="w_selfplay", run=summary["run_id"], iteration=0,
+                                                              model=str(tiny_llama_dir), out=str(out)),
+                      TrainConfig(max_steps=2, batch_size=1, lr=1e-3, shard=shard, nproc=2), root, progress=False)
+        assert s["steps"] == 2 and len(s["last"]["batch"]) == 2  # one sample a rank
+        two[shard], two[shard + "-teacher"] = _weights(out / "final"), _weights(out / "teacher")
+    diff = max(float((two["full"][k] - v).abs().max()) for k, v in two["none"].items())
+    print(f"selfplay-student in 2 processes: max abs weight diff, --shard full vs none: {diff:.3g}")
+    assert diff < 1e-4
+    for k, v in two["none-teacher"].items():
+        assert torch.allclose(two["full-teacher"][k], v, atol=1e-4), k
+    assert any(not torch.equal(two["none"][k], v) for k, v in _weights(tiny_llama_dir).items())  # it trained

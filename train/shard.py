@@ -1,0 +1,136 @@
+"""Sharded training with PyTorch's FSDP2 (`torch.distributed.fsdp.fully_shard`): each rank
+keeps 1/N of the parameters, gradients and AdamW state (`--shard full|grad_op`; `none`, the
+default, keeps a whole copy on every rank and averages gradients, train/dist.py).
+
+    shard_model(model, "full", device, bf16=True)   # every decoder block, then the whole model
+    with gathered(model):                           # whole weights on every rank, no collectives:
+        rollout(...)                                #   ranks may sample different lengths
+    in_forward(model, lambda: model.base_model(**inputs).last_hidden_state)   # see below
+
+- Units: each decoder block is one FSDP unit and the model itself the root unit (embeddings,
+  final norm, output layer; a tied output layer stays tied). `full` gathers a block's weights
+  for its forward and frees them after it, and again for its backward (ZeRO-3); `grad_op`
+  (`reshard_after_forward=False`) keeps the gathered weights from the forward to the backward
+  (fewer all-gathers, whole weights held for the pass: gradients and optimizer state stay
+  sharded, as ZeRO-2).
+- Gradients are reduce-scattered as a plain sum (`set_gradient_divide_factor(1.0)` with
+  sum-only collectives, which gloo needs); the trainer then scales by 1 / the global loss
+  weight, as it does for the unsharded all_reduce, so a sharded step equals an unsharded one.
+- Mixed precision on a GPU with `--bf16` (the default): blocks compute in bf16 and reduce
+  gradients in float32 (`MixedPrecisionPolicy`); the sharded master weights and AdamW stay
+  float32. On CPU everything stays float32.
+- A pass that calls the decoder and the output layer separately (the chunked log-probabilities,
+  train/packing.py) runs inside `in_forward`: one call through the root unit's hooks
+  (`register_fsdp_forward_method`), so the root's weights are gathered for it and its
+  gradients reduced after the backward.
+- Sampling (`gathered`) unshards every unit and keeps them whole until the block ends: a
+  generation step then needs no all-gather, so ranks sampling different lengths never wait on
+  each other. It holds the whole weights in the compute dtype for that time (the memory plan
+  counts it, train/memory.py).
+- The FSDP units need a process group: a single process with `--shard full|grad_op` gets a
+  one-rank group (`dist.init_from_env`).
+"""
+
+from __future__ import annotations
+
+import types
+from contextlib import contextmanager
+from typing import Callable
+
+import torch
+
+from train.memory import SHARDS, check_shard  # noqa: F401  (re-exported; memory.py imports no torch)
+
+_CALL = "forgeplay_in_forward"  # the method registered on a sharded model (in_forward)
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def units(model) -> list:
+    """The model's FSDP units (root last); [] for a model that is not sharded."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)][::-1] if is_sharded(model) else []
+
+
+def decoder_blocks(model) -> torch.nn.ModuleList:
+    """The model's list of decoder blocks (the ModuleList of `num_hidden_layers` modules)."""
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", -1)
+    blocks = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
+    if blocks is None:
+        raise ValueError("--shard: cannot find the model's list of decoder blocks")
+    return blocks
+
+
+def shard_model(model, mode: str, device, bf16: bool = True) -> bool:
+    """Shard `model` in place across the default process group (module docstring); False
+    (nothing done) for `none`."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+    if check_shard(mode) == "none":
+        return False
+    kw = {}
+    if bf16 and torch.device(device).type == "cuda":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in decoder_blocks(model):
+        fully_shard(block, reshard_after_forward=mode == "full", **kw)
+        block._forgeplay_reshard = mode == "full"  # what `gathered` restores
+    fully_shard(model, **kw)
+    model._forgeplay_reshard = False  # FSDP keeps the root's weights from its forward to its backward
+    for unit in units(model):
+        unit.set_gradient_divide_factor(1.0)  # a sum: the trainer divides by the global loss weight
+        unit.set_force_sum_reduction_for_comms(True)  # gloo has no pre-multiplied sum
+    setattr(model, _CALL, types.MethodType(lambda self, fn: fn(), model))
+    register_fsdp_forward_method(model, _CALL)
+    return True
+
+
+def in_forward(model, fn: Callable[[], torch.Tensor]):
+    """`fn()`; on a sharded model inside one forward call of its root unit (module docstring)."""
+    if not is_sharded(model) or getattr(model, "_forgeplay_inside", False):
+        return fn()
+    model._forgeplay_inside = True
+    try:
+        return getattr(model, _CALL)(fn)
+    finally:
+        model._forgeplay_inside = False
+
+
+@contextmanager
+def gathered(model):
+    """Whole weights on every rank until the block ends, with no collective inside it (module
+    docstring); nothing for a model that is not sharded. Every rank must enter it."""
+    parts = units(model)
+    if not parts:
+        yield model
+        return
+    for unit in parts:
+        unit.set_reshard_after_forward(False, recurse=False)
+        unit.unshard()
+    model._forgeplay_inside = True  # whole weights: the decoder may be called directly
+    try:
+        yield model
+    finally:
+        model._forgeplay_inside = False
+        for unit in parts:
+            unit.reshard()
+            unit.set_reshard_after_forward(unit._forgeplay_reshard, recurse=False)
+
+
+def full_state_dict(model) -> dict:
+    """The whole state dict on CPU: a collective on a sharded model (every rank calls it; rank 0
+    gets the tensors, the others an empty dict). A model that is not sharded: its own, on CPU."""
+    if not is_sharded(model):
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's whole value (a collective), any other tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
