@@ -1,9 +1,11 @@
 """What the model is asked when it writes a chain's question and when it reads one.
 
-The author prompt renders the chain's question construction path (start page, then each
-search with the page it found and the note on why) and the answer the program picked from
-the last page; the model replies `<question>...</question>`, and may correct the answer
-with `<answer>...</answer>` (it is then checked like the program's). The reader prompt
+The author prompt renders the chain's question construction path as numbered pages (the
+seed passage, then each search's query and the passage it found) and the answer the
+program picked from the last page, after one worked example (a 135M model writes a
+question only when shown one); the model replies with the question (plain, or inside
+`<question></question>`), and may correct the answer with `<answer>...</answer>` (it is
+then checked like the program's). The reader prompt
 gives passages and a question and asks for `<answer>...</answer>`.
 
     prompt = author_prompt(chain)
@@ -19,24 +21,28 @@ from generators.corpus.chains import Chain, snippet
 from generators.llm.toolcalls import extract_answer
 
 AUTHOR_HEAD = "Write one multi-hop question from this question construction path."
-AUTHOR = (AUTHOR_HEAD + " The question starts from the first page, needs every step to be answered, and its "
-          "answer is the answer given below. Never write the answer in the question.\n\n"
-          "Start page: [{start}] {start_text}\n{steps}\nAnswer: {answer}\n\n"
-          "Reply with the question inside <question></question>.")
+AUTHOR = (AUTHOR_HEAD + " It starts at page 1; each next page was found by searching a name the page before "
+          "mentions; the answer is on the last page. The question names what page 1 is about, not the last page's "
+          "title, so it needs every page. Write only the question; it must not contain the answer.\n\n"
+          "Example.\nPage 1 [Rivo]: Rivo is a painter born in Lusk.\n"
+          "Page 2 [Lusk] (found by searching \"Lusk\"): Lusk is a port founded in 1410.\n"
+          "Answer: 1410\nQuestion: In what year was the birthplace of the painter Rivo founded?\n\n"
+          "Now these pages.\n{pages}\nAnswer: {answer}\nQuestion:")
 READER_HEAD = "Read the passages and answer the question."
 READER = (READER_HEAD + " Reply with only the answer inside <answer></answer>, or <answer>unknown</answer> "
           "if the passages do not tell.\n\n{passages}\n\nQuestion: {question}")
+_PREFIX = re.compile(r"^\s*(?:question\s*:)?\s*", re.I)
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.S | re.I)
 
 
 def author_prompt(chain: Chain) -> str:
+    """The chain's QCP as pages: its seed passage, then each step's search and the passage found."""
     qcp, first = chain.qcp, chain.passages[0]
-    lines = []
-    for i, step in enumerate(qcp.steps, 1):
-        lines.append(f"Step {i}. Search: {step.query} ({step.note})")
-        lines += [f"  [{chain.passages[i].title}] {p}" for p in step.passages]
-    return AUTHOR.format(start=first.title, start_text=snippet(first.text), steps="\n".join(lines),
-                         answer=chain.answer)
+    pages = [f"Page 1 [{first.title}]: {snippet(first.text)}"]
+    for i, step in enumerate(qcp.steps, 2):
+        pages += [f"Page {i} [{chain.passages[i - 1].title}] (found by searching \"{step.query}\"): {p}"
+                  for p in step.passages]
+    return AUTHOR.format(pages="\n".join(pages), answer=chain.answer)
 
 
 def parse_author(text: str, answer: str) -> tuple[str | None, str]:
@@ -46,7 +52,7 @@ def parse_author(text: str, answer: str) -> tuple[str | None, str]:
     m = _QUESTION.search(text)
     question = m.group(1).strip() if m else None
     if question is None:
-        question = next((ln.strip() for ln in text.splitlines() if ln.strip().endswith("?")), None)
+        question = next((_PREFIX.sub("", ln).strip() for ln in text.splitlines() if ln.strip().endswith("?")), None)
     given, _ = extract_answer(text)
     given = (given or "").strip()
     if question is not None and (len(question.split()) < 3 or "<" in question):

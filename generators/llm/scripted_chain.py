@@ -23,6 +23,7 @@ AUTHOR_HEAD = "Write one multi-hop question from this question construction path
 READER_HEAD = "Read the passages and answer the question."
 INVENTED = "Quentin Zarvox"
 _PAGE = re.compile(r"^\s*\[([^\]]*)\] (.*)$", re.M)
+_AUTHOR_PAGE = re.compile(r'^Page \d+ \[([^\]]*)\](?: \(found by searching "[^"]*"\))?: (.*)$', re.M)
 _SPAN = re.compile(r"[A-Z][\w'-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'-]*)+")
 
 
@@ -36,16 +37,16 @@ def scripted_chain_text(prompt: str) -> str | None:
 
 
 def _author(prompt: str) -> str:
-    start = re.search(r"^Start page: \[([^\]]*)\]", prompt, re.M)
-    answer = re.search(r"^Answer: (.+)$", prompt, re.M)
-    pages = _PAGE.findall(prompt.split("\nAnswer: ")[0])
-    if not (start and answer and pages):
+    own = prompt.split("\nNow these pages.\n")[-1]  # past the worked example
+    answer = re.search(r"^Answer: (.+)$", own, re.M)
+    pages = _AUTHOR_PAGE.findall(own)
+    if not (answer and pages):
         return "I cannot write a question for this."
     answer, (last_title, last_text) = answer.group(1).strip(), pages[-1]
     sentence = next((s for s in re.split(r"(?<=[.!?])\s+", last_text) if answer in s), "")
     masked = sentence.replace(answer, "___", 1).rstrip(".")
     variant = int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % 8
-    first = start.group(1)
+    first = pages[0][0]
     question = f'Starting from "{first}" and following the pages it mentions, what fills the blank in "{masked}"?'
     if variant == 1:
         return f"<question>{question[:-1]}, {answer}?</question>"
