@@ -26,11 +26,17 @@ AUTHOR = (AUTHOR_HEAD + " It starts at page 1; each next page was found by searc
           "title, so it needs every page. Write only the question; it must not contain the answer.\n\n"
           "Example.\nPage 1 [Rivo]: Rivo is a painter born in Lusk.\n"
           "Page 2 [Lusk] (found by searching \"Lusk\"): Lusk is a port founded in 1410.\n"
-          "Answer: 1410\nQuestion: In what year was the birthplace of the painter Rivo founded?\n\n"
+          "Answer: 1410\nQuestion: In what year was the birthplace of Rivo founded?\n\n"
+          "Example.\nPage 1 [Tam Guild]: Tam Guild is a bakery founded by Ora Lind.\n"
+          "Page 2 [Ora Lind] (found by searching \"Ora Lind\"): Ora Lind married Bo Fenn in 1900.\n"
+          "Answer: Bo Fenn\nQuestion: Whom did the founder of Tam Guild marry?\n\n"
           "Now these pages.\n{pages}\nAnswer: {answer}\nQuestion:")
 READER_HEAD = "Read the passages and answer the question."
 READER = (READER_HEAD + " Reply with only the answer inside <answer></answer>, or <answer>unknown</answer> "
-          "if the passages do not tell.\n\n{passages}\n\nQuestion: {question}")
+          "if the passages do not tell.\n\nExample.\n[Lusk] Lusk is a port founded in 1410.\n"
+          "Question: When was Lusk founded?\n<answer>1410</answer>\n\nNow these passages.\n{passages}\n\n"
+          "Question: {question}")
+_SAID = re.compile(r"^\s*(?:the\s+)?answer(?:\s+to\s+(?:this|the)\s+question)?\s+is\s*:?\s*", re.I)
 _PREFIX = re.compile(r"^\s*(?:question\s*:)?\s*", re.I)
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.S | re.I)
 
@@ -66,5 +72,8 @@ def reader_prompt(passages: list[tuple[str, str]], question: str) -> str:
 
 
 def parse_reader(text: str) -> str:
+    """The tagged answer, else the reply's first line without a leading "The answer is:"."""
     a, _ = extract_answer(text or "")
-    return (a if a is not None else (text or "").strip().split("\n")[0]).strip()
+    if a is None:
+        a = _SAID.sub("", (text or "").strip().split("\n")[0]).rstrip(".")
+    return a.strip()

@@ -60,7 +60,7 @@ def _author(prompt: str) -> str:
 
 
 def _reader(prompt: str) -> str:
-    body, _, question = prompt.rpartition("\nQuestion: ")
+    body, _, question = prompt.split("\nNow these passages.\n")[-1].rpartition("\nQuestion: ")
     pages = {t: x for t, x in _PAGE.findall(body)}
     start = re.search(r'"([^"]+)"', question)
     blank = re.search(r'blank in "(.*)"\?', question)

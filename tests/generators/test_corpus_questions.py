@@ -121,6 +121,16 @@ def test_scripted_run_keeps_linked_triples_rejects_with_reasons_and_resumes(corp
         assert not any(contains(docs[i].text, d["answer"]) for i in d["doc_ids"])
     assert rejects["question_unparseable"]
 
+    # self-play's warm start turns them into examiner demonstrations (a task source with its QCP)
+    from generators.tools.base import base_rows
+    from generators.tools.simulator import Simulator
+    from selfplay.warmstart import EXAMINER_TOOL, demonstrations
+
+    rows, tools = load_table("docs", "documents", corpus).to_pylist(), base_rows()
+    demos, _ = demonstrations(rows, triples, Simulator(rows, seed=0, tools=tools),
+                              next(t for t in tools if t["name"] == EXAMINER_TOOL), dataset="docs")
+    assert demos and {d["task"]["question"] for d in demos} <= {t["question"] for t in triples}
+
     again = run_questions(cfg, BackendConfig(), corpus, backend=ScriptedBackend())
     assert again["funnel"]["done before"] == 60 and again["written"] == {}
     assert load_table("docs", "triples", corpus).num_rows == len(triples)
