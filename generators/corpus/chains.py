@@ -214,14 +214,13 @@ class ChainFinder:
         """(answer span, its sentence) in the last passage: a name or number no earlier passage
         holds and no link name or title of the chain contains; None when there is none."""
         last = self.passages[chain[-1]]
-        earlier = " ".join(self.passages[j].text + " " + self.passages[j].title for j in chain[:-1])
-        taken = " ".join(names + [self.passages[j].title for j in chain])
+        earlier = f" {normalize(' '.join(self.passages[j].text + ' ' + self.passages[j].title for j in chain[:-1]))} "
+        taken = f" {normalize(' '.join(names + [self.passages[j].title for j in chain]))} "
         options = []
         for sent in sentences(last.text):
             for span in dict.fromkeys(named_spans(sent) + NUMBER_RE.findall(sent)):
-                if len(span) < 2 and not span.isdigit():
-                    continue
-                if contains(earlier, span) or contains(taken, span) or contains(span, last.title or "\x00"):
+                norm = normalize(span)
+                if not norm or f" {norm} " in earlier or f" {norm} " in taken or contains(span, last.title or "\x00"):
                     continue
                 options.append((span, sent))
         return rng.choice(options) if options else None
