@@ -1,11 +1,14 @@
 """Corpus commands: `forgeplay corpus world` (the fictional encyclopedia with multi-hop
 questions) and `forgeplay corpus import` (HotpotQA / 2WikiMultihopQA / plain JSONL and
 Parquet question sets, or documents alone: `{title, text}` rows or a folder of pages). Both
-write `documents` and `triples` shards (documents alone: passages, no triples).
+write `documents` and `triples` shards (documents alone: passages, no triples). `forgeplay
+corpus questions` builds multi-hop triples from a dataset's documents by a model, each
+checked before it is kept (validators/chain_run.py).
 
     forgeplay corpus world --seed 7 --entities 2000 --out world7
     forgeplay corpus import hotpot_dev_distractor_v1.json --out hotpot
     forgeplay corpus import pages/ --out mine --passage-words 200 --passage-overlap 40
+    forgeplay corpus questions --dataset mine --max-chains 100 --backend openai --base-url http://127.0.0.1:8000/v1
     forgeplay sql "SELECT qtype, hop_count, count(*) FROM world7_triples GROUP BY ALL"
 """
 
@@ -23,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from storage.configcli import DataRoot, fail
+from storage.configcli import USER_ERRORS, DataRoot, config_command, fail
 from storage.manifest import resolve_root
 from storage import manifest
 
@@ -218,6 +221,62 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
 
 corpus_app.command("world")(world)
 corpus_app.command("import")(import_)
+
+
+def _questions_command() -> None:
+    from generators.llm.registry import BackendConfig
+    from validators.chain_run import QuestionsConfig
+
+    @config_command(corpus_app, "questions", QuestionsConfig, BackendConfig, errors=USER_ERRORS,
+                    label="corpus questions")
+    def questions(cfg: QuestionsConfig, backend: BackendConfig, data_root=None) -> None:
+        """Build multi-hop triples from a dataset's documents alone: chains of 2-3 passages
+        linked by a title or a frequent name one mentions, the documents' own links or the
+        retriever's neighbours; the model writes each chain's question from its question
+        construction path, the answer a span of the last passage. A candidate is kept only if
+        the answer is in the last passage and not in the question, a reader (the same model)
+        answers it from the chain's passages, and neither from the last passage alone nor
+        from the retriever's top-k without the chain. Kept triples go to the dataset's triples
+        (read by synthesize, selfplay, evaluation and the exports), every candidate's verdict
+        to its verdicts. A rerun resumes and writes nothing twice."""
+        from validators.chain_run import check_inputs, run_questions
+
+        root = resolve_root(data_root)
+        check_inputs(cfg, backend, root)
+        start = time.perf_counter()
+        with _progress() as bar:
+            task = bar.add_task("chains", total=cfg.max_chains)
+            report = run_questions(cfg, backend, root, progress=lambda n: bar.advance(task, n))
+            bar.update(task, total=bar.tasks[task].completed)
+        console.print(funnel_table(report))
+        console.print(f"run [bold]{report['run_id']}[/bold] in {root / cfg.dataset}: "
+                      f"{report['written'].get('triples', 0)} new triples, {report['written'].get('verdicts', 0)} "
+                      f"new verdicts in {time.perf_counter() - start:.1f}s; rejects: forgeplay sql \"SELECT reason, "
+                      f"count(*) FROM {cfg.dataset}_verdicts WHERE record_kind = 'triples' GROUP BY ALL\"")
+
+
+def funnel_table(report: dict) -> Table:
+    """The question builder's funnel: chains, then kept and each reject reason."""
+    from validators.reasons import describe
+
+    f = report["funnel"]
+    t = Table(title=f"{report['dataset']}: {report['passages']} passages -> {f.get('chains', 0)} chains")
+    for c in ("", "count", "meaning"):
+        t.add_column(c, justify="right" if c == "count" else "left")
+    t.add_row("chains", str(f.get("chains", 0)), "chains of passages taken (--max-chains)")
+    t.add_row("done before", str(f.get("done before", 0)), "chains this run had already decided (resumed)")
+    t.add_row("no answer span", str(f.get("no answer span", 0)), "chains dropped: no answer span in the last passage")
+    t.add_row("kept", str(f.get("kept", 0)), "triples written")
+    for k, n in sorted(f.items(), key=lambda kv: -kv[1]):
+        if k in ("chains", "done before", "no answer span", "kept") or " hops " in k:
+            continue
+        t.add_row(k, str(n), describe(k))
+    for k in sorted(k for k in f if " hops " in k):
+        t.add_row(k, str(f[k]), "")
+    return t
+
+
+_questions_command()
 
 
 def register(app: typer.Typer) -> None:

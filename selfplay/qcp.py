@@ -3,7 +3,8 @@
 One step per search call of the examiner's conversation: the call's query, the doc ids the
 simulator returned, their passages (snippets) and the examiner's `<think>` note of that turn.
 `QCP.to_json()` is exactly the `qcp` field of a `tasks` row (storage/schemas/tasks.json) and
-`QCP.from_json` reads it back. `teacher_context` renders what a teacher is prompted with.
+`QCP.from_json` reads it back (the dataclasses live in generators/qcp.py, so the corpus
+question builder writes the same shape). `teacher_context` renders what a teacher is prompted with.
 
     qcp = qcp_from_messages(messages)              # an examiner conversation
     row["qcp"] = qcp.to_json(); QCP.from_json(row["qcp"]) == qcp
@@ -16,54 +17,12 @@ the whole text) and answered, in order, by the tool messages that follow the tur
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 from generators.llm.toolcalls import parse_tool_calls, split_think
+from generators.qcp import QCP, Step
 
+__all__ = ["MODES", "QCP", "Step", "call_query", "read_results", "qcp_from_messages", "teacher_context"]
 MODES = ("qcp", "answer", "none")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One search of the examiner: query, retrieved doc ids, their passages, the note before it."""
-
-    query: str
-    doc_ids: tuple[str, ...] = ()
-    passages: tuple[str, ...] = ()
-    note: str = ""
-
-    def to_json(self) -> dict:
-        return {"query": self.query, "doc_ids": list(self.doc_ids), "note": self.note,
-                "passages": list(self.passages)}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "Step":
-        return cls(str(obj["query"]), tuple(str(d) for d in obj["doc_ids"]),
-                   tuple(str(p) for p in obj.get("passages") or ()), str(obj.get("note") or ""))
-
-
-@dataclass(frozen=True)
-class QCP:
-    """The steps of a question construction path and the document the examiner started from."""
-
-    steps: tuple[Step, ...] = ()
-    seed_doc_id: str | None = None
-
-    def to_json(self) -> dict:
-        """The `qcp` field of a tasks row."""
-        return {"seed_doc_id": self.seed_doc_id, "hops": [s.to_json() for s in self.steps]}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "QCP":
-        """A QCP from a tasks row's `qcp` field (a dict, or its JSON text)."""
-        if isinstance(obj, str):
-            obj = json.loads(obj)
-        if not isinstance(obj, dict) or not isinstance(obj.get("hops"), list):
-            raise ValueError("a qcp is an object with a list of hops")
-        return cls(tuple(Step.from_json(h) for h in obj["hops"]), obj.get("seed_doc_id"))
-
-    def queries(self) -> list[str]:
-        return [s.query for s in self.steps]
 
 
 def call_query(arguments: dict) -> str:

@@ -76,6 +76,13 @@ REASONS: dict[str, str] = {
     "qcp_step_no_evidence": "a step of the question construction path lists no evidence documents",
     "evidence_doc_missing": "the seed or a step's evidence document is not among the dataset's documents",
     "answer_not_in_last_step": "neither the answer nor an alias appears in the last step's documents",
+    # corpus question builder (validators/chain_checks.py)
+    "question_unparseable": "the model's reply to the question prompt holds no question",
+    "answer_not_in_last_passage": "the answer is not in the last passage of the question's chain",
+    "not_answerable_with_chain": "a reader given the chain's passages does not answer the question",
+    "answerable_from_last_passage": "a reader answers the question from the chain's last passage alone (no hops needed)",
+    "answerable_without_chain": "a reader answers the question from the retriever's top-k for it without the chain's "
+                                "passages (a shortcut around the chain)",
     # judge layer
     "judge_low_score": "the LLM judge scored a turn below the threshold",
     "judge_unparseable": "the judge's output had no readable score (counted as a reject when strict)",

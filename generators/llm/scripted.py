@@ -1,7 +1,8 @@
 """A stand-in for a model, for tests and benchmarks that exercise the code around the LLM
 (synthesis, validation, export) without the cost of one: deterministic replies built from
 the prompt, with every 7th reply broken (markup, off-topic, or naming a person and a year
-the prompt never gave), so both the model path and the template fallbacks run. It has the backend shape (`generate(requests) -> completions`)
+the prompt never gave), so both the model path and the template fallbacks run. The corpus
+question builder's prompts get the replies of generators/llm/scripted_chain.py. It has the backend shape (`generate(requests) -> completions`)
 but writes no real reasoning: never use it to make data.
 
     from generators.llm.scripted import ScriptedBackend
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 
 from generators.llm.base import Completion
+from generators.llm.scripted_chain import scripted_chain_text
 
 
 class ScriptedBackend:
@@ -36,6 +38,9 @@ class ScriptedBackend:
 
 def scripted_text(prompt: str, i: int) -> str:
     """The scripted reply to `prompt` as the `i`-th request of a batch (every 7th broken)."""
+    chain = scripted_chain_text(prompt)
+    if chain is not None:
+        return chain
     quoted = re.findall(r'"([^"]+)"', prompt)
     answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
     if i % 7 == 3:

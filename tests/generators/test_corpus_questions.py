@@ -1,0 +1,210 @@
+"""`forgeplay corpus questions` on a corpus without questions (tests/generators/chain_corpus.py):
+chains that really link, answers in their last passage, the model's questions checked and
+rejected with reasons, kept triples committed once and read by synthesis. The model is the
+scripted stand-in (in process, and over HTTP through the stand-in engine with the CLI); a
+slow test runs the embedded model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from generators.answers import normalize
+from generators.corpus.chain_prompts import AUTHOR_HEAD, READER_HEAD, parse_author
+from generators.corpus.chains import ChainFinder, Passage, contains, load_passages
+from generators.llm import scripted_chain
+from generators.llm.registry import BackendConfig
+from generators.llm.scripted import ScriptedBackend
+from storage import load_table
+from tests.generators.chain_corpus import write_corpus
+from validators.chain_run import QuestionsConfig, run_questions
+from validators.question_rules import check_triple_rules
+from validators.reasons import REASONS
+from validators.rule_context import RuleContext
+
+runner = CliRunner()
+
+
+def linked(a: Passage, b: Passage, via: str, name: str, finder: ChainFinder) -> bool:
+    """Whether passage `a` really leads to `b` the way the chain says."""
+    if via == "title":
+        return name == b.title and contains(a.text, name)
+    if via == "name":
+        return contains(a.text, name) and contains(b.text, name)
+    if via == "column":
+        return b.doc_id in a.links or b.title in a.links
+    hits = finder.index().top(finder.index().score(f"{a.title}\n{a.text}"), __import__("numpy").ones(
+        len(finder.passages), bool), [finder.pos[a.doc_id]], finder.k)
+    return finder.pos[b.doc_id] in hits
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    root = tmp_path / "data"
+    write_corpus(root, "docs")
+    return root
+
+
+def test_chains_link_and_their_answers_are_only_in_the_last_passage(corpus):
+    finder = ChainFinder(load_passages(corpus, "docs"))
+    chains = list(finder.chains(seed=1, hops=(2, 3), per_start=2))
+    assert {len(c.passages) for c in chains} == {2, 3}
+    assert {v for c in chains for v in c.vias} >= {"title", "name", "retriever"}
+    for c in chains:
+        assert len({p.doc_id for p in c.passages}) == len(c.passages)
+        for a, b, via, name in zip(c.passages, c.passages[1:], c.vias, c.names):
+            assert linked(a, b, via, name, finder), (a.title, b.title, via, name)
+        assert contains(c.passages[-1].text, c.answer)
+        assert not any(contains(p.text, c.answer) for p in c.passages[:-1])
+        assert contains(c.sentences[-1], c.answer) and c.sentences[-1] in c.passages[-1].text
+        qcp = c.qcp
+        assert qcp.seed_doc_id == c.doc_ids[0] and [s.doc_ids[0] for s in qcp.steps] == c.doc_ids[1:]
+        assert qcp.queries() == list(c.names)
+
+
+def test_a_links_column_leads_where_it_says(tmp_path):
+    from storage import write_rows
+
+    rows = [{"doc_id": f"d{i}", "title": f"page {i}", "text": f"Plain text number {i} with Code {100 + i}.",
+             "source": "t", "meta": json.dumps({"links": [f"d{(i + 1) % 6}"]})} for i in range(6)]
+    write_rows(tmp_path, "linked", "documents", "r", rows)
+    finder = ChainFinder(load_passages(tmp_path, "linked"), links=("column",))
+    chains = list(finder.chains(seed=0, hops=(2, 3), per_start=1))
+    assert chains and all(c.vias == ("column",) * (len(c.passages) - 1) for c in chains)
+    for c in chains:
+        for a, b in zip(c.doc_ids, c.doc_ids[1:]):
+            assert int(b[1:]) == (int(a[1:]) + 1) % 6
+    with pytest.raises(ValueError, match="unknown link kind 'friends'"):
+        ChainFinder([], links=("friends",))
+
+
+def test_prompts_and_the_scripted_replies_agree():
+    assert (AUTHOR_HEAD, READER_HEAD) == (scripted_chain.AUTHOR_HEAD, scripted_chain.READER_HEAD)
+    assert parse_author("Question: Where was the founder of X born?", "Lusk") == ("Where was the founder of X born?", "Lusk")
+    assert parse_author("<question>Who runs the guild?</question><answer>Ada</answer>", "Lusk") == ("Who runs the guild?", "Ada")
+    assert parse_author("The answer to the question is: 1349", "1349")[0] is None
+
+
+def test_scripted_run_keeps_linked_triples_rejects_with_reasons_and_resumes(corpus):
+    cfg = QuestionsConfig(dataset="docs", max_chains=60, chunk=16)
+    report = run_questions(cfg, BackendConfig(), corpus, backend=ScriptedBackend())
+    funnel = report["funnel"]
+    finder = ChainFinder(load_passages(corpus, "docs"))
+    docs = {p.doc_id: p for p in finder.passages}
+    triples = load_table("docs", "triples", corpus).to_pylist()
+    assert len(triples) == funnel["kept"] == report["written"]["triples"] > 0
+    rules = RuleContext(documents={d: (p.title, p.text) for d, p in docs.items()})
+    for t in triples:
+        chain = [docs[d] for d in t["golden_doc_ids"]]
+        meta = json.loads(t["meta"])
+        assert t["hop_count"] == len(chain) in (2, 3) and t["qtype"] == "bridge"
+        for a, b, link in zip(chain, chain[1:], meta["links"]):
+            assert linked(a, b, link["via"], link["name"], finder)
+        assert contains(chain[-1].text, t["answer"]) and not contains(t["question"], t["answer"])
+        assert meta["qcp"]["seed_doc_id"] == chain[0].doc_id
+        assert all(v.passed for v in check_triple_rules(t, rules)), t  # the validator's triple rules agree
+    verdicts = load_table("docs", "verdicts", corpus).to_pylist()
+    assert len(verdicts) == funnel["chains"] == 60
+    rejects = {}
+    for v in verdicts:
+        assert v["reason"] in REASONS and v["record_kind"] == "triples"
+        if not v["passed"]:
+            rejects.setdefault(v["reason"], []).append(json.loads(v["detail"]))
+    assert sum(map(len, rejects.values())) == 60 - funnel["kept"]
+    for d in rejects["answer_in_question"]:  # leaks its answer
+        assert normalize(d["answer"]) in normalize(d["question"])
+    for d in rejects["answerable_from_last_passage"]:  # the reader needs no hop
+        assert d["f1"][1] >= 0.5 and d["f1"][0] >= 0.5
+    for d in rejects["answer_not_in_last_passage"]:  # the model's answer is in no page of the chain
+        assert not any(contains(docs[i].text, d["answer"]) for i in d["doc_ids"])
+    assert rejects["question_unparseable"]
+
+    # self-play's warm start turns them into examiner demonstrations (a task source with its QCP)
+    from generators.tools.base import base_rows
+    from generators.tools.simulator import Simulator
+    from selfplay.warmstart import EXAMINER_TOOL, demonstrations
+
+    rows, tools = load_table("docs", "documents", corpus).to_pylist(), base_rows()
+    demos, _ = demonstrations(rows, triples, Simulator(rows, seed=0, tools=tools),
+                              next(t for t in tools if t["name"] == EXAMINER_TOOL), dataset="docs")
+    assert demos and {d["task"]["question"] for d in demos} <= {t["question"] for t in triples}
+
+    again = run_questions(cfg, BackendConfig(), corpus, backend=ScriptedBackend())
+    assert again["funnel"]["done before"] == 60 and again["written"] == {}
+    assert load_table("docs", "triples", corpus).num_rows == len(triples)
+    assert load_table("docs", "verdicts", corpus).num_rows == 60
+
+
+def test_cli_over_http_then_synthesize_reads_the_triples(corpus):
+    from flows import cli
+    from flows.synthesize import run as synthesize
+    from generators.llm.standin_engine import StandinEngine
+    from generators.synth.synthesize import SynthConfig
+
+    with StandinEngine(slots=4) as engine:
+        args = ["corpus", "questions", "--dataset", "docs", "--max-chains", "24", "--backend", "openai",
+                "--base-url", engine.url, "--model", "standin", "--data-root", str(corpus)]
+        res = runner.invoke(cli.app, args, env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        assert "kept" in res.output and "chains" in res.output
+        kept = load_table("docs", "triples", corpus).num_rows
+        assert kept > 0 and f"{kept} new triples" in res.output
+        res = runner.invoke(cli.app, args, env={"COLUMNS": "200"})
+        assert res.exit_code == 0 and "0 new triples, 0 new verdicts" in res.output
+    scripted = QuestionsConfig(dataset="docs", max_chains=24, run_id="in-process")
+    run_questions(scripted, BackendConfig(), corpus, backend=ScriptedBackend())
+    by_run = {}
+    for t in load_table("docs", "triples", corpus).to_pylist():
+        by_run.setdefault(t["run_id"], set()).add(t["question"])
+    assert len(by_run) == 2 and len(set(map(frozenset, by_run.values()))) == 1  # same replies over HTTP
+
+    summary = synthesize(SynthConfig(dataset="docs", n=6, texts="template", variants_per_tool=1), BackendConfig(),
+                         corpus, progress=False)
+    rows = load_table("docs", "trajectories", corpus).to_pylist()
+    assert rows and summary
+    questions = {t["question"] for t in load_table("docs", "triples", corpus).to_pylist()}
+    assert all(r["messages"][1]["content"] in questions or any(q in r["messages"][1]["content"] for q in questions)
+               for r in rows)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dataset", "nowhere"], "no dataset"),
+    (["--dataset", "docs", "--hops", "4"], "--hops takes 2 and/or 3"),
+    (["--dataset", "docs", "--links", "title,friends"], "--links takes"),
+    (["--dataset", "docs", "--max-chains", "0"], "--max-chains must be >= 1"),
+    (["--dataset", "docs", "--backend", "nope"], "unknown --backend"),
+])
+def test_bad_options_fail_in_one_line_before_a_model_loads(corpus, args, message):
+    from flows import cli
+
+    res = runner.invoke(cli.app, ["corpus", "questions", *args, "--data-root", str(corpus)], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+def test_help_names_the_options():
+    from flows import cli
+
+    res = runner.invoke(cli.app, ["corpus", "questions", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0
+    for opt in ("--dataset", "--max-chains", "--hops", "--links", "--seed", "--backend", "--base-url", "--top-k"):
+        assert opt in res.output
+
+
+@pytest.mark.slow
+def test_embedded_model_writes_checked_questions(corpus, embedded_dir):
+    cfg = QuestionsConfig(dataset="docs", max_chains=6, chunk=6)
+    report = run_questions(cfg, BackendConfig(model=str(embedded_dir)), corpus)
+    funnel = report["funnel"]
+    verdicts = load_table("docs", "verdicts", corpus).to_pylist()
+    assert len(verdicts) == funnel["chains"] == 6
+    assert all(v["reason"] in REASONS for v in verdicts)
+    assert sum(not v["passed"] for v in verdicts) + funnel.get("kept", 0) == 6
+    docs = {p.doc_id: p for p in load_passages(corpus, "docs")}
+    asked = [json.loads(v["detail"]) for v in verdicts if v["reason"] != "question_unparseable"]
+    assert asked, "the embedded model wrote no question at all"
+    for t in load_table("docs", "triples", corpus).to_pylist():
+        assert contains(docs[t["golden_doc_ids"][-1]].text, t["answer"])
+        assert not contains(t["question"], t["answer"])
