@@ -191,7 +191,6 @@ def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_lla
 
 def test_the_examiner_update_of_a_replayed_iteration_trains_demonstrations_only(played, tiny_llama_dir):  # noqa: F811
     from selfplay.samples import replayed
-    from selfplay.step import DemonstrationNLL, SampledPG
     from selfplay.update import ExaminerUpdateConfig, build_examiner
     from train.configs import TrainConfig
 
