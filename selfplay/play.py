@@ -82,6 +82,7 @@ class PlayConfig:
     student_steps: int = field(default=4, metadata={"help": "optimizer steps of the student's update per iteration"})
     update_batch: int = field(default=4, metadata={"help": "rollouts per optimizer step of an update"})
     lr: float = field(default=1e-5, metadata={"help": "learning rate of both updates"})
+    checkpoint_every: int = field(default=0, metadata={"help": "optimizer steps between checkpoints of an update (its model, optimizer and the student's teacher), so --resume continues a killed update from its latest one (0: a killed update starts over)"})
     kl_coef: float = field(default=0.04, metadata={"help": "weight of the examiner's KL to the examiner it started as"})
     distill: str = field(default="on", metadata={"help": "on: the student also learns from the teacher's dense guidance; off: reward only (sparse self-play)"})
     distill_coef: str = field(default="1.0,0.5,0.25", metadata={"help": "lambda per iteration, comma-separated (the last one repeats)"})
@@ -124,6 +125,8 @@ class PlayConfig:
                 raise ValueError(f"--teacher-context must be qcp, answer or none, not {self.teacher_context!r}")
             if min(self.examiner_steps, self.student_steps, self.update_batch) < 1:
                 raise ValueError("--examiner-steps, --student-steps and --update-batch must be at least 1")
+            if self.checkpoint_every < 0:
+                raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
             if self.warmstart and self.warmstart_steps < 1:
                 raise ValueError("--warmstart-steps must be at least 1 (or --no-warmstart)")
             self.lambdas()
@@ -146,7 +149,7 @@ class PlayConfig:
 
 ROLLOUT_BACKENDS = ("transformers", "vllm-server")
 # what samples, not what is sampled: a run resumed on another backend keeps its id
-UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url")
+UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url", "checkpoint_every")
 LATER_DEFAULTS = {"demo_tasks": False}  # options added after runs were made, with the default they had
 PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name a folder under the data root
 

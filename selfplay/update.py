@@ -14,7 +14,8 @@ checkpoints, the memory plan, metrics and curves are the ones every stage has.
   student's own tokens (tool output masked), where the teacher reads the task with
   `teacher_context` (qcp: the question and its QCP). The teacher is an EMA of the student
   (selfplay/teacher.py): it starts from `teacher` (a teacher an earlier iteration saved; by
-  default a copy of the student), moves by `tau` after every optimizer step, and is saved to
+  default a copy of the student), moves by `tau` after every optimizer step, is saved with
+  each checkpoint (so `--resume` continues the average where it was) and at the end to
   OUT/teacher. With `distill_coef` 0 there is no teacher pass (sparse-reward self-play) and
   attempts whose advantage is 0 are left out.
 
@@ -167,6 +168,7 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
         frozen.append(teacher.module)
     built = _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path, frozen)
     if teacher is not None:
+        built.extras["teacher"] = teacher  # in every checkpoint: --resume goes on from the average, not the start
         built.on_trainer = lambda trainer: follow(trainer, teacher, tok, Path(cfg.out) / "teacher")
     return built
 
