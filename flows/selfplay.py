@@ -198,9 +198,13 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     metrics = read_metrics(out)
     out_row = {f"{role}_model": summary["final_model"], f"{role}_loss": summary["last"]["loss"],
                f"{role}_update_s": sum(r["seconds"] for r in metrics)}
+    out_row[f"{role}_steps"] = len(metrics)
+    if role == "examiner" and any("demo_nll" in r for r in metrics):  # replayed demonstrations, by likelihood
+        out_row["examiner_demo_nll"] = sum(r["demo_nll"] for r in metrics) / len(metrics)
     if role == "student" and extra.get("distill_coef"):
         out_row["teacher_model"] = f"{out}/teacher"
         out_row["teacher_s"] = sum(r.get("teacher_s", 0.0) for r in metrics)
+        out_row["teacher_kl"] = sum(r.get("teacher_kl", 0.0) for r in metrics) / len(metrics)  # the distillation term
     return out_row
 
 
