@@ -45,20 +45,7 @@ def weights(path) -> dict:
     return AutoModelForCausalLM.from_pretrained(path).state_dict()
 
 
-def test_killed_in_the_student_update_and_resumed_equals_the_uninterrupted_run(tmp_path, tiny_llama_dir):  # noqa: F811
-    from dataclasses import replace
-
-    from flows.selfplay import run_selfplay
-
-    clean = tmp_path / "clean"
-    cfg = setup(clean, str(tiny_llama_dir))
-    want = run_selfplay(replace(cfg, resume=True), clean, progress=False)["models"]
-
-    killed = tmp_path / "killed"
-    setup(killed, str(tiny_llama_dir))
-    script = f"""
-import os, signal, sys
-sys.path.insert(0, {str(REPO)!r})
+KILL = """
 import selfplay.update as u
 real = u.follow
 def dying(trainer, teacher, tok, out):  # SIGKILL at step 2 of the student's update, after step 1's checkpoint
@@ -70,30 +57,58 @@ def dying(trainer, teacher, tok, out):  # SIGKILL at step 2 of the student's upd
             os.kill(os.getpid(), signal.SIGKILL)
     trainer.on_step = on_step
 u.follow = dying
-import json
+"""
+
+
+def run(tmp_path: Path, cfg: PlayConfig, root: Path, kill: bool = False) -> tuple[int, str]:
+    """`selfplay` (with --resume) in a process of its own with one torch thread (the same float
+    sums in every run; a thread count that follows the machine's load would change them):
+    (exit code, its output, whose last line is the summary's models and skipped phases)."""
+    script = f"""
+import json, os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+{KILL if kill else ""}
 from dataclasses import replace
 from flows.selfplay import run_selfplay
 from selfplay.play import PlayConfig
-cfg = PlayConfig(**json.loads({json_cfg(cfg, killed)!r}))
-run_selfplay(replace(cfg, resume=True), {str(killed)!r}, progress=False)
+cfg = PlayConfig(**json.loads({json_cfg(cfg, root)!r}))
+s = run_selfplay(replace(cfg, resume=True), {str(root)!r}, progress=False)
+print(json.dumps({{"models": s["models"], "skipped": s["skipped_phases"]}}))
 """
-    log = tmp_path / "killed.log"
+    log = tmp_path / f"{root.name}-{int(kill)}.log"
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "FORGEPLAY_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
     with open(log, "w") as out:  # its own process group: a temporary Prefect server dies with it
         proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+                                start_new_session=True, env=env)
         try:
             code = proc.wait(timeout=900)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-    assert code == -9, log.read_text()[-2000:]
+    return code, log.read_text()
+
+
+def test_killed_in_the_student_update_and_resumed_equals_the_uninterrupted_run(tmp_path, tiny_llama_dir):  # noqa: F811
+    import json
+
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    cfg = setup(clean, str(tiny_llama_dir))
+    setup(killed, str(tiny_llama_dir))
+    code, out = run(tmp_path, cfg, clean)
+    assert code == 0, out[-2000:]
+    want = json.loads(out.strip().splitlines()[-1])["models"]
+
+    code, out = run(tmp_path, cfg, killed, kill=True)
+    assert code == -9, out[-2000:]
     student_dir = killed / "ck" / "it0" / "student"
     assert (student_dir / "checkpoints" / "step-00000001" / "extra-teacher.pt").exists()
     assert not (student_dir / "final").exists()  # killed inside the update
 
-    kcfg = replace(cfg, checkpoints=str(killed / "ck"))
-    summary = run_selfplay(replace(kcfg, resume=True), killed, progress=False)
-    assert summary["skipped_phases"] == 3  # examine, attempt, examiner-update: the student's update resumed
+    code, out = run(tmp_path, cfg, killed)
+    assert code == 0, out[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["skipped"] == 3  # examine, attempt, examiner-update: the student's update resumed
     got = summary["models"]
     for role in ("examiner", "student", "teacher"):
         a, b = weights(want[role]), weights(got[role])
