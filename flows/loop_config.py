@@ -55,7 +55,8 @@ SECTIONS: dict[str, Section] = {
                                                      "(forgeplay corpus import: HotpotQA, 2Wiki, JSONL, Parquet)"}}),
     "synthesize": Section((SynthConfig,), {"n": 32, "texts": "template", "chunk": 16, "top_k": "1", "top_k_rate": 1.0,
                                           "variants_per_tool": 0, "distractors_min": 6, "distractors_max": 6}, ("dataset", "run_id", "tool_style")),
-    "validate": Section((ValidateConfig,), {"layers": "schema,rules,dedup"},
+    # the judge (the backend section's model) reads a sample of 16 records; its verdicts join the funnel
+    "validate": Section((ValidateConfig,), {"layers": "schema,rules,judge,dedup", "judge_sample": 16},
                         ("dataset", "input", "out", "corpus", "run_id", "kind")),
     # a turn may take 160 new tokens: at 96 the thinks of a fine-tuned model were cut before the answer;
     # the SFT data of the loop's defaults has assistant turns of up to 136 to 142 tokens (synthesis
@@ -67,9 +68,13 @@ SECTIONS: dict[str, Section] = {
     "sft": Section((SFTConfig, TrainConfig), {"max_steps": 6, "lr": 3e-4, "batch_size": 2, "train_layers": 10,
                                               "checkpoint_every": 3}, _TRAIN_WIRED),
     # the base examiner poses no task yet (experiments/selfplay_yield.py): iteration 0 takes the
-    # world's demonstrations, so the student's attempts and their solve rates are there to look at
-    "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 2, "train": False, "answerability": False,
-                                        "max_new_tokens": 96, "demo_tasks": True},
+    # world's demonstrations (its examiner update trains on them as demonstrations, so there is no
+    # separate warm-start), the student learns from reward and its EMA teacher; iteration 1 samples
+    # the examiner, its tasks filtered for answerability by the student. Both updates are short.
+    "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 2, "max_new_tokens": 96, "demo_tasks": True,
+                                        "train": True, "answerability": True, "warmstart": False, "iterations": 2,
+                                        "examiner_turns": 3, "examiner_steps": 1, "student_steps": 2,
+                                        "update_batch": 2, "train_layers": 10},
                         ("dataset", "out", "examiner", "student", "checkpoints", "resume", "tool_style")),
     "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 4,
                                           "max_new_tokens": 160, "warmup": 1,

@@ -9,7 +9,8 @@ the `train` flow's task); the teacher follows the student. Every phase commits i
 the output dataset (`tasks`, `rollouts` of both roles, `verdicts` of every examiner output)
 or writes its checkpoints (CHECKPOINTS/it<i>/examiner|student, the teacher in
 student/teacher) and is then marked done, so `--resume` continues a killed run at its first
-phase not done; the models of an iteration are those the previous updates wrote. The summary
+phase not done (an update killed after one of its `--checkpoint-every` checkpoints goes on
+from it: model, optimizer and the teacher's moving average); the models of an iteration are those the previous updates wrote. The summary
 has per iteration the seconds of each phase (examiner generation, filter, attempts, both
 updates and the teacher's share of the student's). `--rollout-backend vllm-server` samples
 every role from one vLLM server, each role's current weights published to it before it
@@ -177,9 +178,13 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
     from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig, learns
     from train.trainer import read_metrics
 
+    from train.checkpoint import latest
+
     role = kind.split("-")[1]
     out = f"{cfg.checkpoints}/it{it}/{role}"
-    shutil.rmtree(out, ignore_errors=True)  # a phase killed before it was marked done starts over
+    resume = cfg.checkpoint_every > 0 and latest(out) is not None  # killed after a checkpoint: go on from it
+    if not resume:
+        shutil.rmtree(out, ignore_errors=True)  # a phase killed before it was marked done starts over
     config = ExaminerUpdateConfig if role == "examiner" else StudentUpdateConfig
     stage = config(data=cfg.out_dataset(), run=run, iteration=it, model=model, out=out,
                    train_layers=cfg.train_layers, **extra)
@@ -187,14 +192,19 @@ def _update(kind: str, cfg: PlayConfig, it: int, run: str, model: str | None, ro
         return {f"{role}_update": "nothing to learn"}
     steps = cfg.examiner_steps if role == "examiner" else cfg.student_steps
     tcfg = TrainConfig(max_steps=steps, batch_size=cfg.update_batch, lr=cfg.lr, schedule="constant",
-                       checkpoint_every=0, seed=cfg.seed * 31 + it)  # a few steps each iteration: no decay
+                       checkpoint_every=cfg.checkpoint_every, resume=resume,
+                       seed=cfg.seed * 31 + it)  # a few steps each iteration: no decay
     summary = stage_task(kind, stage, tcfg, root, progress)
     metrics = read_metrics(out)
     out_row = {f"{role}_model": summary["final_model"], f"{role}_loss": summary["last"]["loss"],
                f"{role}_update_s": sum(r["seconds"] for r in metrics)}
+    out_row[f"{role}_steps"] = len(metrics)
+    if role == "examiner" and any("demo_nll" in r for r in metrics):  # replayed demonstrations, by likelihood
+        out_row["examiner_demo_nll"] = sum(r["demo_nll"] for r in metrics) / len(metrics)
     if role == "student" and extra.get("distill_coef"):
         out_row["teacher_model"] = f"{out}/teacher"
         out_row["teacher_s"] = sum(r.get("teacher_s", 0.0) for r in metrics)
+        out_row["teacher_kl"] = sum(r.get("teacher_kl", 0.0) for r in metrics) / len(metrics)  # the distillation term
     return out_row
 
 

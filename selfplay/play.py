@@ -72,7 +72,7 @@ class PlayConfig:
     reader: str | None = field(default=None, metadata={"help": "model that reads for the answerability check: folder or prepared name (default: the current student)"})
     answer_distractors: int = field(default=3, metadata={"help": "answerability: distractor documents mixed into a task's path documents"})
     answer_f1: float = field(default=0.5, metadata={"help": "answerability: F1 at which the reader's reply counts as the task's answer"})
-    demo_tasks: bool = field(default=False, metadata={"help": "iteration 0's --tasks tasks are the world's warm-start demonstrations (drawn with --hop-mix, as `selfplay warmstart` builds them), not the examiner's outputs: for an examiner that cannot pose tasks yet (the 135M base model poses none); later iterations sample the examiner"})
+    demo_tasks: bool = field(default=False, metadata={"help": "iteration 0's --tasks tasks are the world's warm-start demonstrations (drawn with --hop-mix, as `selfplay warmstart` builds them), not the examiner's outputs: for an examiner that cannot pose tasks yet (the 135M base model poses none); later iterations sample the examiner. The examiner did not sample these: its update trains on them explicitly as demonstrations (their negative log-likelihood), never by the policy gradient"})
     train: bool = field(default=True, metadata={"help": "update examiner and student after each iteration (--no-train: only tasks and attempts)"})
     warmstart: bool = field(default=True, metadata={"help": "before iteration 0, fine-tune the examiner on the world's demonstrations (selfplay warmstart); --no-warmstart: start from --examiner as it is. Part of training: --no-train skips it"})
     warmstart_steps: int = field(default=40, metadata={"help": "optimizer steps of the examiner's warm-start"})
@@ -82,6 +82,7 @@ class PlayConfig:
     student_steps: int = field(default=4, metadata={"help": "optimizer steps of the student's update per iteration"})
     update_batch: int = field(default=4, metadata={"help": "rollouts per optimizer step of an update"})
     lr: float = field(default=1e-5, metadata={"help": "learning rate of both updates"})
+    checkpoint_every: int = field(default=0, metadata={"help": "optimizer steps between checkpoints of an update (its model, optimizer and the student's teacher), so --resume continues a killed update from its latest one (0: a killed update starts over)"})
     kl_coef: float = field(default=0.04, metadata={"help": "weight of the examiner's KL to the examiner it started as"})
     distill: str = field(default="on", metadata={"help": "on: the student also learns from the teacher's dense guidance; off: reward only (sparse self-play)"})
     distill_coef: str = field(default="1.0,0.5,0.25", metadata={"help": "lambda per iteration, comma-separated (the last one repeats)"})
@@ -124,6 +125,8 @@ class PlayConfig:
                 raise ValueError(f"--teacher-context must be qcp, answer or none, not {self.teacher_context!r}")
             if min(self.examiner_steps, self.student_steps, self.update_batch) < 1:
                 raise ValueError("--examiner-steps, --student-steps and --update-batch must be at least 1")
+            if self.checkpoint_every < 0:
+                raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
             if self.warmstart and self.warmstart_steps < 1:
                 raise ValueError("--warmstart-steps must be at least 1 (or --no-warmstart)")
             self.lambdas()
@@ -146,7 +149,7 @@ class PlayConfig:
 
 ROLLOUT_BACKENDS = ("transformers", "vllm-server")
 # what samples, not what is sampled: a run resumed on another backend keeps its id
-UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url")
+UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url", "checkpoint_every")
 LATER_DEFAULTS = {"demo_tasks": False}  # options added after runs were made, with the default they had
 PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name a folder under the data root
 

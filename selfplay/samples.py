@@ -1,11 +1,15 @@
 """What the self-play updates train on: one iteration's committed rollouts as token ids, a
 mask of the tokens the policy wrote, a reward and an advantage each.
 
-- `examiner_samples`: every examiner output of the iteration, a rejected one too. Its reward
-  is the examiner reward (selfplay/rewards.py) of its task from the attempts' count k, 0 for
-  a reject (no format point, no task). Advantages are HRPO: the reward normalised among the
-  outputs of the same target hop count (train.losses.hop_grouped_advantages), over the whole
-  iteration, not a micro-batch.
+- `examiner_samples`: every examiner output the examiner sampled itself, a rejected one too.
+  Its reward is the examiner reward (selfplay/rewards.py) of its task from the attempts'
+  count k, 0 for a reject (no format point, no task). Advantages are HRPO: the reward
+  normalised among the outputs of the same target hop count (train.losses.hop_grouped_
+  advantages), over the whole iteration, not a micro-batch. Replayed conversations
+  (`"replayed": true` in the meta: `--demo-tasks` demonstrations, selfplay/phases.py) are
+  not the examiner's samples: they get no reward, no advantage and no policy-gradient term;
+  the accepted ones come back as demonstrations (`demo=True`, advantage 0), which the update
+  trains by likelihood (selfplay/step.py `DemonstrationNLL`), or are left out.
 - `student_samples`: every attempt, its reward the exact match (1 or 0) of its answer. Its
   advantage is GRPO's within its task's attempts. Each carries its task, so a teacher can
   be prompted with the question and its QCP (`teacher_prompt`).
@@ -45,6 +49,7 @@ class Sample:
     task: dict | None = None  # a student attempt's task (question, answer, qcp)
     system: str = ""  # the conversation's system message (a teacher is prompted with it too)
     old_logprobs: list[float] | None = None  # under the policy that sampled it (set before training)
+    demo: bool = False  # a replayed demonstration: trained by likelihood, never by the policy gradient
 
 
 def _encode(tokenizer, row: dict) -> tuple[list[int], list[int]]:
@@ -96,20 +101,41 @@ def attempts_per_task(attempts: list[dict]) -> int:
     return max(per.values(), default=0)
 
 
+def replayed(row: dict) -> bool:
+    """Whether an examiner rollout was replayed (given to it, not sampled by it)."""
+    return bool(json.loads(row["meta"]).get("replayed"))
+
+
 def examiner_scored(rollouts: list[dict], tasks: list[dict], attempts: list[dict]) -> tuple[list[dict], list[float], list[float]]:
-    """(rollouts sorted by id, examiner rewards, HRPO advantages), without tokenizing."""
-    rollouts = sorted(rollouts, key=lambda r: r["id"])
+    """(the examiner's own rollouts sorted by id, examiner rewards, HRPO advantages among
+    them), without tokenizing; replayed rollouts are left out."""
+    rollouts = sorted((r for r in rollouts if not replayed(r)), key=lambda r: r["id"])
     rewards = examiner_rewards(rollouts, tasks, attempts)
     hops = torch.tensor([int(json.loads(r["meta"])["target_hops"]) for r in rollouts])
     adv = hop_grouped_advantages(torch.tensor(rewards), hops).tolist() if rollouts else []
     return rollouts, rewards, adv
 
 
+def demonstrations(rollouts: list[dict]) -> list[dict]:
+    """The replayed rollouts the parser accepted (they have a task), sorted by id."""
+    return sorted((r for r in rollouts if replayed(r) and json.loads(r["meta"]).get("task_id")), key=lambda r: r["id"])
+
+
 def examiner_samples(rollouts: list[dict], tasks: list[dict], attempts: list[dict], tokenizer,
-                     max_len: int = 4096, drop_flat: bool = False) -> tuple[list[Sample], dict]:
-    """The examiner's outputs with their rewards and HRPO advantages (module docstring);
-    `drop_flat` leaves out outputs whose advantage is 0 (they add no policy gradient)."""
-    return _samples(*examiner_scored(rollouts, tasks, attempts), tokenizer, max_len, None, drop_flat)
+                     max_len: int = 4096, drop_flat: bool = False,
+                     demos: bool = False) -> tuple[list[Sample], dict]:
+    """The examiner's own outputs with their rewards and HRPO advantages (module docstring);
+    `drop_flat` leaves out outputs whose advantage is 0 (they add no policy gradient). With
+    `demos`, the accepted replayed conversations follow as demonstrations (`demo=True`).
+    Counts: `replayed` (left out of the policy gradient), `demonstrations` (kept as such)."""
+    own, counts = _samples(*examiner_scored(rollouts, tasks, attempts), tokenizer, max_len, None, drop_flat)
+    shown = demonstrations(rollouts) if demos else []
+    extra, demo_counts = _samples(shown, [0.0] * len(shown), [0.0] * len(shown), tokenizer, max_len, None, False)
+    for s in extra:
+        s.demo = True
+    counts = {**counts, "replayed": sum(map(replayed, rollouts)), "demonstrations": len(extra),
+              "kept": counts["kept"] + len(extra)}
+    return own + extra, counts
 
 
 def student_scored(attempts: list[dict], tasks: list[dict]) -> tuple[list[dict], list[float], list[float], list[dict]]:

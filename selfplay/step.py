@@ -3,6 +3,9 @@ samples (selfplay/samples.py) becomes a train.objective.RolloutBatch whose advan
 computed beforehand (`meta["advantage"]`, given_advantages) and whose old log-probabilities
 are the sampling policy's (`old_logprobs`, one pass without gradient before training); the
 objective's terms (clipped surrogate, KL to a reference, KL to a teacher) give the loss.
+Replayed demonstrations (`Sample.demo`, the examiner's `--demo-tasks` iteration) are not the
+policy's samples: `SampledPG` is the clipped surrogate on the other rows only, and
+`DemonstrationNLL` trains the demonstration rows by their tokens' negative log-likelihood.
 
     old_logprobs(model, samples, pad_id, batch_size=4)
     step = update_step(objective, pad_id)
@@ -13,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from train.objective import RolloutBatch
+from train.losses import masked_mean
+from train.objective import ClippedPG, RolloutBatch
 from train.prefix import plain_token_logprobs
 from train.rollout import Prompt
 
@@ -47,10 +51,39 @@ def batch_of(samples, pad_id: int) -> RolloutBatch:
     """The RolloutBatch of a micro-batch (group size 1: the advantages are already grouped)."""
     seqs = [s.input_ids for s in samples]
     start = _start(samples)
-    prompts = [Prompt([], "", key=s.rollout_id, meta={"advantage": s.advantage}) for s in samples]
+    prompts = [Prompt([], "", key=s.rollout_id, meta={"advantage": s.advantage, "demo": s.demo}) for s in samples]
     old = None if any(s.old_logprobs is None for s in samples) else _pad([s.old_logprobs for s in samples])
     return RolloutBatch(prompts, seqs, _pad([s.mask for s in samples]), torch.tensor([s.reward for s in samples]),
                         1, pad_id, lambda m: plain_token_logprobs(m, seqs, pad_id, start=start), old)
+
+
+def demo_rows(batch: RolloutBatch) -> torch.Tensor:
+    """[N, 1]: 1 on the rows of replayed demonstrations, 0 on the policy's own samples."""
+    return torch.tensor([[float(p.meta.get("demo", False))] for p in batch.prompts])
+
+
+class SampledPG(ClippedPG):
+    """The clipped surrogate on the policy's own samples only: 0 on demonstration rows, so a
+    replayed conversation never adds a policy-gradient term (stat `demo_rows`)."""
+
+    def __call__(self, batch: RolloutBatch, pol) -> tuple[torch.Tensor, dict]:
+        own = 1.0 - demo_rows(batch).to(pol.logprobs.device)
+        pg, stats = super().__call__(batch, pol)
+        return pg * own, {**stats, "demo_rows": float((1.0 - own).sum())}
+
+
+class DemonstrationNLL:
+    """-log p(token) on the policy tokens of demonstration rows (0 elsewhere); stat `demo_nll`,
+    the mean over those tokens."""
+
+    def __init__(self, coef: float) -> None:
+        self.coef = coef
+
+    def __call__(self, batch: RolloutBatch, pol) -> tuple[torch.Tensor, dict]:
+        demo = demo_rows(batch).to(pol.logprobs.device)
+        nll = -pol.logprobs * demo
+        mask = batch.mask.to(nll.device) * demo
+        return nll, {"demo_nll": float(masked_mean(nll.detach(), mask)) if bool(mask.any()) else 0.0}
 
 
 def update_step(objective, pad_id: int):

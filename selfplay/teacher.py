@@ -11,6 +11,8 @@ embedding) is one parameter, updated once, and stays shared in the teacher.
     ... optimizer.step() on the student ...
     teacher.update(student)
     logits = teacher(input_ids)            # the frozen module's forward
+    state = teacher.state_dict()           # its weights and update count: a checkpoint's extra
+    teacher.load_state_dict(state)         # (train/checkpoint.py), so a resumed stage goes on from them
 """
 
 from __future__ import annotations
@@ -48,3 +50,13 @@ class EMATeacher:
         for t, s in self._pairs(student):  # a sharded student's parameter: gathered whole (every rank calls)
             t.lerp_(full_tensor(s.detach()).to(device=t.device, dtype=t.dtype), self.tau)
         self.updates += 1
+
+    def state_dict(self) -> dict:
+        """The moving average's weights and its update count (what a checkpoint keeps)."""
+        return {"module": {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()},
+                "updates": self.updates, "tau": self.tau}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Go on from a saved average: its weights and update count."""
+        self.module.load_state_dict(state["module"])
+        self.updates = int(state["updates"])

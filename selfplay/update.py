@@ -5,13 +5,17 @@ checkpoints, the memory plan, metrics and curves are the ones every stage has.
 - `selfplay-examiner`: the examiner's outputs of iteration `iteration` of run `run`, HRPO
   advantages, the clipped surrogate plus `kl_coef` times the k3 KL to `reference` (the
   examiner self-play started from). Outputs whose advantage is 0 are left out (no policy
-  gradient); `learns` tells the flow when none is left.
+  gradient); `learns` tells the flow when none is left. Only outputs the examiner sampled
+  get a policy-gradient term: replayed ones (`--demo-tasks` demonstrations) are trained
+  explicitly as demonstrations, `demo_coef` times their tokens' negative log-likelihood
+  (0: left out).
 - `selfplay-student`: the student's attempts, GRPO advantages on exact match, the clipped
   surrogate plus `distill_coef` (lambda) times the per-token KL(student || teacher) on the
   student's own tokens (tool output masked), where the teacher reads the task with
   `teacher_context` (qcp: the question and its QCP). The teacher is an EMA of the student
   (selfplay/teacher.py): it starts from `teacher` (a teacher an earlier iteration saved; by
-  default a copy of the student), moves by `tau` after every optimizer step, and is saved to
+  default a copy of the student), moves by `tau` after every optimizer step, is saved with
+  each checkpoint (so `--resume` continues the average where it was) and at the end to
   OUT/teacher. With `distill_coef` 0 there is no teacher pass (sparse-reward self-play) and
   attempts whose advantage is 0 are left out.
 
@@ -59,6 +63,9 @@ class ExaminerUpdateConfig(UpdateConfig):
 
     reference: str | None = field(default=None, metadata={"help": "the KL reference (default: --model)"})
     kl_coef: float = field(default=0.04, metadata={"help": "weight of the KL to the reference (0 = none)"})
+    demo_coef: float = field(default=1.0, metadata={
+        "help": "weight of the negative log-likelihood of replayed demonstrations (--demo-tasks): the examiner did "
+                "not sample them, so they never get a policy-gradient term; 0 = leave them out"})
 
 
 @dataclass
@@ -91,11 +98,12 @@ def phase_rows(cfg: UpdateConfig, root) -> tuple[list[dict], list[dict], list[di
 def learns(kind: str, cfg: UpdateConfig, root) -> bool:
     """Whether stage `kind` has anything to learn: an output with a non-zero advantage (the
     student with a teacher always has: the distillation term)."""
-    from selfplay.samples import examiner_scored, student_scored
+    from selfplay.samples import demonstrations, examiner_scored, student_scored
 
     examiner, tasks, attempts = phase_rows(cfg, root)
     if kind == "selfplay-examiner":
-        return any(examiner_scored(examiner, tasks, attempts)[2])
+        return any(examiner_scored(examiner, tasks, attempts)[2]) or (
+            getattr(cfg, "demo_coef", 0) > 0 and bool(demonstrations(examiner)))
     return bool(attempts) and (getattr(cfg, "distill_coef", 0) > 0 or any(student_scored(attempts, tasks)[2]))
 
 
@@ -125,12 +133,16 @@ def _built(model, tok, samples, counts: dict, params: dict, objective, tcfg, pat
 
 def build_examiner(cfg: ExaminerUpdateConfig, tcfg, root, device=None) -> Built:
     from selfplay.samples import examiner_samples
-    from train.objective import ClippedPG, KLToReference, Objective, given_advantages
+    from selfplay.step import DemonstrationNLL, SampledPG
+    from train.objective import KLToReference, Objective, given_advantages
 
     path, tok, model, params = _load(cfg, tcfg, device)
     examiner, tasks, attempts = phase_rows(cfg, root)
-    samples, counts = examiner_samples(examiner, tasks, attempts, tok, cfg.max_len, drop_flat=True)
-    terms, frozen = [ClippedPG(cfg.clip_eps)], []
+    samples, counts = examiner_samples(examiner, tasks, attempts, tok, cfg.max_len, drop_flat=True,
+                                       demos=cfg.demo_coef > 0)
+    terms, frozen = [SampledPG(cfg.clip_eps)], []
+    if any(s.demo for s in samples):
+        terms.append(DemonstrationNLL(cfg.demo_coef))
     if cfg.kl_coef > 0:
         reference = load_model(cfg.reference or cfg.model, device)[2].eval().requires_grad_(False)
         terms.append(KLToReference(reference, cfg.kl_coef))
@@ -158,6 +170,7 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
         frozen.append(teacher.module)
     built = _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path, frozen)
     if teacher is not None:
+        built.extras["teacher"] = teacher  # in every checkpoint: --resume goes on from the average, not the start
         built.on_trainer = lambda trainer: follow(trainer, teacher, tok, Path(cfg.out) / "teacher")
     return built
 
@@ -180,7 +193,9 @@ register(StageKind(
     help="""Update a self-play examiner from one iteration's outputs: the examiner reward of
     each output (0.5 for a well-formed task plus (n-k)/(n-1) when 0<k<n of the student's n
     attempts solved it), advantages normalised within equal target hop counts (HRPO), the
-    clipped surrogate plus a KL to the reference. Writes OUT/final."""))
+    clipped surrogate plus a KL to the reference. Replayed demonstrations (--demo-tasks) get
+    no policy-gradient term: --demo-coef times their negative log-likelihood (0: left out).
+    Writes OUT/final."""))
 
 register(StageKind(
     "selfplay-student", StudentUpdateConfig, build_student, curves=("loss", "reward", "teacher_kl"), module="selfplay",

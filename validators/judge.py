@@ -4,8 +4,13 @@ One request per assistant turn (the conversation so far, the turn, and the messa
 it), all turns of all records in one batched `backend.generate` call. The judge answers
 `SCORE: <0-10>` and a reason; the record's score is its lowest turn score / 10. The model,
 the prompt template, and every turn's filled prompt and raw reply are kept in the verdict detail.
+A reply without a readable score makes the record a reject (`judge_unparseable`), unless
+`lenient` (`--judge-lenient`: it passes, keeping that code); a record without an assistant
+turn is a reject (`judge_no_turns`).
 `JudgeCheck` is the layer's check (validators/check.py): it judges the records a sample rate
-picks (deterministic by seed and record id); the others get no judge verdict.
+picks (deterministic by seed and record id), and with `--judge-sample N` only the first N of
+them that reach the layer in record order (a resumed run counts the judge verdicts it
+committed); the others get no judge verdict.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ PROMPT = (
     "action; its reasoning agrees with its answer. A mistake that the next turn corrects is acceptable.\n\n"
     "Question: {question}\n\nConversation so far:\n{history}\n\nTurn to judge:\n{turn}\n\nWhat came next:\n{after}\n\n"
     "Reply with one line 'SCORE: N' (N from 0 = wrong to 10 = right) and then one sentence of reason.")
+JUDGED = "judge_judged"  # CheckContext.state: records judged so far in the run (--judge-sample)
 _SCORE = re.compile(r"score\s*[:=]?\s*(\d+(?:\.\d+)?)", re.I)
 
 
@@ -52,7 +58,7 @@ def parse_score(text: str) -> float | None:
     return min(max(float(m.group(1)), 0.0), 10.0)
 
 
-def judge_records(rows: list[dict], backend, threshold: float = 0.5, strict: bool = False,
+def judge_records(rows: list[dict], backend, threshold: float = 0.5, lenient: bool = False,
                   max_tokens: int = 48) -> list[Verdict]:
     """One Verdict per row (trajectories) from one batched backend call."""
     prompts = [turn_prompts(r) for r in rows]
@@ -69,13 +75,13 @@ def judge_records(rows: list[dict], backend, threshold: float = 0.5, strict: boo
                   "turns": [{"score": s, "reply": t[:300], "prompt": p} for s, t, p in zip(scores, replies, ps)]}
         known = [s for s in scores if s is not None]
         if not ps:
-            verdicts.append(fail(LAYER, "turns", "judge_unparseable", detail={**detail, "why": "no assistant turn"}))
+            verdicts.append(fail(LAYER, "turns", "judge_no_turns", detail=detail))
         elif len(known) < len(scores):
             score = min(known) / 10 if known else None
-            if strict:
-                verdicts.append(fail(LAYER, "turns", "judge_unparseable", score=score, detail=detail))
-            else:
+            if lenient:
                 verdicts.append(ok(LAYER, "turns", reason="judge_unparseable", score=score, detail=detail))
+            else:
+                verdicts.append(fail(LAYER, "turns", "judge_unparseable", score=score, detail=detail))
         elif min(known) / 10 < threshold:
             verdicts.append(fail(LAYER, "turns", "judge_low_score", score=min(known) / 10, detail=detail))
         else:
@@ -92,14 +98,17 @@ def sampled(record_id: str, seed: int, rate: float) -> bool:
 
 class JudgeCheck(Check):
     name, layer, kinds, per_record, uses_backend = "turns", LAYER, ("trajectories",), False, True
-    reasons = ("judge_low_score", "judge_unparseable")
+    reasons = ("judge_low_score", "judge_unparseable", "judge_no_turns")
 
     def run(self, records, ctx: CheckContext) -> list[list[Verdict]]:
         o = ctx.options
         chosen = [i for i, rid in enumerate(records.ids) if sampled(rid, o.seed, o.judge_sample_rate)]
+        if o.judge_sample > 0:  # the first N the rate picks, in record order, over the whole run
+            chosen = chosen[:max(0, o.judge_sample - ctx.state.get(JUDGED, 0))]
+            ctx.state[JUDGED] = ctx.state.get(JUDGED, 0) + len(chosen)
         values = records.values
         out: list[list[Verdict]] = [[] for _ in records.ids]
         for i, v in zip(chosen, judge_records([values[i] for i in chosen], ctx.backend, o.judge_threshold,
-                                              o.judge_strict, o.judge_max_tokens)):
+                                              o.judge_lenient, o.judge_max_tokens)):
             out[i] = [v]
         return out

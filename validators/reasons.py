@@ -85,7 +85,8 @@ REASONS: dict[str, str] = {
                                 "passages (a shortcut around the chain)",
     # judge layer
     "judge_low_score": "the LLM judge scored a turn below the threshold",
-    "judge_unparseable": "the judge's output had no readable score (counted as a reject when strict)",
+    "judge_unparseable": "the judge's reply had no readable score (a reject; passed with this code under --judge-lenient)",
+    "judge_no_turns": "the record has no assistant turn for the judge to read",
     "judge_skipped_sample": "passed: record not in the judge sample",
     # answerability layer
     "not_answerable_with_context": "the model cannot answer from golden context mixed with distractors",

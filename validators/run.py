@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from storage import Catalog
@@ -41,6 +42,7 @@ from storage.resumable import RunWriter
 from storage.runs import config_hash, save_run_config, without_later_defaults
 from storage.schema import SHARED_COLUMNS
 from validators.context import corpus_fingerprint, rule_context
+from validators.judge import JUDGED
 from validators.reasons import SKIPPED
 from validators.records import Records, gc_paused, read_input
 from validators.registry import CHECKS, uses_backend
@@ -106,6 +108,8 @@ class ValidationRun:
         model = uses_backend(self.layers)
         # results do not depend on workers; options added later leave the id of a run made before them alone
         identity = without_later_defaults({k: v for k, v in asdict(cfg).items() if k != "workers"}, LATER_DEFAULTS)
+        if "judge" not in self.layers:  # judge_strict (now judge_lenient) at its old default: runs keep their ids
+            identity["judge_strict"] = False
         self.run_id = cfg.run_id or f"validate-{config_hash({'v': identity, 'b': bcfg.config_hash() if model else None})}"
         if cfg.input:
             self.values = read_input(cfg.input)
@@ -130,6 +134,9 @@ class ValidationRun:
             "backend": bcfg.backend if self.backend else None, "config_hash": config_hash(identity)})
         self.done = IdSet(self.writer.committed(self.verdict_ds, "verdicts", "record_id"))
         self.kept = IdSet(self.writer.committed(self.accepted_ds, cfg.kind) if len(self.done) else ())
+        if cfg.judge_sample > 0 and "judge" in self.layers and len(self.done):  # --judge-sample counts what it judged
+            layers = self.writer.committed(self.verdict_ds, "verdicts", "layer")
+            self.validator.ctx.state[JUDGED] = int(pc.sum(pc.equal(layers, "judge")).as_py() or 0)
         self.seconds: Counter = Counter()
         self.skipped = self.written = self.accepted = 0
         self.failed: tuple[Commit, str] | None = None  # a commit that failed, and its error
@@ -206,7 +213,8 @@ class ValidationRun:
             n_acc = len(c.accepted)
             if n_acc:
                 self.writer.commit(self.accepted_ds, self.cfg.kind, c.accepted, parents=True, trusted=c.trusted)
-            self.writer.commit(self.verdict_ds, "verdicts", c.verdicts)
+            if c.verdicts.num_rows:  # (a chunk the judge's sample left out has none)
+                self.writer.commit(self.verdict_ds, "verdicts", c.verdicts)
             self.written, self.accepted = self.written + c.verdicts.num_rows, self.accepted + n_acc
             return c.verdicts.num_rows, n_acc
 

@@ -47,8 +47,9 @@ class ValidateConfig:
     corpus: str | None = field(default=None, metadata={"help": "Dataset whose documents and tool bank the rules read (replay, golden documents); default: --dataset. With --input, e.g. a corpus imported with `forgeplay corpus import`."})
     strict: bool = field(default=False, metadata={"help": "A check that could not run (e.g. replay with no corpus, document checks with unknown documents) rejects the record instead of passing it."})
     judge_threshold: float = field(default=0.5, metadata={"help": "judge: reject when the lowest turn score (0-1) is below this."})
-    judge_strict: bool = field(default=False, metadata={"help": "judge: reject when a judge reply has no readable score."})
+    judge_lenient: bool = field(default=False, metadata={"help": "judge: pass a record whose judge reply has no readable score (by default it is a reject, judge_unparseable)."})
     judge_sample_rate: float = field(default=1.0, metadata={"help": "judge: fraction of records judged (deterministic by record id)."})
+    judge_sample: int = field(default=0, metadata={"help": "judge: judge at most this many records of the run, the first the sample rate picks among those that reach the judge layer, in record order (0 = no limit)."})
     judge_max_tokens: int = field(default=48, metadata={"help": "judge: tokens per judge reply."})
     answer_distractors: int = field(default=3, metadata={"help": "answerability: distractor passages mixed into the golden context."})
     answer_check_f1: float = field(default=0.5, metadata={"help": "answerability: F1 at which a model reply counts as the answer."})
@@ -70,7 +71,7 @@ class ValidateConfig:
 
 # options added after validate runs existed, with their default: at it they are left out of a
 # run's id, so the command that made a run before them still names (and resumes) that run
-LATER_DEFAULTS = {"final_facts": True}
+LATER_DEFAULTS = {"final_facts": True, "judge_sample": 0, "judge_lenient": False}
 
 
 class Checked:

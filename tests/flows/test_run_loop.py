@@ -40,16 +40,21 @@ ID = {"documents": "doc_id", "triples": "triple_id", "tools": "tool_id", "trajec
 
 def config(model: Path) -> dict:
     return {"dataset": "w", "model": str(model),
+            "backend": {"model": str(model)},  # the judge: a random model, so each record it reads is a reject
             "corpus": {"entities": 200},
             "synthesize": {"n": 16, "chunk": 4},
+            "validate": {"judge_sample": 4, "judge_max_tokens": 8},
             "eval": {"limit": 4, "max_new_tokens": 24, "max_turns": 2},
             "sft": {"max_steps": 3, "batch_size": 2, "checkpoint_every": 1, "train_layers": 0},
             "selfplay": {"tasks": 4, "attempts": 2, "max_new_tokens": 24, "examiner_turns": 2, "student_turns": 2,
-                         "train": True, "warmstart_steps": 1, "examiner_steps": 1, "student_steps": 1,
-                         "update_batch": 2},
+                         "examiner_steps": 1, "student_steps": 1, "update_batch": 2, "train_layers": 0},
             "acquire": {"limit": 8, "batch": 2, "n": 2, "budget": 3, "max_new_tokens": 24, "max_turns": 2},
             "grpo": {"max_steps": 2, "limit": 8, "group_size": 2, "batch_size": 2, "budget": 4,
                      "max_new_tokens": 24, "max_turns": 2, "label_p": 0.5}}
+
+
+def config_of(path) -> dict:
+    return yaml.safe_load(Path(path).read_text())
 
 
 def start(root: Path, mark: str, *args: str, cli: tuple[str, ...] = ("flows.cli",)) -> subprocess.Popen:
@@ -147,13 +152,42 @@ def test_every_stage_runs_and_is_recorded(clean):
         assert Path(card).read_text().startswith("---\n"), ds
 
 
+def test_selfplay_trains_the_examiner_and_the_student_with_its_teacher_and_the_judge_reads_a_sample(clean):
+    """The loop's defaults switch on what π-Play is: the examiner's update (iteration 0's on its
+    replayed demonstrations, by likelihood), the student's with a non-zero distillation term, a
+    teacher that moved, the answerability filter; and the judge layer on a sample."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    root, _, rec, _, _ = clean
+    its = rec["stages"]["selfplay"]["summary"]["iterations"]
+    assert len(its) == 2 and its[0]["replayed"] and "replayed" not in its[1]
+    it0 = its[0]
+    assert it0["examiner_steps"] == 1 and it0["examiner_demo_nll"] > 0 and it0["examiner_model"].endswith("it0/examiner/final")
+    assert it0["student_steps"] == 1 and it0["teacher_kl"] > 0
+    weights = lambda p: AutoModelForCausalLM.from_pretrained(p).state_dict()  # noqa: E731
+    start, teacher = weights(rec["models"]["sft"]), weights(it0["teacher_model"])
+    assert any(not torch.equal(start[k], teacher[k]) for k in start), "the teacher did not move"
+    config = json.loads((Path(rec["train_runs"]["selfplay"]) / "it0" / "student" / "config.json").read_text())
+    assert config["selfplay-student"]["distill_coef"] > 0 and config["selfplay-student"]["teacher"] is None
+    from flows.loop_config import SECTIONS  # the test's config leaves these switches to the loop's defaults
+
+    assert not {"train", "answerability", "demo_tasks", "warmstart"} & set(config_of(clean[1])["selfplay"])
+    assert {k: SECTIONS["selfplay"].defaults[k] for k in ("train", "answerability", "demo_tasks")} == \
+        {"train": True, "answerability": True, "demo_tasks": True}
+    judged = [f for f in rec["stages"]["validate"]["summary"]["funnel"] if f["layer"] == "judge"]
+    assert sum(f["rejected"] for f in judged) == 4  # the 4 records of the sample, each unreadable
+
+
 def test_every_kind_is_written_and_every_funnel_adds_up(clean):
     root, _, rec, _, _ = clean
     got = rows(root)
     w, sp, labels = rec["datasets"]["world"], rec["datasets"]["selfplay"], rec["datasets"]["labels"]
     for key in [(w, "documents"), (w, "triples"), (w, "tools"), (w, "trajectories"), (w, "verdicts"),
                 (rec["datasets"]["accepted"], "trajectories"), (sp, "verdicts"), (sp, "rollouts"), (sp, "tasks"),
-                (rec["datasets"]["demos"], "tasks"), (labels, "rollouts"), (labels, "labels")]:
+                (labels, "rollouts"), (labels, "labels")]:
         assert got.get(key), f"no rows of {key}"
     for key, ids in got.items():
         assert len(ids) == len(set(ids)), f"duplicates in {key}"

@@ -73,6 +73,40 @@ def test_student_samples_are_grouped_by_task_and_the_teacher_reads_the_qcp(embed
         student_samples([dict(attempts[0], prompt_id="t9")], [task], tok)
 
 
+def test_replayed_conversations_are_never_policy_gradient_samples_of_the_examiner(embedded_tokenizer_dir):  # noqa: F811
+    from selfplay.step import DemonstrationNLL, SampledPG, batch_of
+    from train.objective import Policy
+
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
+    tasks = [{"task_id": t, "hop_count": 2, "answer": "Paris", "aliases": []} for t in ("t1", "t2", "d1")]
+    own = [{"id": f"e{i}", "messages": _chat(f"<answer>{i}</answer>"), "meta": _meta(task_id=t, target_hops=2)}
+           for i, t in enumerate(["t1", "t2", None])]
+    shown = [{"id": "r0", "messages": _chat("<answer>Paris</answer>"), "meta": _meta(task_id="d1", target_hops=2, replayed=True)},
+             {"id": "r1", "messages": _chat(GARBLED), "meta": _meta(task_id=None, target_hops=2, replayed=True)}]
+    answers = {"t1": ["Paris", "x"], "t2": ["paris"] * 2, "d1": ["Paris", "no"]}  # d1 would be the best task
+    attempts = [{"id": f"{t}-{j}", "prompt_id": t, "answer": a} for t, xs in answers.items() for j, a in enumerate(xs)]
+    alone, _ = examiner_samples(own, tasks, attempts, tok)
+    samples, counts = examiner_samples(own + shown, tasks, attempts, tok, demos=True)
+    policy = [s for s in samples if not s.demo]
+    # the replayed rows change neither which rows the policy gradient sees nor their advantages
+    assert [(s.rollout_id, s.advantage) for s in policy] == [(s.rollout_id, s.advantage) for s in alone]
+    assert [(s.rollout_id, s.advantage, s.reward) for s in samples if s.demo] == [("r0", 0.0, 0.0)]
+    assert counts["replayed"] == 2 and counts["demonstrations"] == 1
+    assert [s.rollout_id for s in examiner_samples(own + shown, tasks, attempts, tok)[0]] == ["e0", "e1", "e2"]
+    # even with an advantage forced onto it, a demonstration row gets no policy-gradient term
+    rows = [samples[0], samples[-1]]
+    rows[-1].advantage = 1.0
+    batch = batch_of(rows, tok.pad_token_id)
+    logp = (-torch.rand(batch.mask.shape) - 0.1).requires_grad_()
+    pol = Policy(None, logp, logp.detach() - 0.1, torch.tensor([s.advantage for s in rows]), "token-mean")
+    pg, stats = SampledPG(0.2)(batch, pol)
+    (pg * batch.mask).sum().backward()
+    assert stats["demo_rows"] == 1 and bool(pg[0].abs().sum() > 0) and float(pg[1].abs().sum()) == 0.0
+    assert float(logp.grad[1].abs().sum()) == 0.0 and float(logp.grad[0].abs().sum()) > 0
+    nll, st = DemonstrationNLL(1.0)(batch, pol)  # the demonstration is trained by likelihood instead
+    assert float(nll[0].abs().sum()) == 0.0 and st["demo_nll"] > 0
+
+
 @pytest.fixture(scope="module")
 def played(tmp_path_factory, tiny_llama_dir):  # noqa: F811
     """A world, and one trained self-play iteration whose examine phase was replayed from
@@ -148,7 +182,24 @@ def test_the_teacher_is_the_ema_of_the_students_steps(played, tmp_path, tiny_lla
     assert any(not torch.equal(teacher[k], student[k]) for k in ema)  # behind the student, not a copy
     # no attempt was right: without a teacher the student has nothing to learn; the examiner has
     assert not learns("selfplay-student", replace(stage, distill_coef=0.0), root)
-    assert learns("selfplay-examiner", ExaminerUpdateConfig(data="w_selfplay", run=summary["run_id"]), root)
+    # its examine phase was replayed: the examiner learns from the demonstrations by likelihood or not at all
+    examiner = ExaminerUpdateConfig(data="w_selfplay", run=summary["run_id"])
+    assert learns("selfplay-examiner", examiner, root) and not learns("selfplay-examiner", replace(examiner, demo_coef=0.0), root)
+
+
+def test_the_examiner_update_of_a_replayed_iteration_trains_demonstrations_only(played, tiny_llama_dir):  # noqa: F811
+    from selfplay.samples import replayed
+    from selfplay.update import ExaminerUpdateConfig, build_examiner
+    from train.configs import TrainConfig
+
+    root, cfg, summary, n_tasks = played
+    built = build_examiner(ExaminerUpdateConfig(data="w_selfplay", run=summary["run_id"], model=str(tiny_llama_dir)),
+                           TrainConfig(batch_size=2), root)
+    rows = {r["id"]: r for r in load_table("w_selfplay", "rollouts", root).to_pylist()}
+    assert len(built.data) == n_tasks and all(s.demo and s.advantage == 0 for s in built.data)
+    assert all(replayed(rows[s.rollout_id]) for s in built.data)  # the demonstrations, none of the garbled copies
+    loss, stats = built.step(built.model, built.data[:2])
+    assert stats["demo_rows"] == 2 and stats["pg_loss"] == 0.0 and stats["demo_nll"] > 0
 
 
 def test_update_options_are_checked_before_anything_runs(tmp_path):
