@@ -154,6 +154,7 @@ class Session:
             mine = outs[k * self.cfg.n:(k + 1) * self.cfg.n]
             g = group_of(p.prompt_id, mine, self.strategy.needs, self.lm,
                          p.answer if self.strategy.needs == "true_label" else None, p.aliases)
+            g.formats = [float(o.stats.get("format", 0.0)) for o in mine]  # read only by partial rewards
             groups.append(g)
             for i, (o, a) in enumerate(zip(mine, g.vote.answers)):
                 rid = _id(self.out, p.prompt_id, i, self.cfg.seed)
