@@ -14,11 +14,23 @@ outside it (when the vote is wrong), n responses:
 
 The direct computation and the closed form agree (tests/acquire/test_cag.py checks every
 feasible x, y for n <= 16); CARE scores a prompt by E[CAG] under its predicted y.
+
+The closed form holds for 0/1 rewards, label-aware GRPO's default (`--label-reward binary`).
+With partial credit (`--label-reward partial`: 0.5 F1 for a near miss, plus the format bonus)
+the gap training sees is not a function of x and y alone, so `group_cag` and `group_costs`
+compute it from the rewards the step uses (`step_rewards`): the gap the strategies rank by is
+always the advantage gap of the rewards GRPO trains on.
+
+    group_cag(group, true_label)    # the true CAG of one group (oracle_cag)
+    group_costs(group)              # [n + 1]: the CAG if y responses outside the vote were right
 """
 
 from __future__ import annotations
 
 import math
+
+from acquire.group import Group
+from generators.vote import rewards
 
 
 def cag(pseudo_rewards, true_rewards) -> float:
@@ -43,3 +55,41 @@ def cag_from_counts(n: int, x: int, y: int, vote_correct: bool = False) -> float
     if y == 0:
         return 0.0 if x == n else math.sqrt(n)
     return math.sqrt(2 * n * (1 + math.sqrt(x * y / ((n - x) * (n - y)))))
+
+
+def step_rewards(group: Group, label: str | None, aliases=()) -> list[float]:
+    """The rewards label-aware GRPO gives `group`'s responses against `label` (None: a label
+    none of them matches): 0/1 exact match with `group.reward == "binary"`; with "partial",
+    train.reward's score (1, else 0.5 F1) plus `group.format_weight` per well-formed rollout."""
+    if group.reward == "binary":
+        return rewards(group.vote, label, aliases)
+    from train.reward import NO_ANSWER, score_parsed
+
+    formats = group.formats or [0.0] * group.n
+    out = []
+    for answer, fmt in zip(group.vote.answers, formats):
+        parts = score_parsed(answer, label, list(aliases)) if label and answer is not None else NO_ANSWER
+        out.append(parts["score"] + (group.format_weight if fmt == 1.0 else 0.0))
+    return out
+
+
+def group_cag(group: Group, label: str | None, aliases=()) -> float:
+    """CAG of replacing `group`'s vote by `label`, on the rewards the step uses."""
+    return cag(step_rewards(group, group.vote.label), step_rewards(group, label, aliases))
+
+
+def group_costs(group: Group) -> list[float]:
+    """[n + 1]: per y, the CAG if the right answer is a cluster of y responses outside the
+    vote (y = 0: an answer nobody gave); with partial rewards the mean over the clusters of
+    that size. 0 where y is not feasible (acquire.probes.feasible)."""
+    n, x = group.n, (group.vote.sizes[0] if group.vote.members else 0)
+    if group.reward == "binary":
+        return [cag_from_counts(n, x, y) if y == 0 or y in group.vote.sizes[1:] else 0.0 for y in range(n + 1)]
+    pseudo = step_rewards(group, group.vote.label)
+    sums, counts = [0.0] * (n + 1), [0] * (n + 1)
+    sums[0], counts[0] = cag(pseudo, step_rewards(group, None)), 1
+    for members in group.vote.members[1:]:
+        label = group.vote.answers[members[0]]
+        sums[len(members)] += cag(pseudo, step_rewards(group, label))
+        counts[len(members)] += 1
+    return [s / c if c else 0.0 for s, c in zip(sums, counts)]

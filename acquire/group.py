@@ -45,6 +45,9 @@ class Group:
     lengths: list[int] = field(default_factory=list)  # tokens per response
     true_label: str | None = None  # only in a simulation (oracle strategies, evaluation)
     aliases: tuple[str, ...] = ()
+    reward: str = "binary"  # the step's rewards (acquire.cag.step_rewards): binary or partial
+    formats: list[float] = field(default_factory=list)  # partial: per response, 1.0 if well-formed
+    format_weight: float = 0.0  # partial: the format bonus
 
     @property
     def n(self) -> int:
@@ -126,12 +129,14 @@ def scorer(model):
 
 
 def group_of(prompt_id: str, rollouts: list, needs: str = "", model=None, true_label: str | None = None,
-             aliases=()) -> Group:
-    """One prompt's rollouts as a Group (module docstring); `true_label` only for a simulation."""
+             aliases=(), reward: str = "binary", format_weight: float = 0.0) -> Group:
+    """One prompt's rollouts as a Group (module docstring); `true_label` only for a simulation;
+    `reward` and `format_weight` as the step rewards them (acquire.cag.step_rewards)."""
     from generators.llm.toolcalls import final_answer
 
     g = Group(prompt_id, vote([final_answer(o.messages) for o in rollouts]), true_label=true_label,
-              aliases=tuple(aliases))
+              aliases=tuple(aliases), reward=reward, format_weight=format_weight if reward == "partial" else 0.0,
+              formats=[float(o.stats.get("format", 0.0)) for o in rollouts] if reward == "partial" else [])
     if needs in ("logprobs", "states"):
         first = rollouts[0].mask
         start = max(1, first.index(1) if 1 in first else len(first))

@@ -58,7 +58,7 @@ class AcquireConfig:
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
     p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})
     gate: float = field(default=0.1, metadata={"help": "care: fraction of each batch most likely voted right left out (p2)"})
-    warmup: int = field(default=20, metadata={"help": "care: batches before the probes' scores are used"})
+    warmup: int = field(default=20, metadata={"help": "care: batches before stage 1 gates (the probes rank from the first batch, as CARE's code)"})
     batch: int = field(default=16, metadata={"help": "prompts per batch"})
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
     triples: str = field(default="all", metadata={"help": TRIPLES_HELP})
@@ -154,6 +154,7 @@ class Session:
             mine = outs[k * self.cfg.n:(k + 1) * self.cfg.n]
             g = group_of(p.prompt_id, mine, self.strategy.needs, self.lm,
                          p.answer if self.strategy.needs == "true_label" else None, p.aliases)
+            g.formats = [float(o.stats.get("format", 0.0)) for o in mine]  # read only by partial rewards
             groups.append(g)
             for i, (o, a) in enumerate(zip(mine, g.vote.answers)):
                 rid = _id(self.out, p.prompt_id, i, self.cfg.seed)

@@ -7,9 +7,13 @@ score, never more than the budget left. One shape, one registry entry each:
     token_prob      1 - the responses' mean token probability (least confident first)
     self_certainty  minus the responses' mean self-certainty (acquire/group.py)
     oracle_cag      the true CAG, from the held-back label (simulation only: an upper bound)
-    care            E[CAG] under the probes (acquire/probes.py), after gating out the
-                    fraction `p2` of prompts most likely voted right; before `warmup` steps
-                    of probe training it scores like random
+    care            the stage-2 expectation of CAG under CARE's probes (acquire/probes.py);
+                    from step `warmup` on, the fraction `p2` (rounded up) of prompts the
+                    probes think most likely voted right is gated out; before it, the
+                    probes rank without gating (as CARE's code)
+
+Both CAG strategies measure the gap on the rewards the step uses (acquire.cag.step_rewards:
+binary by default, partial credit with the format bonus when the groups say so).
 
     scores = STRATEGIES["vote_entropy"].score(groups, Context(step=3))
     chosen = choose(groups, scores, p=0.2, left=12)
@@ -22,9 +26,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from acquire.cag import cag
+from acquire.cag import group_cag
 from acquire.group import Group
-from generators.vote import rewards
 
 
 @dataclass
@@ -34,7 +37,7 @@ class Context:
     step: int = 0  # training step (CARE's warm-up)
     seed: int = 0
     probes: object = None  # acquire.probes.Probes for care
-    warmup: int = 20  # CARE: steps of probe training before its scores are used
+    warmup: int = 20  # CARE: steps before stage 1 gates (the probes rank from the start)
     gate: float = 0.1  # CARE: p2, the fraction most likely voted right left out
 
 
@@ -75,19 +78,18 @@ def _oracle(groups, ctx):
     for g in groups:
         if g.true_label is None:
             raise ValueError(f"oracle_cag needs the true label of {g.prompt_id} (a simulation)")
-        out.append(cag(rewards(g.vote, g.vote.label), rewards(g.vote, g.true_label, g.aliases)))
+        out.append(group_cag(g, g.true_label, g.aliases))
     return out
 
 
 def _care(groups, ctx):
     if ctx.probes is None:
         raise ValueError("care needs its probes (acquire.probes.Probes)")
-    if ctx.step < ctx.warmup:  # the probes have not learned yet: no gating, uniform scores
-        return _random(groups, ctx)
-    scores = ctx.probes.expected_cag(groups)
-    p_right = ctx.probes.predict(groups)[0].tolist()
-    gated = sorted(range(len(groups)), key=lambda i: -p_right[i])[:int(ctx.gate * len(groups))]
-    for i in gated:
+    p_right, scores = ctx.probes.gaps(groups)
+    if ctx.step < ctx.warmup:  # warm-up: the probes rank, stage 1 does not gate yet
+        return scores
+    k = min(len(groups), math.ceil(round(ctx.gate * len(groups), 9)))
+    for i in sorted(range(len(groups)), key=lambda i: -p_right[i])[:k]:
         scores[i] = -math.inf
     return scores
 
@@ -105,7 +107,7 @@ for _s in (Strategy("random", _random, help="a uniform draw"),
            Strategy("token_prob", _token_prob, "logprobs", "1 - mean token probability"),
            Strategy("self_certainty", _self_certainty, "logprobs", "minus the mean self-certainty"),
            Strategy("oracle_cag", _oracle, "true_label", "the true CAG (simulation only)"),
-           Strategy("care", _care, "states", "E[CAG] under CARE's probes, gated")):
+           Strategy("care", _care, "states", "the stage-2 expected CAG under CARE's probes, gated after the warm-up")):
     register(_s)
 
 

@@ -11,9 +11,10 @@ After each step's rollouts (a group of `group_size` per prompt), the labeller:
    they replaced as a pseudo row);
 4. lets CARE's probes learn from what was just bought (checkpointed with the policy);
 5. recomputes every rollout's reward against its prompt's label (the bought one, else the
-   vote) and sets each prompt's advantage weight as CARE's code does (`advantage_weights`):
+   vote; acquire.cag.step_rewards: 0/1 exact match by default, `--label-reward partial` for
+   1 / 0.5 F1 plus the format bonus; the strategies' CAG is measured on the same rewards) and sets each prompt's advantage weight as CARE's code does (`advantage_weights`):
    1 for a known label; for a prompt CARE gated as most likely voted right,
-   clip(soft_adv * E[CAG | vote wrong], 0, 1); 0 for the rest. Strategies without probes
+   clip(soft_adv * the probes' stage-2 expected CAG, 0, 1); 0 for the rest. Strategies without probes
    train on bought labels only.
 
 The step's metrics gain `labels_bought`, `labels_known`, `label_weight` (mean weight),
@@ -32,15 +33,15 @@ from acquire.buy import ColumnSource, buy, labelled_ids, pseudo_rows
 from acquire.group import group_of
 from acquire.ledger import Ledger
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
-from generators.vote import rewards
+from acquire.cag import step_rewards
 from generators.answers import match
+from generators.vote import rewards
 from train.labelled import register_labeller
-from train.reward import label_rewards
 
 
 def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, float], soft_adv: float) -> list[float]:
     """Per prompt: 1 with a known label, clip(soft_adv * gap, 0, 1) when gated (gap: its
-    E[CAG | vote wrong]), else 0."""
+    stage-2 expected CAG), else 0."""
     return [1.0 if p in known else min(1.0, max(0.0, soft_adv * gated[p])) if p in gated else 0.0
             for p in prompt_ids]
 
@@ -83,7 +84,8 @@ class Labeller:
         size, cfg = self.cfg.group_size, self.cfg
         firsts = prompts[::size]
         groups = [group_of(p.key, rollouts[i * size:(i + 1) * size], self.strategy.needs, self.model,
-                           p.answer if self.strategy.needs == "true_label" else None, p.aliases)
+                           p.answer if self.strategy.needs == "true_label" else None, p.aliases,
+                           reward=cfg.label_reward, format_weight=cfg.format_weight)
                   for i, p in enumerate(firsts)]
         paid = self.ledger.paid()
         labels = {g.prompt_id: paid[g.prompt_id] for g in groups if paid.get(g.prompt_id) is not None}
@@ -100,7 +102,9 @@ class Labeller:
             labels.update(got["labels"])
             stats["labels_bought"] = float(got["bought"])
             if self.probes is not None and got["labels"]:
-                stats["probe_loss"] = self.probes.learn_labels(groups, got["labels"])
+                loss = self.probes.learn_labels(groups, got["labels"])
+                if loss is not None:  # None: one example so far, kept for the next step
+                    stats["probe_loss"] = loss
         gated = [g for g, s in zip(open_, scores) if s == -math.inf]
         gaps = dict(zip((g.prompt_id for g in gated), self.probes.gaps(gated)[1])) if gated else {}
         weights = advantage_weights([g.prompt_id for g in groups], set(labels), gaps, cfg.soft_adv)
@@ -109,12 +113,10 @@ class Labeller:
             label, aliases = (labels[g.prompt_id], p.aliases) if g.prompt_id in labels else (g.vote.label, [])
             weighted = replace(p, meta={**p.meta, "weight": w})
             voted = rewards(g.vote, g.vote.label)  # exact match against the vote
-            outs = rollouts[i * size:(i + 1) * size]
-            got, ems = label_rewards(list(g.vote.answers), label, aliases, [o.stats["format"] == 1.0 for o in outs],
-                                     cfg.format_weight)
-            scores_ += got
-            for o, em, v in zip(outs, ems, voted):
-                noise += em != o.stats["em"]
+            used = rewards(g.vote, label, aliases)  # exact match against the label used
+            scores_ += step_rewards(g, label, aliases)
+            for o, u, v in zip(rollouts[i * size:(i + 1) * size], used, voted):
+                noise += u != o.stats["em"]
                 pseudo_noise += v != o.stats["em"]
                 out_prompts.append(weighted)
         truth = [bool(g.vote.label) and match(g.vote.label, p.answer, list(p.aliases)).em for g, p in zip(groups, firsts)]

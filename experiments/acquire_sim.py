@@ -1,15 +1,21 @@
 """Which prompts should a label budget buy? A simulation on a world's triples whose answers are
 held back, with a policy that answers (the embedded model after SFT: pass it as --model).
 
-Per seed, n answers are sampled once for every prompt of the pool (the first --prompts
-triples of --dataset in the --triples set, multi-turn tool rollouts as `acquire-labels` samples them, with the
-signals every strategy reads), so every strategy sees the same groups. Then each strategy
-runs the acquisition loop over the pool in batches (score, buy the top --p of the batch
-within --budget, CARE's probes learn from what was bought) and reports:
+n answers are sampled once for every prompt of the pool (the first --prompts triples of
+--dataset in the --triples set, multi-turn tool rollouts as `acquire-labels` samples them, with
+the signals every strategy reads) and cached in --samples, so every strategy and every seed
+sees the same groups and a rerun samples nothing. Per seed (which varies the pool's batch
+order, the random strategy's draws and the probes' initialisation and training), each
+strategy runs the acquisition loop over the pool in batches (score, buy the top --p of the
+batch within --budget, CARE's probes learn from what was bought) and reports:
 - `corrected`: the share of bought labels that corrected a wrong vote;
 - `wrong_votes_fixed`: the share of the pool's wrong votes that a bought label replaced;
 - `noise_before` / `noise_after`: the share of rollouts whose reward against the label used
   (the vote, or the bought label) disagrees with the true reward, before and after buying.
+Each figure comes with a 95% bootstrap interval (prompts resampled, --bootstrap draws, the
+seeds pooled) and its ratio to random's. `--sft-steps` first fine-tunes the embedded model
+briefly so that it answers. The picks of every strategy are also compared between binary
+rewards (label-aware GRPO's default) and partial credit (`picks_changed`).
 With --grpo-steps S > 0, label-aware GRPO (`train grpo --labels STRATEGY --budget B`) then
 trains the model S steps per strategy on the same pool and greedy exact match is measured on
 held-out triples (none in the pool or in the dataset's trajectories), before and after.
@@ -60,8 +66,8 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int, served=None):
                for t in pool]
     groups = []
     try:
-        for step, start in enumerate(range(0, len(prompts), a.batch)):
-            groups += session.sample(prompts[start:start + a.batch], step)[0]
+        for step, start in enumerate(range(0, len(prompts), a.sample_chunk)):
+            groups += session.sample(prompts[start:start + a.sample_chunk], step)[0]
             print(f"  sampled {len(groups)}/{len(prompts)}", flush=True)
     finally:
         if served is None:
@@ -75,36 +81,91 @@ def right(answer, g) -> bool:
     return isinstance(answer, str) and bool(answer) and match(answer, g.true_label, list(g.aliases)).em
 
 
-def simulate(name: str, groups: list, hidden: int, a, seed: int) -> dict:
-    """The acquisition loop of one strategy over the sampled groups (module docstring)."""
+def simulate(name: str, groups: list, hidden: int, a, seed: int, order: list[int] | None = None) -> dict:
+    """The acquisition loop of one strategy over the sampled groups (module docstring), in
+    `order`; per prompt (pool order): bought, vote wrong, rollouts off before and after."""
     strategy = STRATEGIES[name]
     probes = Probes(hidden, a.n, seed=seed) if strategy.needs == "states" else None
-    left, bought, corrected = a.budget, set(), 0
-    for step, start in enumerate(range(0, len(groups), a.batch)):
-        batch = groups[start:start + a.batch]
+    order = order if order is not None else list(range(len(groups)))
+    left, bought, picks = a.budget, set(), []
+    for step, start in enumerate(range(0, len(order), a.batch)):
+        batch = [groups[i] for i in order[start:start + a.batch]]
         scores = strategy.score(batch, Context(step=step, seed=seed, probes=probes, warmup=a.warmup, gate=a.gate))
         chosen = choose(batch, scores, a.p, left)
         left -= len(chosen)
         bought |= {g.prompt_id for g in chosen}
-        corrected += sum(not right(g.vote.label, g) for g in chosen)
+        picks.append([g.prompt_id for g in chosen])
         if probes is not None and chosen:
             probes.learn([Example.of(g, g.true_label) for g in chosen])
-    wrong = [g for g in groups if not right(g.vote.label, g)]
+    per_prompt = []
+    for g in groups:
+        off_vote = sum(right(ans, g) != (bool(g.vote.label) and isinstance(ans, str) and match(ans, g.vote.label).em)
+                       for ans in g.vote.answers)
+        per_prompt.append((g.prompt_id in bought, not right(g.vote.label, g), off_vote,
+                           0 if g.prompt_id in bought else off_vote))
+    return {"strategy": name, "seed": seed, "picks": picks, "per_prompt": per_prompt, **metrics([per_prompt], a.n)}
 
-    def noise(use_bought: bool) -> float:
-        off = total = 0
-        for g in groups:
-            trusted = use_bought and g.prompt_id in bought
-            for ans in g.vote.answers:
-                true = right(ans, g)
-                used = true if trusted else bool(g.vote.label) and isinstance(ans, str) and match(ans, g.vote.label).em
-                off += used != true
-                total += 1
-        return off / total
 
-    return {"strategy": name, "seed": seed, "bought": len(bought), "corrected": corrected / max(1, len(bought)),
-            "wrong_votes": len(wrong), "wrong_votes_fixed": sum(g.prompt_id in bought for g in wrong) / max(1, len(wrong)),
-            "noise_before": noise(False), "noise_after": noise(True)}
+def metrics(runs: list[list[tuple]], n: int, idx: list[int] | None = None) -> dict:
+    """The figures of the module docstring over `runs` (one per seed), on the prompts `idx`."""
+    idx = idx if idx is not None else list(range(len(runs[0])))
+    rows = [run[i] for run in runs for i in idx]
+    bought = sum(r[0] for r in rows)
+    wrong = sum(r[1] for r in rows)
+    fixed = sum(r[0] and r[1] for r in rows)
+    return {"bought": bought / len(runs), "corrected": fixed / max(1, bought), "wrong_votes": wrong / len(runs),
+            "wrong_votes_fixed": fixed / max(1, wrong), "noise_before": sum(r[2] for r in rows) / (n * len(rows)),
+            "noise_after": sum(r[3] for r in rows) / (n * len(rows))}
+
+
+def intervals(results: list[dict], names: list[str], n: int, draws: int, seed: int = 0) -> dict:
+    """Per strategy and figure: (value, low, high) with 95% bootstrap intervals over prompts
+    (the same resampled prompts for every strategy and seed), and the ratio to random's."""
+    import random
+
+    runs = {name: [r["per_prompt"] for r in results if r["strategy"] == name] for name in names}
+    size = len(next(iter(runs.values()))[0])
+    rng, keys = random.Random(seed), ("corrected", "wrong_votes_fixed", "noise_after")
+    boot = {name: {k: [] for k in keys} for name in names}
+    ratio = {name: [] for name in names}
+    for _ in range(draws):
+        idx = [rng.randrange(size) for _ in range(size)]
+        base = metrics(runs["random"], n, idx)["corrected"] if "random" in runs else None
+        for name in names:
+            m = metrics(runs[name], n, idx)
+            for k in keys:
+                boot[name][k].append(m[k])
+            if base:
+                ratio[name].append(m["corrected"] / base)
+
+    def span(xs):
+        xs = sorted(xs)
+        return (xs[int(0.025 * len(xs))], xs[min(len(xs) - 1, int(0.975 * len(xs)))]) if xs else (float("nan"),) * 2
+
+    out = {}
+    for name in names:
+        whole = metrics(runs[name], n)
+        out[name] = {k: (whole[k], *span(boot[name][k])) for k in keys}
+        out[name]["noise_before"] = whole["noise_before"]
+        out[name]["bought"] = whole["bought"]
+        if "random" in runs:
+            base = metrics(runs["random"], n)["corrected"]
+            out[name]["vs_random"] = (whole["corrected"] / base if base else float("nan"), *span(ratio[name]))
+    return out
+
+
+def picks_changed(groups: list, hidden: int, a, names: list[str]) -> dict:
+    """Per strategy: the share of its picks (seed 0) that differ when the step's rewards are
+    partial credit (1 / 0.5 F1 plus a 0.1 format bonus) instead of binary."""
+    from dataclasses import replace
+
+    partial = [replace(g, reward="partial", format_weight=0.1) for g in groups]
+    out = {}
+    for name in names:
+        b = {p for batch in simulate(name, groups, hidden, a, 0)["picks"] for p in batch}
+        q = {p for batch in simulate(name, partial, hidden, a, 0)["picks"] for p in batch}
+        out[name] = len(b ^ q) / 2 / max(1, len(b))
+    return out
 
 
 def grpo(root, a, name: str, seed: int, served=None) -> float:
@@ -170,11 +231,29 @@ def pool_triples(root, a) -> list[dict]:
     return pick_triples(root, a.dataset, a.triples, a.prompts)
 
 
+def prepare_policy(root: Path, a) -> str:
+    """World + synthesis + validation + SFT of the embedded model (once: a finished SFT is reused)."""
+    from experiments.gpu_evidence import Sizes, sft
+
+    final = root / "sft" / "final"
+    if final.exists():
+        return str(final)
+    started = time.perf_counter()
+    model = sft(root, None, Sizes(entities=a.entities, trajectories=64, sft_steps=a.sft_steps, sft_batch=2, sft_layers=10), seed=0)
+    print(f"SFT of the embedded model: {a.sft_steps} steps in {time.perf_counter() - started:.0f} s -> {model}", flush=True)
+    return model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", required=True, help="data root holding --dataset (a world with triples and documents)")
     ap.add_argument("--dataset", default="w")
     ap.add_argument("--model", default=None, help="the policy (an SFT run's final/; default: the embedded model)")
+    ap.add_argument("--sft-steps", type=int, default=0,
+                    help="first build a world into --root and fine-tune the embedded model on its synthesized "
+                         "trajectories for this many steps of 2, top 10 blocks (experiments/gpu_evidence.py's SFT stage), so the "
+                         "policy answers; the result is --model (0 = use --model as it is)")
+    ap.add_argument("--entities", type=int, default=1000, help="--sft-steps: world size")
     ap.add_argument("--prompts", type=int, default=96, help="pool size: the first N triples of --triples in table order")
     ap.add_argument("--triples", default="all", help="the pool's set: all, or trained (those the policy's SFT "
                                                        "trajectories were built from; the held-out ones stay unseen)")
@@ -183,12 +262,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="prompts per acquisition batch")
     ap.add_argument("--p", type=float, default=0.2, help="fraction of a batch to buy")
     ap.add_argument("--budget", type=float, default=16)
-    ap.add_argument("--warmup", type=int, default=2, help="care: batches before the probes score and gate")
+    ap.add_argument("--warmup", type=int, default=8, help="care: batches before stage 1 gates (the probes rank from the first)")
     ap.add_argument("--gate", type=float, default=0.1)
     ap.add_argument("--tool-style", default="compact", help="as the policy's SFT data (full or compact)")
     ap.add_argument("--max-turns", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--strategies", nargs="+", default=sorted(STRATEGIES))
     ap.add_argument("--grpo-steps", type=int, default=0, help="label-aware GRPO steps per strategy (0 = simulation only)")
     ap.add_argument("--no-simulation", action="store_true",
@@ -202,14 +281,21 @@ def main() -> None:
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm-server"],
                     help="what samples: the model in this process, or one vLLM server (from .venv-vllm) for the "
                          "whole experiment, which GRPO publishes its weights to and evaluations reuse")
+    ap.add_argument("--samples", default="", help="the sampled pool's cache (default: ROOT/acquire_sim_samples.pt); "
+                                                  "reused while the pool's settings match")
+    ap.add_argument("--sample-seed", type=int, default=0, help="seed of the pool's one sampling")
+    ap.add_argument("--sample-chunk", type=int, default=64, help="prompts sampled at a time (x --n answers in flight)")
+    ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws of the intervals")
     ap.add_argument("--json", default="", help="write every result here")
     a = ap.parse_args()
     root = Path(a.root)
+    if a.sft_steps:
+        a.model = prepare_policy(root, a)
     pool = pool_triples(root, a)
     docs = load_table(a.dataset, "documents", root).to_pylist()
     results = {"args": vars(a), "simulation": [], "grpo": []}
     served = None
-    if a.backend == "vllm-server":
+    if a.backend == "vllm-server" and (a.grpo_steps or (not a.no_simulation and cached(a) is None)):
         from train.evaluate import sampling_backend
 
         served = sampling_backend("vllm-server", a.model)
@@ -219,12 +305,7 @@ def main() -> None:
         if served is not None:
             served.close()
     if results["simulation"]:
-        print(f"\n{'strategy':16}{'bought':>8}{'corrected':>11}{'fixed':>8}{'noise before':>14}{'after':>8}")
-        for name in a.strategies:
-            rs = [r for r in results["simulation"] if r["strategy"] == name]
-            mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
-            print(f"{name:16}{mean('bought'):8.1f}{mean('corrected'):11.3f}{mean('wrong_votes_fixed'):8.3f}"
-                  f"{mean('noise_before'):14.3f}{mean('noise_after'):8.3f}")
+        print("\n" + report(results, a))
     if results["grpo"]:
         print(f"\n{'strategy':16}" + "".join(f"{'seed ' + str(s):>16}" for s in a.seeds) + "   (held-out EM before -> after)")
         for name in a.strategies:
@@ -232,30 +313,96 @@ def main() -> None:
             print(f"{name:16}" + "".join(f"{rs[s]['em_before']:>9.3f} {rs[s]['em_after']:.3f}" for s in a.seeds))
 
 
-def simulate_seed(root, a, pool, docs, seed: int, results: dict, served) -> None:
-    """Sample the pool's groups once for `seed`, then run every strategy's acquisition over them."""
+def sample_key(a) -> dict:
+    return {k: getattr(a, k) for k in ("dataset", "model", "prompts", "triples", "temperature", "n", "max_turns",
+                                       "max_new_tokens", "tool_style", "sample_seed")}
+
+
+def samples_path(a) -> Path:
+    return Path(a.samples or Path(a.root) / "acquire_sim_samples.pt")
+
+
+def cached(a) -> dict | None:
+    """--samples' content when it holds this pool's groups."""
+    import torch
+
+    path = samples_path(a)
+    if not path.exists():
+        return None
+    saved = torch.load(path, weights_only=False)
+    if saved["key"] != sample_key(a):
+        print(f"{path} holds another pool ({saved['key']}): sampling again", flush=True)
+        return None
+    return saved
+
+
+def pool_groups(root, a, pool, docs, served) -> tuple[list, int]:
+    """The pool's groups: from --samples when it holds this pool's, else sampled once (seed
+    --sample-seed) and saved there."""
+    import torch
+
+    saved = cached(a)
+    if saved is not None:
+        print(f"{len(saved['groups'])} groups from {samples_path(a)}", flush=True)
+        return saved["groups"], saved["hidden"]
+    path = samples_path(a)
     started = time.perf_counter()
-    groups, hidden = sample(root, a, pool, docs, seed, served)
-    print(f"seed {seed}: sampled {len(groups)} groups in {time.perf_counter() - started:.0f} s; "
-          f"votes right {sum(right(g.vote.label, g) for g in groups)}/{len(groups)}", flush=True)
-    for name in a.strategies:
-        r = simulate(name, groups, hidden, a, seed)
-        results["simulation"].append(r)
-        print(json.dumps(r), flush=True)
+    groups, hidden = sample(root, a, pool, docs, a.sample_seed, served)
+    print(f"sampled {len(groups)} groups in {time.perf_counter() - started:.0f} s", flush=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"key": sample_key(a), "groups": groups, "hidden": hidden}, tmp)
+    tmp.replace(path)  # whole or not at all
+    return groups, hidden
+
+
+def simulate_seeds(groups: list, hidden: int, a, results: dict) -> None:
+    """Every strategy on every seed over the same groups (module docstring)."""
+    import random
+
+    print(f"votes right {sum(right(g.vote.label, g) for g in groups)}/{len(groups)}; answered "
+          f"{sum(g.vote.valid for g in groups) / len(groups):.3f}", flush=True)
+    for seed in a.seeds:
+        order = list(range(len(groups)))
+        random.Random(seed).shuffle(order)
+        for name in a.strategies:
+            started = time.perf_counter()
+            r = simulate(name, groups, hidden, a, seed, order)
+            results["simulation"].append(r)
+            print(json.dumps({k: v for k, v in r.items() if k not in ("picks", "per_prompt")}
+                             | {"s": round(time.perf_counter() - started, 1)}), flush=True)
 
 
 def run_seeds(root, a, pool, docs, results: dict, served) -> None:
-    for seed in a.seeds:
-        if not a.no_simulation:
-            simulate_seed(root, a, pool, docs, seed, results, served)
-        if a.grpo_steps:
-            base = held_out_em(root, a, a.model, served)
-            for name in a.strategies:
-                results["grpo"].append({"strategy": name, "seed": seed, "em_before": base,
-                                        "em_after": grpo(root, a, name, seed, served)})
-                print(json.dumps(results["grpo"][-1]), flush=True)
+    if not a.no_simulation:
+        groups, hidden = pool_groups(root, a, pool, docs, served)
+        simulate_seeds(groups, hidden, a, results)
+        results["intervals"] = intervals(results["simulation"], a.strategies, a.n, a.bootstrap)
+        results["picks_changed"] = picks_changed(groups, hidden, a, a.strategies)
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=1))
+    for seed in a.seeds if a.grpo_steps else []:
+        base = held_out_em(root, a, a.model, served)
+        for name in a.strategies:
+            results["grpo"].append({"strategy": name, "seed": seed, "em_before": base,
+                                    "em_after": grpo(root, a, name, seed, served)})
+            print(json.dumps(results["grpo"][-1]), flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=1))
+
+
+def report(results: dict, a) -> str:
+    """The simulation's table (markdown): each figure with its 95% bootstrap interval."""
+    iv, changed = results["intervals"], results["picks_changed"]
+    lines = ["| strategy | labels bought | votes corrected (share of bought) | x random | wrong votes fixed | "
+             "reward noise before | reward noise left | picks changed, partial vs binary |",
+             "|---|---|---|---|---|---|---|---|"]
+    f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
+    for name in a.strategies:
+        m = iv[name]
+        vs = f(m["vs_random"]) if "vs_random" in m else "-"
+        lines.append(f"| {name} | {m['bought']:.1f} | {f(m['corrected'])} | {vs} | {f(m['wrong_votes_fixed'])} | "
+                     f"{m['noise_before']:.3f} | {f(m['noise_after'])} | {changed[name]:.3f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

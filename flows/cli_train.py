@@ -40,7 +40,8 @@ def _verl(cfg, train, data_root) -> None:
 
     root = resolve_root(data_root)
     verl_launch.check(cfg, train, root)
-    labels = Labels(bought_labels(root, cfg) if cfg.labels else {}, vote_weight=0.0, format_weight=cfg.format_weight)
+    labels = Labels(bought_labels(root, cfg) if cfg.labels else {}, vote_weight=0.0, format_weight=cfg.format_weight,
+                    reward=cfg.label_reward)
     plan = verl_launch.prepare(cfg, train, root, labels)
     c = Console()
     c.print(f"verl run written to {plan.folder}: {', '.join(f'{k} ({v} rows)' for k, v in plan.export.files.items())}, "

@@ -139,9 +139,14 @@ class GRPOConfig(RolloutConfig):
     label_gate: float = field(default=0.1, metadata={
         "help": "--labels care: fraction of each step's prompts most likely voted right, trained on their "
                 "pseudo-label and never bought (p2)"})
-    label_warmup: int = field(default=20, metadata={"help": "--labels care: steps before the probes gate and score"})
+    label_warmup: int = field(default=20, metadata={
+        "help": "--labels care: steps before stage 1 gates (the probes rank from the first step, as CARE's code)"})
+    label_reward: str = field(default="binary", metadata={
+        "help": "--labels: each rollout's reward against its prompt's label: binary (1 for an exact match, else 0, "
+                "no format bonus: the rewards CARE's CAG assumes) or partial (1 for an exact match, else 0.5 x F1, "
+                "plus --format-weight when well-formed); the strategies' CAG is computed on the rewards used"})
     soft_adv: float = field(default=1.0, metadata={
-        "help": "--labels care: a gated prompt's weight is clip(soft_adv * E[CAG | vote wrong], 0, 1)"})
+        "help": "--labels care: a gated prompt's weight is clip(soft_adv * stage-2 expected CAG, 0, 1)"})
     # another engine (train/verl_launch.py)
     engine: str = field(default="trainer", metadata={
         "help": "trainer (forgeplay's own) or verl: export the data, reward and objective (--advantage, --labels) "

@@ -40,6 +40,8 @@ def check_labels(cfg, tcfg) -> None:
         raise ValueError(f"label-aware GRPO (--labels) runs in one process (--nproc 1), not {tcfg.nproc}")
     if cfg.budget < 0 or not 0 <= cfg.label_p <= 1 or not 0 <= cfg.label_gate < 1:
         raise ValueError("--labels needs --budget >= 0, 0 <= --label-p <= 1 and 0 <= --label-gate < 1")
+    if getattr(cfg, "label_reward", "binary") not in ("binary", "partial"):
+        raise ValueError(f"--label-reward must be binary or partial, not {cfg.label_reward!r}")
 
 
 def make_labeller(cfg, root, session):

@@ -12,7 +12,7 @@ ability "multihop_qa" | "tool_use", reward_model {style: "rule", ground_truth: t
 extra_info {split, index, id, kind, question, answer, aliases, hop_count, qtype,
 need_tools_kwargs, what forgeplay's objectives in verl read (train/verl_objective.py; `Labels`):
 label (a label bought for the row's question, forgeplay's ledger keys it by triple id; "" none), vote_weight (the
-advantage weight of a prompt trained on its vote) and format_weight, and for tool rows tool_selection (the names offered, verl's per-row tool
+advantage weight of a prompt trained on its vote), format_weight and label_reward (binary or partial), and for tool rows tool_selection (the names offered, verl's per-row tool
 filter) and tools_kwargs {<tool name>: {create_kwargs: {golden_doc_ids, seed}}} for each
 offered tool and no other (verl looks the called function's name up there:
 `tools_kwargs.get(name, {})`; a JSON object of Parquet's JSON type, which verl's dataset loader,
@@ -77,13 +77,15 @@ class Labels:
     bought: dict[str, str] = field(default_factory=dict)
     vote_weight: float = 0.0
     format_weight: float = 0.0
+    reward: str = "binary"  # label-aware rewards: binary (exact match) or partial (GRPOConfig.label_reward)
 
 
 def verl_schema(tool_names: list[str]) -> pa.Schema:
     extra = [("split", pa.string()), ("index", pa.int64()), ("id", pa.string()), ("kind", pa.string()),
              ("question", pa.string()), ("answer", pa.string()), ("aliases", pa.list_(pa.string())),
              ("hop_count", pa.int64()), ("qtype", pa.string()), ("need_tools_kwargs", pa.bool_()),
-             ("label", pa.string()), ("vote_weight", pa.float64()), ("format_weight", pa.float64())]
+             ("label", pa.string()), ("vote_weight", pa.float64()), ("format_weight", pa.float64()),
+             ("label_reward", pa.string())]
     if tool_names:  # tool rows: their tools and the JSON object verl reads as a dict (module docstring)
         extra += [("tool_selection", pa.list_(pa.string())), ("tools_kwargs", pa.json_())]
     return pa.schema([
@@ -165,7 +167,7 @@ def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str
     extra = {"split": split, "index": index, "id": i.id, "kind": i.kind, "question": i.question, "answer": i.answer,
              "aliases": i.aliases, "hop_count": i.hop_count, "qtype": i.qtype, "need_tools_kwargs": tool_use,
              "label": labels.bought.get(i.triple_id or i.id) or "", "vote_weight": labels.vote_weight,
-             "format_weight": labels.format_weight}
+             "format_weight": labels.format_weight, "label_reward": labels.reward}
     if tool_names:
         offered = [t["function"]["name"] for t in openai_tools(i.tools)] if tool_use else []
         seed = int(json.loads(i.meta or "{}").get("seed") or 0) if tool_use else 0

@@ -18,8 +18,9 @@ makes every verl process import it: verl/__init__.py).
                                                extra_info.hop_count is h_i (train.losses.hop_grouped_advantages)
     algorithm.adv_estimator=forgeplay_labels   per prompt group (uid): the label is extra_info.label (bought,
                                                from forgeplay's ledger) else the majority vote of the group's
-                                               answers (generators.vote); rewards train.reward.label_rewards
-                                               (+ extra_info.format_weight when the response has one answer);
+                                               answers (generators.vote); rewards: exact match when
+                                               extra_info.label_reward is binary (the default), else
+                                               train.reward.label_rewards (+ extra_info.format_weight);
                                                A = w * GRPO(rewards), w = 1 for a bought label, else
                                                extra_info.vote_weight (CARE's weights, acquire/training.py)
 
@@ -115,8 +116,10 @@ def label_aware(index, infos: list[dict], got: list) -> tuple[torch.Tensor, torc
         info, answered = infos[rows[0]], [got[i] for i in rows]
         bought = info.get("label") or ""
         label, aliases = (bought, _aliases(info.get("aliases"))) if bought else (vote(answered).label, [])
-        r, _ = label_rewards(answered, label, aliases, [a is not None for a in answered],
-                             float(info.get("format_weight") or 0.0))
+        r, em = label_rewards(answered, label, aliases, [a is not None for a in answered],
+                              float(info.get("format_weight") or 0.0))
+        if (info.get("label_reward") or "binary") == "binary":  # exact match only, as GRPOConfig.label_reward
+            r = [float(x) for x in em]
         weight = torch.tensor([1.0 if bought else float(info.get("vote_weight") or 0.0)])
         a = weighted_advantages(group_advantages(torch.tensor(r)).view(1, -1), weight).view(-1)
         rows_t = torch.tensor(rows)

@@ -79,7 +79,8 @@ class TransformersBackend:
     """Batched generation with a local transformers model (see module docstring).
 
     model: folder, prepared name or None (embedded); batch_size: samples decoded together;
-    dtype: float32 on CPU; max_prompt_tokens: keep only the last N prompt tokens;
+    dtype: float32 on CPU; device: a torch device, or auto (cuda when there is one, else cpu);
+    max_prompt_tokens: keep only the last N prompt tokens;
     ignore_eos: always generate max_tokens tokens (for benchmarks); threads: torch CPU
     threads for the whole process (default: torch's choice; 1 helps on a busy shared
     machine, where 2 threads stall on each other); turn_cache_mb: keep finished samples'
@@ -91,7 +92,7 @@ class TransformersBackend:
     name = "transformers"
 
     def __init__(self, model: str | Path | None = None, batch_size: int = 16, dtype: str = "float32",
-                 device: str = "cpu", max_prompt_tokens: int | None = None, ignore_eos: bool = False,
+                 device: str = "auto", max_prompt_tokens: int | None = None, ignore_eos: bool = False,
                  threads: int | None = None, turn_cache_mb: int = 0) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -104,7 +105,7 @@ class TransformersBackend:
         self.path = resolve_model(model)
         self.model = str(self.path)
         self.batch_size = batch_size
-        self.device = torch.device(device)
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
         self.max_prompt_tokens = max_prompt_tokens
         self.usage = Usage()
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)

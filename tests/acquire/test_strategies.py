@@ -41,12 +41,14 @@ def test_random_is_seeded_by_step_and_care_gates_after_warm_up():
     r = STRATEGIES["random"].score([SURE, SPLIT, WRONG], Context(step=3))
     assert r == STRATEGIES["random"].score([SURE, SPLIT, WRONG], Context(step=3)) != \
         STRATEGIES["random"].score([SURE, SPLIT, WRONG], Context(step=4))
-    probes = Probes(hidden=4, n=4, width=8)
-    assert STRATEGIES["care"].score([SURE, SPLIT, WRONG], Context(step=0, probes=probes)) == \
-        STRATEGIES["random"].score([SURE, SPLIT, WRONG], Context(step=0))  # warm-up: no gating yet
-    scores = STRATEGIES["care"].score([SURE, SPLIT, WRONG], Context(step=50, probes=probes, gate=0.34))
+    probes = Probes(hidden=4, n=4, width=8, resp_width=8)
+    warm = STRATEGIES["care"].score([SURE, SPLIT, WRONG], Context(step=0, probes=probes))
+    assert warm == probes.expected_cag([SURE, SPLIT, WRONG]) and -math.inf not in warm  # warm-up: probes rank, no gate
+    scores = STRATEGIES["care"].score([SURE, SPLIT, WRONG], Context(step=50, probes=probes, gate=0.3))
     p_right = probes.predict([SURE, SPLIT, WRONG])[0].tolist()
     assert scores[max(range(3), key=lambda i: p_right[i])] == -math.inf and sum(s == -math.inf for s in scores) == 1
+    assert sum(s == -math.inf for s in STRATEGIES["care"].score([SURE, SPLIT, WRONG],
+                                                                 Context(step=50, probes=probes, gate=0.34))) == 2
 
 
 def test_choose_buys_the_top_fraction_within_the_budget():
