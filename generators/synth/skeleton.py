@@ -48,6 +48,7 @@ from generators.tools.arguments import corrupt_arguments
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
 from generators.tools.compute import COMPUTE
 from generators.tools.fill import check_arguments, fill_arguments, roles_of
+from generators.tools.sim_call import SimCall
 from storage.schema import meta_of
 
 
@@ -63,10 +64,14 @@ class Call:
     answers: list[str] = field(default_factory=list)
     injected_error: str | None = None
     result: str = ""
+    retrieved: str | None = None  # a hash of the retriever's results for the call (not with bm25)
 
     def replay_key(self) -> dict:
-        return {"tool": self.tool["name"], "mode": self.mode, "golden_doc_ids": self.golden,
-                "supporting": self.supporting, "answers": self.answers}
+        key = {"tool": self.tool["name"], "mode": self.mode, "golden_doc_ids": self.golden,
+               "supporting": self.supporting, "answers": self.answers}
+        if self.retrieved is not None:
+            key["retrieved"] = self.retrieved
+        return key
 
 
 @dataclass
@@ -182,6 +187,7 @@ class SkeletonBuilder:
                  injected_error=injected)
         c.result = self.sim.call(tool["name"], c.arguments, golden_doc_ids=c.golden, mode=c.mode,
                                  supporting=c.supporting, answers=c.answers)
+        c.retrieved = self.sim.retrieved(SimCall(tool["name"], c.arguments, c.golden, c.mode))
         return c
 
     def _args(self, rng: random.Random, hop: Hop, tool: dict, top_k: bool = True) -> dict:
