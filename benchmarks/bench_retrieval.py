@@ -1,6 +1,6 @@
 """Benchmark the simulator's retrievers (bm25, dense, hybrid, a retrieval server) on the world.
 
-    .venv/bin/python benchmarks/bench_retrieval.py [--entities 50000] [--queries 256] [--recall 600]
+    .venv/bin/python benchmarks/bench_retrieval.py [--entities 50000] [--dense-entities N] [--recall 600]
 
 Builds the fictional world at `--entities` documents (one passage each) and times, on its
 questions, in batches of 64 (how replay asks), top-5 retrieval of:
@@ -13,7 +13,9 @@ questions, in batches of 64 (how replay asks), top-5 retrieval of:
   in-process bm25 at batch 1 and 64: milliseconds per query and the overhead.
 Then recall@5 of the golden passages of `--recall` world questions for each retriever at the
 same k (the mean share of a question's golden passages in its top 5, and the share of
-questions with at least one). Dense vectors are kept per index fingerprint in `--index-dir`.
+questions with at least one). Dense vectors are kept per index fingerprint in `--index-dir`;
+`--dense-entities` runs the dense and hybrid rows (and recall of all three) on a smaller world
+where encoding every passage is too slow for the machine.
 """
 
 from __future__ import annotations
@@ -112,80 +114,106 @@ def serve(root: str, retriever: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("serve-retriever did not start")
 
 
+def world(root: str, name: str, entities: int, triples: int) -> tuple[Corpus, list[dict]]:
+    write(WorldConfig(seed=7, entities=entities, triples=triples), root, name)
+    docs = load_table(name, "documents", root, columns=["doc_id", "title", "text"]).to_pylist()
+    return Corpus.of(docs), load_table(name, "triples", root).to_pylist()
+
+
+def recall_at(r, corpus: Corpus, golden: list[dict], k: int = 5) -> tuple[float, float]:
+    """(mean share of a question's golden passages in its top k, share of questions with one)."""
+    forget(r)
+    index_of = {d: i for i, d in enumerate(corpus.doc_ids)}
+    hits = top_k(r, [t["question"] for t in golden], k)
+    share = [len({i for i, _ in h} & {index_of[g] for g in t["golden_doc_ids"]}) / len(t["golden_doc_ids"])
+             for h, t in zip(hits, golden)]
+    return float(np.mean(share)), float(np.mean([s > 0 for s in share]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entities", type=int, default=50000, help="documents of the world (one passage each)")
-    ap.add_argument("--queries", type=int, default=256, help="questions timed per row")
+    ap.add_argument("--dense-entities", type=int, default=None,
+                    help="documents of the world the dense and hybrid rows and recall use (default: --entities; "
+                         "encoding passages costs ~0.1 s each on a loaded 2-core machine)")
+    ap.add_argument("--queries", type=int, default=256, help="questions timed per bm25 and http row")
+    ap.add_argument("--dense-queries", type=int, default=64, help="questions timed per dense and hybrid row")
     ap.add_argument("--recall", type=int, default=600, help="questions whose golden passages are looked for")
     ap.add_argument("--repeat", type=int, default=3, help="paired timings per row")
     ap.add_argument("--index-dir", default=os.path.join(tempfile.gettempdir(), "forgeplay-bench-index"),
                     help="where dense vectors are kept between runs (by index fingerprint)")
     args = ap.parse_args()
     console = Console()
+    n_dense = args.dense_entities or args.entities
+    rows, recalls = [], []
+
+    def row(name, ours, bare, peer, queries, size, batch=BATCH, reset=lambda: None):
+        a, b = paired(ours, bare, queries, batch, args.repeat, reset)
+        rows.append((name, size, batch, statistics.median(a), peer, statistics.median(b)))
+        record(name, [1 / x for x in a], peer, [1 / x for x in b], "queries/s", paired=True,
+               setting=f"{size:,} passages, batch {batch}")
+
     with tempfile.TemporaryDirectory() as root:
         t = time.perf_counter()
-        write(WorldConfig(seed=7, entities=args.entities, triples=max(args.recall, args.queries) + 200), root, "bench")
-        docs = load_table("bench", "documents", root, columns=["doc_id", "title", "text"]).to_pylist()
-        triples = load_table("bench", "triples", root).to_pylist()
-        corpus = Corpus.of(docs)
-        console.print(f"world: {len(docs):,} passages, {len(triples):,} questions ({time.perf_counter() - t:.0f} s)")
-        built = {}
-        for spec in ("bm25", "dense", "hybrid"):
-            t = time.perf_counter()
-            built[spec] = build(spec, corpus, index_dir=args.index_dir)
-            console.print(f"{spec} index: {time.perf_counter() - t:.1f} s")
+        corpus, triples = world(root, "bench", args.entities, max(args.recall, args.queries) + 200)
+        console.print(f"world: {len(corpus.doc_ids):,} passages, {len(triples):,} questions "
+                      f"({time.perf_counter() - t:.0f} s)")
+        t = time.perf_counter()
+        bm25 = build("bm25", corpus)
+        console.print(f"bm25 index: {time.perf_counter() - t:.1f} s")
         queries = [t["question"] for t in triples[:args.queries]]
-        bm25, dense, hybrid = built["bm25"], built["dense"], built["hybrid"]
-        bare_d = BareDense(dense)
-        rows = []
-
-        def row(name, ours, bare, peer, batch=BATCH, reset=lambda: None):
-            a, b = paired(ours, bare, queries, batch, args.repeat, reset)
-            rows.append((name, statistics.median(a), peer, statistics.median(b)))
-            record(name, [1 / x for x in a], peer, [1 / x for x in b], "queries/s", paired=True,
-                   setting=f"{len(docs):,} passages, batch {batch}")
-
+        golden = [t for t in triples if t.get("golden_doc_ids")][:args.recall]
+        size = len(corpus.doc_ids)
         row("bm25", lambda q: top_k(bm25, q, 5), lambda q: bare_bm25(bm25, q, 5), "bm25s tokenize + retrieve",
-            reset=lambda: forget(bm25))
-        row("dense", lambda q: top_k(dense, q, 5), lambda q: bare_d.search(q, 5), "encoder per query + matmul",
-            reset=lambda: forget(dense))
-        row("dense", lambda q: top_k(dense, q, 5), lambda q: bare_d.search(q, 5, batched=True),
-            "batched encoder + matmul (floor)", reset=lambda: forget(dense))
-        row("hybrid", lambda q: top_k(hybrid, q, 5), lambda q: bare_hybrid(bm25, bare_d, q, 5),
-            "bm25s + encoder + matmul + fusion", reset=lambda: forget(hybrid))
+            queries, size, reset=lambda: forget(bm25))
         proc, url = serve(root, "bm25")
         try:
             remote = build(url, corpus)
             for batch in (1, BATCH):
                 row("http (serve-retriever, bm25)", lambda q: top_k(remote, q, 5), lambda q: top_k(bm25, q, 5),
-                    "bm25 in process", batch=batch, reset=lambda: forget(bm25))
+                    "bm25 in process", queries, size, batch=batch, reset=lambda: forget(bm25))
         finally:
             proc.terminate()
             proc.wait()
-        table = Table(title=f"retrieval on {len(docs):,} passages, top 5 (paired medians of {args.repeat})")
-        for c in ("retriever", "ms/query", "queries/s", "peer", "peer ms/query", "x peer (time)"):
-            table.add_column(c, justify="left" if c in ("retriever", "peer") else "right")
-        for name, ours, peer, bare in rows:
-            table.add_row(name, f"{ours * 1000:.2f}", f"{1 / ours:,.0f}", peer, f"{bare * 1000:.2f}", f"{ours / bare:.2f}")
-        console.print(table)
+        recalls.append(("bm25", size, len(golden), *recall_at(bm25, corpus, golden)))
 
-        golden = [t for t in triples if t.get("golden_doc_ids")][:args.recall]
-        index_of = {d: i for i, d in enumerate(corpus.doc_ids)}
-        rec = Table(title=f"recall@5 of golden passages, {len(golden)} world questions")
-        for c in ("retriever", "recall@5", "hit@5 (any golden)"):
-            rec.add_column(c, justify="left" if c == "retriever" else "right")
-        recall = {}
-        for spec, r in built.items():
-            forget(r)
-            hits = top_k(r, [t["question"] for t in golden], 5)
-            share = [len({i for i, _ in h} & {index_of[g] for g in t["golden_doc_ids"]}) / len(t["golden_doc_ids"])
-                     for h, t in zip(hits, golden)]
-            recall[spec] = float(np.mean(share))
-            rec.add_row(spec, f"{recall[spec]:.3f}", f"{np.mean([s > 0 for s in share]):.3f}")
-        for spec in ("dense", "hybrid"):
-            record(f"{spec} recall@5", recall[spec], "bm25 recall@5", recall["bm25"], "recall",
-                   setting=f"{len(golden)} world questions, {len(docs):,} passages")
-        console.print(rec)
+        if n_dense != args.entities:
+            corpus, triples = world(root, "dense", n_dense, max(args.recall, args.dense_queries) + 200)
+            bm25 = build("bm25", corpus)
+            golden = [t for t in triples if t.get("golden_doc_ids")][:args.recall]
+        size = len(corpus.doc_ids)
+        t = time.perf_counter()
+        dense = build("dense", corpus, index_dir=args.index_dir)
+        hybrid = build("hybrid", corpus, index_dir=args.index_dir)
+        console.print(f"dense index over {size:,} passages: {time.perf_counter() - t:.0f} s (or read from --index-dir)")
+        queries = [t["question"] for t in triples[:args.dense_queries]]
+        bare_d = BareDense(dense)
+        row("dense", lambda q: top_k(dense, q, 5), lambda q: bare_d.search(q, 5), "encoder per query + matmul",
+            queries, size, reset=lambda: forget(dense))
+        row("dense", lambda q: top_k(dense, q, 5), lambda q: bare_d.search(q, 5, batched=True),
+            "batched encoder + matmul (floor)", queries, size, reset=lambda: forget(dense))
+        row("hybrid", lambda q: top_k(hybrid, q, 5), lambda q: bare_hybrid(bm25, bare_d, q, 5),
+            "bm25s + encoder + matmul + fusion", queries, size, reset=lambda: forget(hybrid))
+        for spec, r in (("bm25", bm25), ("dense", dense), ("hybrid", hybrid)):
+            recalls.append((spec, size, len(golden), *recall_at(r, corpus, golden)))
+
+    table = Table(title=f"top-5 retrieval, batches of {BATCH} unless said (paired medians of {args.repeat})")
+    for c in ("retriever", "passages", "batch", "ms/query", "queries/s", "peer", "peer ms/query", "x peer (time)"):
+        table.add_column(c, justify="left" if c in ("retriever", "peer") else "right")
+    for name, n, batch, ours, peer, bare in rows:
+        table.add_row(name, f"{n:,}", str(batch), f"{ours * 1000:.2f}", f"{1 / ours:,.1f}", peer,
+                      f"{bare * 1000:.2f}", f"{ours / bare:.2f}")
+    console.print(table)
+    rec = Table(title="recall@5 of the golden passages of world questions")
+    for c in ("retriever", "passages", "questions", "recall@5", "hit@5 (any golden)"):
+        rec.add_column(c, justify="left" if c == "retriever" else "right")
+    for spec, n, q, r, h in recalls:
+        rec.add_row(spec, f"{n:,}", str(q), f"{r:.3f}", f"{h:.3f}")
+    console.print(rec)
+    base = {n: r for spec, n, _, r, _ in recalls if spec == "bm25"}
+    for spec, n, q, r, _ in recalls:
+        if spec != "bm25":
+            record(f"{spec} recall@5", r, "bm25 recall@5", base[n], "recall", setting=f"{q} world questions, {n:,} passages")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -26,7 +27,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from generators.tools.retrieval import Scored
-from generators.tools.retriever import text_hash
+from generators.tools.passages import text_hash
 
 SCALE = 4000.0  # (4000 + 0.5 * sqrt(384))**2 < 2**24: every partial sum of a product is exact
 BATCH = 32  # passages per forward pass while indexing
@@ -65,6 +66,7 @@ class DenseIndex:
                                       SCALE, BATCH, text_hash(passages)])
         self.vectors = self._load_or_encode(passages, index_dir, progress)
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # (threads of a flow may share one index)
 
     def _load_or_encode(self, passages: Sequence[str], index_dir, progress: bool) -> np.ndarray:
         path = Path(index_dir) / f"dense-{self.fingerprint}.npy" if index_dir else None
@@ -117,14 +119,18 @@ class DenseIndex:
     def score_many(self, queries: Iterable[str]) -> list[Scored]:
         """Each query's best `depth` documents (and any tied with the last), scores = cosine."""
         queries = list(queries)
-        uniq = list(dict.fromkeys(queries))
+        with self._lock:
+            got = self._score(list(dict.fromkeys(queries)))
+        return [got[q] for q in queries]
+
+    def _score(self, uniq: list[str]) -> dict[str, Scored]:
         got: dict[str, Scored] = {}
         for s in range(0, len(uniq), 64):
             part = uniq[s:s + 64]
             scores = self.encode_queries(part) @ self.vectors.T  # exact integers (module docstring)
             for q, row in zip(part, scores):
                 got[q] = self._best(row)
-        return [got[q] for q in queries]
+        return got
 
     def _best(self, row: np.ndarray) -> Scored:
         if not self.size:

@@ -13,7 +13,7 @@ from typing import Iterable
 import numpy as np
 
 from generators.tools.retrieval import BM25Index, Scored
-from generators.tools.retriever import text_hash
+from generators.tools.passages import text_hash
 
 K = 60
 

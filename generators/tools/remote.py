@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 from typing import Iterable
 from urllib.parse import urlparse
@@ -26,7 +27,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from generators.tools.retrieval import Scored
-from generators.tools.retriever import Corpus, RetrieverError
+from generators.tools.passages import Corpus, RetrieverError
 
 RETRIES = (0.2, 0.5, 1.0)  # seconds before each retry
 
@@ -43,10 +44,15 @@ class RemoteRetriever:
         self._corpus = corpus
         self._by_contents: dict[str, int] | None = None
         self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()  # one connection, one request at a time (threads share a simulator)
         info = self._request("GET", self.path.rsplit("/", 1)[0] + "/info", None, missing_ok=True)
         self.fingerprint = str((info or {}).get("fingerprint") or "")
 
     def _request(self, method: str, path: str, body: dict | None, missing_ok: bool = False):
+        with self._lock:
+            return self._ask(method, path, body, missing_ok)
+
+    def _ask(self, method: str, path: str, body: dict | None, missing_ok: bool):
         data = json.dumps(body).encode() if body is not None else None
         last = ""
         for wait in (*RETRIES, None):
@@ -127,6 +133,7 @@ def ping(url: str) -> None:
     r = RemoteRetriever.__new__(RemoteRetriever)
     u = urlparse(url)
     r.name, r.host, r.port, r.path, r.timeout, r.batch, r._conn = url, u.hostname, u.port, u.path or "/retrieve", 10.0, 1, None
+    r._lock = threading.Lock()
     try:
         r.retrieve(["ping"], 1)
     finally:

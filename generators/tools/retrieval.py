@@ -65,7 +65,7 @@ class BM25Index:
     def fingerprint(self) -> str:
         """A hash of what the index answers from: its texts in order, the stopwords, bm25s's version."""
         if self._fingerprint is None:
-            from generators.tools.retriever import text_hash
+            from generators.tools.passages import text_hash
 
             self._fingerprint = text_hash(["bm25", bm25s.__version__, self._stopword_list, text_hash(self._texts)])
         return self._fingerprint

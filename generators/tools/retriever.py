@@ -24,12 +24,13 @@ server gone) raises `RetrieverError`, which stops the stage with one line.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
+
+from generators.tools.passages import Corpus, RetrieverError, text_hash
+
+__all__ = ["Corpus", "RetrieverError", "Retriever", "RETRIEVERS", "build", "check_spec", "check_reachable", "kind_of",
+           "option", "ranked_ids", "register", "text_hash", "top_k"]
 
 if TYPE_CHECKING:  # (the command line builds its options from this module: bm25s loads only to search)
     from generators.tools.retrieval import Scored
@@ -41,56 +42,12 @@ HELP = ("how the simulated search tools search: bm25 (default), dense (the MiniL
         "API, e.g. `forgeplay serve-retriever`)")
 
 
-class RetrieverError(RuntimeError):
-    """A retriever that cannot answer (a server gone, a server's answer not about this corpus)."""
-
-
 class Retriever(Protocol):
     name: str
     fingerprint: str
 
     def score_many(self, queries: Iterable[str]) -> "list[Scored]":
         """Each query's candidate documents (indices ascending) with their scores, higher = better."""
-
-
-def text_hash(parts: Iterable[Any]) -> str:
-    """A 16-hex hash of some strings (or JSON values) in order."""
-    h = hashlib.sha256()
-    for p in parts:
-        b = (p if isinstance(p, str) else json.dumps(p, sort_keys=True)).encode()
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    return h.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """The documents a simulator and its retriever index, in doc-id order (the tie-break order)."""
-
-    doc_ids: list[str]
-    titles: list[str]
-    texts: list[str]
-    docs: list[dict]
-
-    @classmethod
-    def of(cls, documents: Iterable[dict] | Any) -> "Corpus":
-        """Sorted by (doc_id, title, text); the first of equal doc ids is kept."""
-        if hasattr(documents, "to_pylist"):
-            documents = documents.to_pylist()
-        docs: dict[str, dict] = {}
-        for d in sorted(documents, key=lambda d: (str(d["doc_id"]), d.get("title") or "", d.get("text") or "")):
-            docs.setdefault(str(d["doc_id"]), d)
-        ids = list(docs)
-        return cls(ids, [docs[d].get("title") or "" for d in ids], [docs[d].get("text") or "" for d in ids],
-                   [docs[d] for d in ids])
-
-    @cached_property
-    def passages(self) -> list[str]:
-        return [f"{t}\n{x}" for t, x in zip(self.titles, self.texts)]
-
-    @cached_property
-    def fingerprint(self) -> str:
-        return text_hash([text_hash(self.doc_ids), text_hash(self.passages)])
 
 
 def kind_of(spec: str) -> str:
