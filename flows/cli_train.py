@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 import selfplay.update  # noqa: F401  (registers the self-play update stages; flows/train.py the labellers)
+from generators.tools.passages import RetrieverError
 from storage.configcli import USER_ERRORS, config_command
 from train.evaluate import EvalConfig
 from train.stages import add_stage_commands
@@ -47,7 +48,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(train_app, name="train")
     add_stage_commands(train_app, _train)
 
-    @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS, label="train eval")
+    @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS + (RetrieverError,), label="train eval")
     def evaluate(cfg: EvalConfig, data_root=None) -> None:
         """Evaluate a model's tool use: greedy multi-turn rollouts on a dataset's held-out
         triples through the BM25 simulator; prints the rates of well-formed tool calls,

@@ -105,8 +105,11 @@ class PlayConfig:
         return self.out or f"{self.dataset}_selfplay"
 
     def check(self) -> None:
+        from generators.tools.retriever import check_spec
+
         self.out_dataset()
         parse_hop_mix(self.hop_mix)
+        check_spec(self.retriever)
         if self.attempts < 2:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
         if self.tool_style not in ("full", "compact"):
