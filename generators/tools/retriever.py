@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from generators.tools.passages import Corpus, RetrieverError, text_hash
 
 __all__ = ["Corpus", "RetrieverError", "Retriever", "RETRIEVERS", "build", "check_spec", "check_reachable", "kind_of",
-           "option", "ranked_ids", "register", "text_hash", "top_k"]
+           "option", "best", "ranked_ids", "register", "text_hash", "top_k"]
 
 if TYPE_CHECKING:  # (the command line builds its options from this module: bm25s loads only to search)
     from generators.tools.retrieval import Scored
@@ -104,28 +104,32 @@ def build(spec: str, corpus: Corpus, stopwords: str = "en", index_dir: str | Pat
     return got
 
 
-def top_k(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-    """Each query's best `k` documents as (index, score), best first, ties by index."""
+def best(scored: "Scored", k: int) -> list[int]:
+    """The best `k` candidates of `scored` (document indices), best first, ties by index."""
     import numpy as np
 
     from generators.tools.retrieval import BM25Index
 
+    if not len(scored.docs):
+        return []
+    return BM25Index.top(scored, np.ones(int(scored.docs[-1]) + 1, dtype=bool), (), k)  # (docs ascend)
+
+
+def top_k(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
+    """Each query's best `k` documents as (index, score), best first, ties by index."""
+    import numpy as np
+
     out = []
     for s in retriever.score_many(queries):
-        at = dict(zip(s.docs.tolist(), s.scores.tolist()))
-        out.append([(i, at[i]) for i in BM25Index.top(s, np.ones(int(s.docs.max(initial=-1)) + 1, dtype=bool), (), k)])
+        docs = best(s, k)
+        out.append(list(zip(docs, s.scores[np.searchsorted(s.docs, docs)].tolist())))
     return out
 
 
 def ranked_ids(scored: "Scored", doc_ids: Sequence[str], k: int = 20) -> str:
     """A hash of a query's best `k` candidates, in rank order (what a call's replay compares to
     tell a changed index from a changed record)."""
-    import numpy as np
-
-    from generators.tools.retrieval import BM25Index
-
-    mask = np.ones(int(scored.docs.max(initial=-1)) + 1, dtype=bool)
-    return text_hash([doc_ids[i] for i in BM25Index.top(scored, mask, (), k)])
+    return text_hash([doc_ids[i] for i in best(scored, k)])
 
 
 def _bm25(spec: str, corpus: Corpus, opts: dict) -> Retriever:
