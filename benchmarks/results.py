@@ -69,6 +69,9 @@ BENCHES = [
     Bench("bench_commits.py", ("--shards", "1000")),
     Bench("bench_world.py", ("--sizes", "2000,5000")),
     Bench("bench_simulator.py", ("--docs", "5000", "--calls", "200")),
+    # dense vectors of the 2,000-passage world are kept in $TMPDIR/forgeplay-bench-index after the first run
+    Bench("bench_retrieval.py", ("--entities", "50000", "--dense-entities", "2000", "--queries", "128",
+                                 "--dense-queries", "32", "--recall", "500", "--repeat", "2")),
     Bench("bench_generate.py", ("--prompts", "16", "--max-tokens", "32", "--batch-size", "8",
                                 "--sequential-prompts", "4")),
     Bench("bench_synthesis.py", ("--n", "4", "--program-n", "100")),

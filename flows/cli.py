@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli_run", "acquire-labels": "cli_acquire", "serve": "cli_serve", "report": "cli_report",
     "card": "cli_report", "models": "cli_models", "corpus": "cli_corpus", "export": "cli_export",
     "train": "cli_train", "selfplay": "cli_selfplay", "labels": "cli_acquire", "tools": "cli_tools",
+    "serve-retriever": "cli_retriever",
 }
 
 

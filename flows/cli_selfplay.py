@@ -11,6 +11,7 @@ from rich.table import Table
 
 from selfplay.play import PlayConfig
 from selfplay.warmstart import WarmstartConfig
+from generators.tools.passages import RetrieverError
 from storage.configcli import USER_ERRORS, config_command
 from train.configs import TrainConfig
 
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
     sp = typer.Typer(help="π-Play self-play: an examiner that builds tasks with their question construction "
                           "paths, a student taught by reward and by a teacher that sees them.", no_args_is_help=True)
 
-    @config_command(sp, "warmstart", WarmstartConfig, TrainConfig, errors=USER_ERRORS)
+    @config_command(sp, "warmstart", WarmstartConfig, TrainConfig, errors=USER_ERRORS + (RetrieverError,))
     def warmstart(cfg: WarmstartConfig, train: TrainConfig, data_root=None) -> None:
         """Build examiner demonstrations from a world dataset's triples (start page, a search
         for each hop's page, question and answer; each checked by the examiner's parser and
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"examiner: {tr['final_model']} after {tr['steps']} steps "
                           f"(loss {tr['first'].get('loss', float('nan')):.3f} -> {tr['last'].get('loss', float('nan')):.3f})")
 
-    @config_command(sp, "run", PlayConfig, errors=USER_ERRORS, label="selfplay", group_default=True)
+    @config_command(sp, "run", PlayConfig, errors=USER_ERRORS + (RetrieverError,), label="selfplay", group_default=True)
     def run(cfg: PlayConfig, data_root=None) -> None:
         """Self-play iterations (a Prefect flow): unless --no-warmstart, the examiner is first
         fine-tuned on the world's demonstrations; it builds tasks from start documents by

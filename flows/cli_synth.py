@@ -13,6 +13,7 @@ from rich.table import Table
 from flows.runners import RunnerConfig
 from storage.configcli import config_command
 from generators.llm.base import BackendError
+from generators.tools.retriever import RetrieverError
 from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
 
@@ -51,7 +52,7 @@ def slot_table(summary: dict) -> Table:
 
 def register(app: typer.Typer) -> None:
     @config_command(app, "synthesize", SynthConfig, BackendConfig, RunnerConfig, CommandOptions,
-                    errors=(ValueError, KeyError, BackendError))
+                    errors=(ValueError, KeyError, BackendError, RetrieverError))
     def synthesize(synth: SynthConfig, backend: BackendConfig, runner: RunnerConfig, opts: CommandOptions,
                    data_root=None) -> None:
         """Synthesize multi-hop tool-calling trajectories (a Prefect flow): builds the gated

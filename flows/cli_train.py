@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from generators.tools.passages import RetrieverError
 from storage.configcli import USER_ERRORS, config_command
 from train.evaluate import EvalConfig
 from train.stages import add_stage_commands
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
         Console().print(f"model: {path}")
 
-    @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS, label="train eval")
+    @config_command(train_app, "eval", EvalConfig, errors=USER_ERRORS + (RetrieverError,), label="train eval")
     def evaluate(cfg: EvalConfig, data_root=None) -> None:
         """Evaluate a model's tool use: greedy multi-turn rollouts on a dataset's held-out
         triples through the BM25 simulator; prints the rates of well-formed tool calls,

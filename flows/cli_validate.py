@@ -19,6 +19,7 @@ from rich.table import Table
 from flows.runners import RunnerConfig
 from storage.configcli import config_command
 from generators.llm.base import BackendError
+from generators.tools.retriever import RetrieverError
 from generators.llm.registry import BackendConfig
 from validators.reasons import describe
 from validators.registry import listing
@@ -54,7 +55,7 @@ def funnel_table(summary: dict) -> Table:
 
 def register(app: typer.Typer) -> None:
     @config_command(app, "validate", ValidateConfig, BackendConfig, RunnerConfig, CommandOptions,
-                    errors=(ValueError, KeyError, BackendError))
+                    errors=(ValueError, KeyError, BackendError, RetrieverError))
     def validate(cfg: ValidateConfig, backend: BackendConfig, runner: RunnerConfig, opts: CommandOptions,
                  data_root=None) -> None:
         """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,

@@ -58,11 +58,13 @@ def demos_task(cfg: WarmstartConfig, root: str) -> dict:
     """Build the demonstrations and commit them; counts of what was made and left out."""
     from generators.synth.synthesize import load_inputs
     from generators.tools.base import base_rows
+    from generators.tools.retriever import index_dir
     from generators.tools.simulator import Simulator
 
     inputs = load_inputs(root, cfg.dataset)
     tools = base_rows()
-    sim = Simulator(inputs.documents, seed=cfg.draw_seed, tools=tools)
+    sim = Simulator(inputs.documents, seed=cfg.draw_seed, tools=tools, retriever=cfg.retriever,
+                    index_dir=index_dir(root))
     demos, skipped = demonstrations(inputs.documents, inputs.triples, sim, examiner_tool(tools), hop_mix=cfg.hop_mix, n=cfg.n,
                                     seed=cfg.draw_seed, dataset=cfg.dataset, top_k=cfg.top_k)
     if not demos:
@@ -218,6 +220,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     from generators.llm.transformers_backend import TransformersBackend
     from generators.synth.synthesize import load_inputs
     from generators.tools.base import base_rows
+    from generators.tools.retriever import index_dir
     from generators.tools.simulator import Simulator
     from train.evaluate import OnServer, sampling_backend
 
@@ -233,7 +236,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
         raise ValueError(f"run {run} already completed {len(done)} phase(s) in {ds}; --resume continues it")
     inputs = load_inputs(root, cfg.dataset)
     tools = base_rows()
-    sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools)
+    sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools, retriever=cfg.retriever, index_dir=index_dir(root))
     current = {"examiner": cfg.examiner, "student": cfg.student, "teacher": None, "reader": cfg.reader}
     lambdas = cfg.lambdas() if cfg.train else []
     reference = cfg.examiner

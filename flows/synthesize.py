@@ -47,6 +47,7 @@ from generators.llm.base import Streaming, Usage, submit
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, load_inputs
+from generators.tools.retriever import check_reachable, index_dir
 from generators.synth.tally import Tally, mix_report
 from generators.tools.imported import imported_rows
 from storage import ShardWriter, load_table, resolve_root, write_rows
@@ -204,7 +205,8 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         inputs = load_task(root, cfg.dataset)
         st.rows_in = st.rows_out = len(inputs.triples)
         st.notes = f"{len(inputs.documents)} documents"
-    session = Session(inputs, cfg)
+    check_reachable(cfg.retriever)
+    session = Session(inputs, cfg, index_dir=index_dir(root))
     short = session.shortfall()  # before the bank is gated and any model loads
     if short:
         raise ValueError(short)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from generators.llm.toolcalls import format_tool_call, render_tools_block
 from generators.tools.base import parameters_of
+from generators.tools.retriever import option as retriever_option
 from selfplay.examiner import examiner_messages, parse_examiner
 from validators.verdict import Reject
 
@@ -51,6 +52,7 @@ class WarmstartConfig:
     model: str | None = field(default=None, metadata={"help": "examiner to fine-tune: model folder or prepared name (default: embedded)"})
     out: str = field(default="", metadata={"help": "run folder of the examiner's fine-tuning (empty: only write the demonstrations)"})
     train_layers: int = field(default=0, metadata={"help": "fine-tune only the last N transformer blocks (0 = all; about 2x faster on CPU)"})
+    retriever: str = retriever_option()
     top_k: int = field(default=0, metadata={"help": "results each demonstration's searches ask for (their top_k argument; 0 = the tool's default, 5): fewer make shorter demonstrations, cheaper to train on"})
 
     def demos_dataset(self) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from generators.tools.retriever import option as retriever_option
+
 TRIPLE_SETS = ("all", "trained")
 TRIPLES_HELP = ("which triples give the prompts: all, or trained (only those the dataset's trajectories were "
                 "built from, so the held-out triples `train eval` asks stay unseen)")
@@ -85,6 +87,7 @@ class RolloutConfig:
     turn_cache_mb: int = field(default=2048, metadata={
         "help": "transformers rollouts: MB of KV kept so a conversation's next turn encodes only the tool "
                 "result (0 = re-encode the whole conversation every turn)"})
+    retriever: str = retriever_option()
 
 
 @dataclass

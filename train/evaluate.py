@@ -111,6 +111,7 @@ def by_qtype(triples: list[dict], outs) -> dict:
 
 def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[dict, list]:
     """(summary, rollouts) of greedy tool-use rollouts of `backend` on the triples of `cfg.data`."""
+    from generators.tools.retriever import index_dir
     from generators.tools.simulator import Simulator
     from storage import load_table
     from train.grpo import make_prompts
@@ -119,7 +120,7 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
     triples = held_out_triples(root, cfg.data, cfg.held_out, cfg.limit, cfg.hold_out)
     tools = base_tools(root, cfg.data)
     docs = load_table(cfg.data, "documents", root).to_pylist()
-    sim = Simulator(docs, seed=cfg.tool_seed, tools=tools)
+    sim = Simulator(docs, seed=cfg.tool_seed, tools=tools, retriever=cfg.retriever, index_dir=index_dir(root))
     prompts = make_prompts(triples, tools, cfg.tool_style)
     outs = []
     from tqdm.auto import tqdm

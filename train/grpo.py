@@ -194,6 +194,7 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
     from generators.llm.transformers_backend import TransformersBackend
     from generators.tools.bank import build_bank
     from generators.tools.banks import bank_rows
+    from generators.tools.retriever import index_dir
     from generators.tools.simulator import Simulator
     from storage import load_table
     from train.triples import pick_triples
@@ -211,5 +212,6 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
     else:
         backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size), turn_cache_mb=cfg.turn_cache_mb)
         backend.lm = model  # the cache empties itself whenever an optimizer step changed the weights
-    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools),
+    return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools, retriever=cfg.retriever,
+                                               index_dir=index_dir(root)),
                        make_prompts(triples, tools, cfg.tool_style), model, objective)

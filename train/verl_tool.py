@@ -7,6 +7,8 @@ the export's tool config names it once per tool:
 
     - class_name: forgeplay_verl.train.verl_tool.SimulatorTool
       config: {type: native, corpus: corpus}      # a folder: documents.parquet + tools.jsonl
+      # optional in config: retriever: http://host:port/retrieve (a retrieval server, e.g.
+      # `forgeplay serve-retriever` over the same documents; default bm25 in the worker)
       tool_schema: {type: function, function: {name, description, parameters}}
 
 A relative `corpus` is read from the top package's folder (forgeplay_verl/corpus). Per row,
@@ -37,16 +39,20 @@ import pyarrow.parquet as pq
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import ToolResponse
 
+from generators.tools.remote import RemoteRetriever
 from generators.tools.simulator import Simulator, unknown_tool
+
+RETRIEVERS = ("bm25", RemoteRetriever.__name__)  # (imported here so the export carries the server client)
 
 
 @lru_cache(maxsize=8)
-def simulator(corpus: str, seed: int) -> Simulator:
-    """The simulator over corpus/documents.parquet with the tool rows of corpus/tools.jsonl."""
+def simulator(corpus: str, seed: int, retriever: str = "bm25") -> Simulator:
+    """The simulator over corpus/documents.parquet with the tool rows of corpus/tools.jsonl,
+    searching with `retriever` (bm25, or a retrieval server's URL)."""
     folder = Path(corpus)
     docs = pq.read_table(folder / "documents.parquet").to_pylist()
     tools = [json.loads(line) for line in (folder / "tools.jsonl").read_text().splitlines() if line.strip()]
-    return Simulator(docs, seed=seed, tools=tools)
+    return Simulator(docs, seed=seed, tools=tools, retriever=retriever)
 
 
 def corpus_folder(value: str) -> str:
@@ -66,6 +72,7 @@ class SimulatorTool(BaseTool):
     def __init__(self, config: dict, tool_schema):
         super().__init__(config, tool_schema)
         self.corpus = corpus_folder(str(config.get("corpus") or "corpus"))
+        self.retriever = str(config.get("retriever") or "bm25")
         self._instances: dict[str, dict] = {}
 
     async def create(self, instance_id: str | None = None, create_kwargs: dict | None = None,
@@ -80,7 +87,7 @@ class SimulatorTool(BaseTool):
         state = self._instances.get(instance_id) or {"golden_doc_ids": [], "seed": 0, "offered": False}
         if not state["offered"]:  # the row does not offer this tool (module docstring)
             return ToolResponse(text=unknown_tool(self.name)), 0.0, {"tool_error": 1.0, "found": 0.0}
-        sim = simulator(self.corpus, state["seed"])
+        sim = simulator(self.corpus, state["seed"], self.retriever)
         golden = [g for g in state["golden_doc_ids"] if g in sim.index_of]
         text = sim.call(self.name, parameters)  # by its query alone (module docstring)
         return ToolResponse(text=text), 0.0, {"tool_error": float(text.startswith('{"error"')),

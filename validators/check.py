@@ -20,7 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from generators.tools.retriever import RetrieverError
 from validators.verdict import Verdict, fail
+
+STOPS = (RetrieverError,)  # not a record's fault (a retrieval server gone): the run stops, a rerun resumes
 
 
 
@@ -84,6 +87,8 @@ class PerRecordCheck(Check):
     def guarded(self, value, ctx: CheckContext) -> list[Verdict]:
         try:
             return self.one(value, ctx)
+        except STOPS:
+            raise
         except Exception as e:  # data is data: never crash on a record
             return [fail(self.verdict_layer or self.layer, self.name, "check_crashed",
                          detail={"error": f"{type(e).__name__}: {e}"[:300]})]

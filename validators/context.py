@@ -25,8 +25,9 @@ def corpus_fingerprint(root: str, dataset: str | None) -> str:
     return hashlib.sha256("|".join(shas).encode()).hexdigest()[:16]
 
 
-def load_corpus(root: str, dataset: str | None):
-    """(documents {doc_id: (title, text)}, simulator factory seed -> Simulator or None)."""
+def load_corpus(root: str, dataset: str | None, retriever: str = "bm25"):
+    """(documents {doc_id: (title, text)}, simulator factory seed -> Simulator or None); the
+    simulators of all seeds search with one `retriever` (generators/tools/retriever.py)."""
     if not dataset:
         return {}, None
     docs = load_table(dataset, "documents", root).to_pylist()
@@ -34,27 +35,29 @@ def load_corpus(root: str, dataset: str | None):
     documents = {d["doc_id"]: (d.get("title") or "", d.get("text") or "") for d in docs}
     if not docs or not tools:
         return documents, None
+    from generators.tools.retriever import index_dir
     from generators.tools.simulator import Simulator
 
     sims: dict[int, Simulator] = {}
 
-    def simulator(seed: int) -> Simulator:  # one BM25 index per seed, built on first use
+    def simulator(seed: int) -> Simulator:  # one simulator per seed, built on first use
         if seed not in sims:
-            sims[seed] = Simulator(docs, seed=seed, tools=tools)
+            shared = next(iter(sims.values())).index if sims and retriever != "bm25" else retriever
+            sims[seed] = Simulator(docs, seed=seed, tools=tools, retriever=shared, index_dir=index_dir(root))
         return sims[seed]
 
     return documents, simulator
 
 
 def rule_context(root: str, dataset: str | None, fingerprint: str, answer_min_f1: float = 1.0,
-                 replay: bool = True, final_facts: bool = True) -> RuleContext:
+                 replay: bool = True, final_facts: bool = True, retriever: str = "bm25") -> RuleContext:
     """The RuleContext of (root, dataset), cached in this process by fingerprint and options.
     With no dataset (a user's --input file) or no documents committed, documents are None
     (unknown: the rules that need them pass with a "documents_unknown" reason)."""
-    key = (str(root), dataset, fingerprint, answer_min_f1, replay, final_facts)
+    key = (str(root), dataset, fingerprint, answer_min_f1, replay, final_facts, retriever)
     ctx = _CACHE.get(key)
     if ctx is None:
-        documents, sim_for = load_corpus(root, dataset)
+        documents, sim_for = load_corpus(root, dataset, retriever)
         if len(_CACHE) >= 4:
             _CACHE.clear()
         ctx = _CACHE[key] = RuleContext(sim_for, answer_min_f1, replay, documents or None, final_facts=final_facts)

@@ -41,6 +41,7 @@ REASONS: dict[str, str] = {
     "route_mismatch": "the shape of the calls (rounds x calls per round) does not fit the route",
     "unknown_route": "the route is not single, parallel, sequential or mixed",
     "replay_mismatch": "replaying a call with the simulator does not reproduce the tool message",
+    "retriever_changed": "a call does not replay because the retriever changed (another kind, another index fingerprint, or other results for the call's search than were recorded), not the record",
     "replay_failed": "a call cannot be replayed (missing replay keys or documents)",
     "replay_skipped_no_corpus": "passed: no documents/tool bank available, replay not checked (--corpus gives "
                                 "one; --strict rejects)",

@@ -10,8 +10,14 @@ what replaying its calls one by one gives (`tests/validators/test_replay_batch.p
 
     requests = replay_requests(parsed, meta)     # [(seed, tool, arguments, key)], in call order
     ctx.prefetch(requests)                       # one batch per seed
-    verdict = replay(parsed, ctx, meta)          # ok / replay_mismatch / replay_failed
+    verdict = replay(parsed, ctx, meta)          # ok / replay_mismatch / retriever_changed / replay_failed
     ctx.forget()                                 # the batch's answers are not kept
+
+A call that does not replay is `retriever_changed`, not `replay_mismatch`, when the retriever
+is not the one that answered it: another kind (meta.retriever, bm25 when absent), another
+index fingerprint (both known), or other results for the call's search than the hash the
+synthesizer recorded in its replay key (`retrieved`; how a server that reports no
+fingerprint is checked). Messages that replay byte for byte pass whatever the retriever.
 """
 
 from __future__ import annotations
@@ -63,6 +69,24 @@ def replay(parsed, ctx, meta: dict) -> Verdict:
             except (ValueError, KeyError, TypeError) as e:
                 return fail(LAYER, "replay", "replay_failed", detail={"call": c.id, "why": str(e)[:200]})
             if out != t["content"]:
+                why = retriever_change(meta, key, ctx, int(seed), c.name, c.args)
+                if why:
+                    return fail(LAYER, "replay", "retriever_changed", detail={"call": c.id, "why": why})
                 return fail(LAYER, "replay", "replay_mismatch", detail={"call": c.id, "tool": c.name})
             n += 1
     return ok(LAYER, "replay", detail={"calls": n})
+
+
+def retriever_change(meta: dict, key: dict, ctx, seed: int, name: str, args: Any) -> str | None:
+    """Why the retriever replaying a call is not the one that answered it, or None (module docstring)."""
+    from generators.tools.retriever import kind_of
+
+    then = meta.get("retriever") if isinstance(meta.get("retriever"), dict) else {"retriever": "bm25"}
+    now = ctx.retriever_of(seed)
+    if kind_of(str(then.get("retriever"))) != kind_of(now["retriever"]):
+        return f"recorded with the {then.get('retriever')} retriever, replayed with {now['retriever']}"
+    if then.get("fingerprint") and now["fingerprint"] and then["fingerprint"] != now["fingerprint"]:
+        return f"the {now['retriever']} index changed: fingerprint {then['fingerprint']}, now {now['fingerprint']}"
+    if isinstance(key, dict) and key.get("retrieved") and ctx.retrieved(seed, name, args, key) != key["retrieved"]:
+        return f"the {now['retriever']} retriever's results for this call's search changed"
+    return None

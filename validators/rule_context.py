@@ -56,6 +56,17 @@ class RuleContext:
         for seed, calls in by_seed.items():  # (the request keys name the calls: equal calls, equal keys)
             self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()), list(calls))))
 
+    def retriever_of(self, seed: int) -> dict:
+        """{"retriever": name, "fingerprint": ...} of the simulator that replays (validators/replay.py)."""
+        return self.simulator_for(seed).retriever
+
+    def retrieved(self, seed: int, name: str, args: Any, key: dict) -> str | None:
+        """The hash of the retriever's results for a recorded call's search, as synthesis records it."""
+        from generators.tools.simulator import SimCall
+
+        return self.simulator_for(seed).retrieved(SimCall(name, args, key.get("golden_doc_ids", ()),
+                                                          key.get("mode", "good")))
+
     def forget(self) -> None:
         """Drop the prefetched answers (a chunk's batch is not kept for the next)."""
         self._replays.clear()

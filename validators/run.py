@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generators.llm.registry import BackendConfig, check_backend, make_backend
+from generators.tools.retriever import check_reachable, check_spec
 from storage import Catalog
 from storage.idset import IdSet
 from storage.journal import Journal, journal_path
@@ -74,6 +75,9 @@ def check_inputs(cfg: ValidateConfig, bcfg: BackendConfig, root) -> None:
     an existing file, or a --dataset with rows of --kind, a --corpus with documents, and the
     backend when a layer uses a model."""
     layers = cfg.layer_list()
+    check_spec(cfg.retriever)
+    if cfg.replay and "rules" in layers:
+        check_reachable(cfg.retriever)
     if cfg.chunk < 1 or cfg.workers < 1:
         raise ValueError(f"--chunk and --workers must be >= 1, got {cfg.chunk} and {cfg.workers}")
     if cfg.input:
@@ -125,7 +129,7 @@ class ValidationRun:
         self.backend = make_backend(bcfg, journal=self.journal) if model else None
         try:
             self.validator = Validator(cfg, cfg.kind, backend=self.backend, corpus=lambda: rule_context(
-                self.root, corpus, self.fingerprint, cfg.answer_min_f1, cfg.replay, cfg.final_facts))
+                self.root, corpus, self.fingerprint, cfg.answer_min_f1, cfg.replay, cfg.final_facts, cfg.retriever))
         except BaseException:
             self.close_backend()
             raise

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from generators.tools.retriever import option as retriever_option
 from validators.check import Check, CheckContext
 from validators.context import rule_context
 from validators.reasons import SKIPPED
@@ -45,6 +46,7 @@ class ValidateConfig:
     replay: bool = field(default=True, metadata={"help": "rules: replay tool calls with the simulator when documents and tools exist."})
     final_facts: bool = field(default=True, metadata={"help": "rules: reject a final think of a comparison, yes/no, computed or multi-hop answer that states no fact the answer follows from (validators/final_facts.py); --no-final-facts accepts data made with `synthesize --reasoning brief`."})
     corpus: str | None = field(default=None, metadata={"help": "Dataset whose documents and tool bank the rules read (replay, golden documents); default: --dataset. With --input, e.g. a corpus imported with `forgeplay corpus import`."})
+    retriever: str = retriever_option()
     strict: bool = field(default=False, metadata={"help": "A check that could not run (e.g. replay with no corpus, document checks with unknown documents) rejects the record instead of passing it."})
     judge_threshold: float = field(default=0.5, metadata={"help": "judge: reject when the lowest turn score (0-1) is below this."})
     judge_lenient: bool = field(default=False, metadata={"help": "judge: pass a record whose judge reply has no readable score (by default it is a reject, judge_unparseable)."})
@@ -71,7 +73,7 @@ class ValidateConfig:
 
 # options added after validate runs existed, with their default: at it they are left out of a
 # run's id, so the command that made a run before them still names (and resumes) that run
-LATER_DEFAULTS = {"final_facts": True, "judge_sample": 0, "judge_lenient": False}
+LATER_DEFAULTS = {"final_facts": True, "judge_sample": 0, "judge_lenient": False, "retriever": "bm25"}
 
 
 class Checked:
@@ -143,7 +145,7 @@ def check_chunk(records: Records, config: dict, root: str, fingerprint: str) -> 
     it: the RuleContext comes from this process's cache (validators/context.py)."""
     cfg = ValidateConfig(**config)
     ctx = CheckContext(cfg.kind, cfg, rules=rule_context(root, cfg.corpus_dataset(), fingerprint, cfg.answer_min_f1, cfg.replay,
-                                                         cfg.final_facts))
+                                                         cfg.final_facts, cfg.retriever))
     return check_records(records, cfg.kind, cfg.layer_list(), ctx, cfg.all_layers)
 
 

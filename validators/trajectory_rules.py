@@ -39,7 +39,7 @@ from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
 from generators.tools.fill import roles_of
 from storage.schema import meta_of
-from validators.check import CheckContext, PerRecordCheck
+from validators.check import STOPS, CheckContext, PerRecordCheck
 from validators.final_facts import check_final_facts
 from validators.grounding import check_grounding
 from validators.question_rules import check_task_rules, check_triple_rules
@@ -368,7 +368,7 @@ class TrajectoryRules(PerRecordCheck):
                "tool_message_mismatch", "final_not_answer", "answer_missing", "answer_multiple", "answer_empty",
                "unknown_tool", "bad_tool_schema", "arguments_invalid", "injected_error_not_an_error",
                "injected_error_not_repaired", "repair_changed_tool", "repair_changed_other_arguments",
-               "tool_not_needed", "route_mismatch", "unknown_route", "replay_mismatch", "replay_failed",
+               "tool_not_needed", "route_mismatch", "unknown_route", "replay_mismatch", "retriever_changed", "replay_failed",
                "replay_skipped_no_corpus", "wrong_answer", "think_unsupported_number",
                "think_unsupported_name", "final_think_states_no_fact", "question_kind_unknown")
 
@@ -379,6 +379,8 @@ class TrajectoryRules(PerRecordCheck):
         """The records' verdicts with their replays batched (`check_trajectories`)."""
         try:
             return check_trajectories(records.values, ctx.rules or RuleContext())
+        except STOPS:
+            raise
         except Exception:  # noqa: BLE001 (a row's own error becomes its check_crashed verdict)
             return super().run(records, ctx)
 

@@ -57,7 +57,7 @@ def traj_id(sk: Skeleton, run_key: str) -> str:
 
 
 def to_row(sk: Skeleton, thinks: list[str], final_think: str, answer: str, sources: list[str],
-           run_key: str, tool_style: str = "full") -> dict:
+           run_key: str, tool_style: str = "full", retriever: dict | None = None) -> dict:
     """`thinks[i]` is the reasoning of turn i; `sources` says where each text came from."""
     msgs = [{"role": "system", "content": system_prompt(sk.offered, tool_style)},
             {"role": "user", "content": sk.triple["question"]}]
@@ -82,6 +82,8 @@ def to_row(sk: Skeleton, thinks: list[str], final_think: str, answer: str, sourc
             "text_sources": sources, "golden_doc_ids": list(sk.triple["golden_doc_ids"]),
             "aliases": list(sk.triple.get("aliases", [])), "qtype": sk.triple.get("qtype"),
             "hop_count": sk.triple.get("hop_count")}
+    if retriever is not None:  # (not with bm25: the default's rows are what they always were)
+        meta["retriever"] = retriever
     tid = traj_id(sk, run_key)
     return {"id": tid, "traj_id": tid, "triple_id": sk.triple["triple_id"], "question": sk.triple["question"],
             "route": sk.plan.route, "case": sk.plan.case, "messages": msgs,

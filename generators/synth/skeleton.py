@@ -34,6 +34,7 @@ from generators.synth.steps import Call, Slot, Turn
 from generators.tools.base import DOMAINS, GENERAL, parameters_of
 from generators.tools.compute import COMPUTE
 from generators.tools.fill import check_arguments, fill_arguments, roles_of
+from generators.tools.sim_call import SimCall
 from storage.schema import meta_of
 
 
@@ -310,6 +311,7 @@ class Draft:
                  injected_error=injected)
         c.result = self.builder.sim.call(tool["name"], c.arguments, golden_doc_ids=c.golden, mode=c.mode,
                                          supporting=c.supporting, answers=c.answers)
+        c.retrieved = self.builder.sim.retrieved(SimCall(tool["name"], c.arguments, c.golden, c.mode))
         return c
 
     def args(self, hop: Hop, tool: dict, top_k: bool = True) -> dict:

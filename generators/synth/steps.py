@@ -22,10 +22,14 @@ class Call:
     answers: list[str] = field(default_factory=list)
     injected_error: str | None = None
     result: str = ""
+    retrieved: str | None = None  # a hash of the retriever's results for the call (not with bm25)
 
     def replay_key(self) -> dict:
-        return {"tool": self.tool["name"], "mode": self.mode, "golden_doc_ids": self.golden,
-                "supporting": self.supporting, "answers": self.answers}
+        key = {"tool": self.tool["name"], "mode": self.mode, "golden_doc_ids": self.golden,
+               "supporting": self.supporting, "answers": self.answers}
+        if self.retrieved is not None:
+            key["retrieved"] = self.retrieved
+        return key
 
 
 @dataclass

@@ -26,6 +26,7 @@ from generators.synth.assemble import to_row, traj_id_for
 from generators.synth.skeleton import Skeleton, SkeletonBuilder
 from generators.synth.think import clean_think, lead, slot_prompt, template
 from generators.tools.banks import HELP as BANK_HELP
+from generators.tools.retriever import option as retriever_option
 
 
 @dataclass
@@ -63,10 +64,14 @@ class SynthConfig:
     lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     tools: str = field(default="auto", metadata={"help": BANK_HELP})
+    retriever: str = retriever_option()
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
         from generators.llm.toolcalls import TOOL_STYLES
+        from generators.tools.retriever import check_spec
+
+        check_spec(self.retriever)
 
         if self.tool_style not in TOOL_STYLES:
             raise ValueError(f"--tool-style must be one of {', '.join(TOOL_STYLES)}, not {self.tool_style!r}")
@@ -113,7 +118,8 @@ LEADS = ("every", "later")
 # keeps its id, and a run with today's default, facts, gets a new one)
 LATER_DEFAULTS = {"reasoning": "brief", "max_final_tokens": 160, "calculator": False, "rounds_weight": 0.0,
                   "hold_out": "", "first_search": "domain", "kinds_in_turn": False,
-                  "asks_in_turn": False, "lead": "every", "per_triple": 8, "allow_fewer": False, "tools": "auto"}
+                  "asks_in_turn": False, "lead": "every", "per_triple": 8, "allow_fewer": False, "tools": "auto",
+                  "retriever": "bm25"}
 
 
 @dataclass
@@ -136,10 +142,11 @@ def load_inputs(root, dataset: str) -> Inputs:
 class Session:
     """Everything a synthesis run needs in memory, built once per process."""
 
-    def __init__(self, inputs: Inputs, cfg: SynthConfig, tools: list[dict] | None = None):
+    def __init__(self, inputs: Inputs, cfg: SynthConfig, tools: list[dict] | None = None, index_dir=None):
         from generators.tools.simulator import domain_for
 
         self.cfg = cfg
+        self.index_dir = index_dir  # where a dense index's vectors are kept (generators/tools/retriever.py)
         self.docs = {d["doc_id"]: d for d in inputs.documents}
         self.triples = {t["triple_id"]: t for t in inputs.triples}
         self._documents = inputs.documents
@@ -197,7 +204,8 @@ class Session:
         if self._sim is None:
             from generators.tools.simulator import Simulator
 
-            self._sim = Simulator(self._documents, seed=self.cfg.seed, tools=self.tools)
+            self._sim = Simulator(self._documents, seed=self.cfg.seed, tools=self.tools, retriever=self.cfg.retriever,
+                                  index_dir=self.index_dir)
         return self._sim
 
     @property
@@ -359,7 +367,8 @@ class Session:
             parts = texts[i]
             thinks = [t for t, _ in parts[:-2]]
             (final, _), (answer, _) = parts[-2], parts[-1]
-            rows.append(to_row(sk, thinks, final, answer, [s for _, s in parts], run_key, self.cfg.tool_style))
+            rows.append(to_row(sk, thinks, final, answer, [s for _, s in parts], run_key, self.cfg.tool_style,
+                               None if self.cfg.retriever == "bm25" else self.sim.retriever))
         t3 = time.perf_counter()
         stats = {"program_s": prep.program_s + (t3 - t2), "llm_s": llm_s, "slots": len(slots),
                  "sources": Counter(s.split(":")[0] for i in texts for _, s in texts[i]),

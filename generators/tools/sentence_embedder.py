@@ -80,6 +80,11 @@ class Embedder:
         pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled.float().cpu().numpy()
 
+    def encode_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """One forward pass over `texts` (padded to the longest), uncached: faster than `encode`,
+        but a text's vector may differ in its last bits with what else is in the batch."""
+        return self._encode_batch(list(texts))
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32 unit vectors. Each distinct text is embedded alone once and
         cached, so a text's vector does not depend on what else is in the call."""

@@ -1,7 +1,8 @@
-"""Deterministic BM25 tool simulator: answers virtual tool calls from the corpus documents.
+"""Deterministic tool simulator: answers virtual tool calls from the corpus documents.
 
-One bm25s index over all documents (passage = title + text; one passage per document, so a
-golden doc id maps to exactly one result); a domain tool only sees documents of its entity
+One retriever over all documents (passage = title + text; one passage per document, so a
+golden doc id maps to exactly one result): bm25s's BM25 by default, or `retriever="dense"`,
+`"hybrid"` or a retrieval server's URL (generators/tools/retriever.py); a domain tool only sees documents of its entity
 types (documents.meta["entity_type"]) plus documents with no known type; the general search
 sees everything. The tool message is built by the program, not by a model:
 
@@ -58,6 +59,8 @@ from generators.tools.corpus_bank import assignments, bank_of, is_corpus_tool, k
 from generators.tools.fill import roles_of
 from generators.tools.imported import is_imported
 from generators.tools.retrieval import BM25Index, Scored
+from generators.tools.retriever import Corpus, Retriever, ranked_ids
+from generators.tools.retriever import build as build_retriever
 from generators.tools.sim_call import (MODES, AnyOf, SimCall, Without, answers_pattern, fast_check, tool_error,
                                       unknown_tool)
 
@@ -112,18 +115,14 @@ class Simulator:
     """BM25 search over documents plus the tool-call semantics described in the module docstring."""
 
     def __init__(self, documents: Iterable[dict] | Any, seed: int = 0, tools: Sequence[dict] | None = None,
-                 config: SimConfig | None = None):
+                 config: SimConfig | None = None, retriever: str | Retriever = "bm25", index_dir: Any = None):
         self.seed = seed
         self.config = config or SimConfig()
-        if hasattr(documents, "to_pylist"):
-            documents = documents.to_pylist()
-        docs: dict[str, dict] = {}
-        for d in sorted(documents, key=lambda d: (str(d["doc_id"]), d.get("title") or "", d.get("text") or "")):
-            docs.setdefault(str(d["doc_id"]), d)
-        self.doc_ids = list(docs)  # sorted: index order is the tie-break order
+        corpus = Corpus.of(documents)
+        docs = dict(zip(corpus.doc_ids, corpus.docs))
+        self.doc_ids = corpus.doc_ids  # sorted: index order is the tie-break order
         self.index_of = {d: i for i, d in enumerate(self.doc_ids)}
-        self.titles = [docs[d].get("title") or "" for d in self.doc_ids]
-        self.texts = [docs[d].get("text") or "" for d in self.doc_ids]
+        self.titles, self.texts = corpus.titles, corpus.texts
         self.types = [_entity_type(docs[d].get("meta")) for d in self.doc_ids]
         codes = {t: c for c, t in enumerate(sorted({t for t in self.types if t}))}
         self._type_codes = np.array([codes.get(t, -1) if t else -1 for t in self.types], dtype=np.int64)
@@ -137,17 +136,21 @@ class Simulator:
         for dom, ets in DOMAIN_ENTITY_TYPES.items():
             self.masks[dom] = untyped | np.isin(types, list(ets))
         # a corpus bank's tools (generators/tools/corpus_bank.py) see the passages of their kind or cluster
-        corpus = [row for row in tools or [] if is_corpus_tool(row)]
-        banks = assignments(corpus, [kind_of(docs[d].get("meta")) for d in self.doc_ids],
-                            lambda i: tokens_of(f"{self.titles[i]}\n{self.texts[i]}")) if corpus else {}
+        own = [row for row in tools or [] if is_corpus_tool(row)]
+        banks = assignments(own, [kind_of(docs[d].get("meta")) for d in self.doc_ids],
+                            lambda i: tokens_of(f"{self.titles[i]}\n{self.texts[i]}")) if own else {}
         self.corpus_domains: list[str | None] = [None] * len(self.doc_ids)
         for got in banks.values():
             self.corpus_domains = [a or b for a, b in zip(self.corpus_domains, got)]
         arrays = {b: np.array([d or "" for d in got], dtype=object) for b, got in banks.items()}
-        for row in corpus:
+        for row in own:
             dom = arrays[bank_of(row)]
             self.masks.setdefault(row["domain"], (dom == "") | (dom == row["domain"]))
-        self.index = BM25Index([f"{t}\n{x}" for t, x in zip(self.titles, self.texts)], self.config.stopwords)
+        # the retriever (generators/tools/retriever.py); bm25's index also tokenizes snippets' sentences
+        self.index = retriever if not isinstance(retriever, str) else build_retriever(
+            retriever, corpus, self.config.stopwords, index_dir)
+        self.words = self.index if isinstance(self.index, BM25Index) else BM25Index([], self.config.stopwords)
+        self._recent: dict[str, Scored] = {}  # the last batches' candidates by query (`retrieved`)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
         self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}
         self._fast: dict[str, Any] = {}
@@ -165,18 +168,18 @@ class Simulator:
 
     # -- plain search -------------------------------------------------------------------
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document (index order) for `query`."""
+        """BM25 score of every document (index order) for `query` (the bm25 retriever only)."""
         return self.index.scores(query)
 
     def search(self, query: str, k: int = 5, domain: str | None = None) -> list[dict]:
-        """Raw BM25: [{"doc_id", "title", "score"}] best first (documents with a positive score)."""
+        """Raw retrieval: [{"doc_id", "title", "score"}] best first (the retriever's candidates)."""
         mask = self.masks.get(domain or GENERAL)
         if mask is None:
             raise ValueError(f"unknown domain {domain!r}; one of {', '.join(DOMAINS)}")
-        hits = self.index.score(query)
+        hits = self.index.score_many([query])[0]
         at = dict(zip(hits.docs.tolist(), hits.scores.tolist()))
         return [{"doc_id": self.doc_ids[i], "title": self.titles[i], "score": round(at[i], 4)}
-                for i in self.index.top(hits, mask, (), k)]
+                for i in BM25Index.top(hits, mask, (), k)]
 
     # -- helpers for trajectory builders ------------------------------------------------
     def domain_of(self, doc_id: str) -> str:
@@ -201,7 +204,7 @@ class Simulator:
         got = self._sentences.get(i)
         if got is None:
             sents = split_sentences(self.texts[i])
-            got = self._sentences[i] = (sents, [_norm(s) for s in sents], [set(self.index.tokenize(s)) for s in sents])
+            got = self._sentences[i] = (sents, [_norm(s) for s in sents], [set(self.words.tokenize(s)) for s in sents])
         return got
 
     def _snippet(self, i: int, qtoks: set[str], limit: int, must_n: Sequence[str] = (),
@@ -320,12 +323,39 @@ class Simulator:
             except (ValueError, KeyError, TypeError) as e:
                 out[i] = e
         searches = [i for i in todo if isinstance(out[i], tuple)]
-        for i, scored in zip(searches, self.index.score_many(out[i][0] for i in searches)):
+        found = self.index.score_many([out[i][0] for i in searches])
+        if not isinstance(self.index, BM25Index):  # (what `retrieved` reads: the last batches' candidates)
+            if len(self._recent) > 65_536:
+                self._recent.clear()
+            self._recent.update((out[i][0], sc) for i, sc in zip(searches, found))
+        for i, scored in zip(searches, found):
             try:
                 out[i] = self._answer(batch[i], *out[i], scored)
             except (ValueError, KeyError, TypeError) as e:
                 out[i] = e
         return [out[i] if k is None else out[first[k]] for i, k in enumerate(keys)]
+
+    @property
+    def retriever(self) -> dict:
+        """What trajectories record of the retriever: {"retriever": name, "fingerprint": ...}."""
+        return {"retriever": self.index.name, "fingerprint": self.index.fingerprint}
+
+    def retrieved(self, c: SimCall) -> str | None:
+        """A hash of the candidates the retriever gives `c`'s search, best first (asked again
+        unless a recent batch asked it); None when the simulator searches with bm25 (nothing
+        is recorded for it) or the call searches nothing."""
+        if isinstance(self.index, BM25Index):
+            return None
+        try:
+            prep = self._prepare(c)
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(prep, tuple):
+            return None
+        scored = self._recent.get(prep[0])
+        if scored is None:
+            scored = self.index.score_many([prep[0]])[0]
+        return ranked_ids(scored, self.doc_ids)
 
     def _prepare(self, c: SimCall) -> str | tuple[str, str, str | None]:
         """A call's message when it needs no search (an error, the calculator), else (its query,
@@ -356,7 +386,7 @@ class Simulator:
                          list(supporting), list(c.answers)])
         rng = random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
 
-        qtoks = set(self.index.tokens(query))
+        qtoks = set(self.words.tokens(query))
         gtypes = {self.types[i] for i in golden if self.types[i]}
         # (a good call shows what it finds: only the other modes hide the answers)
         answers_re = answers_pattern(tuple(c.answers)) if c.answers and mode != "good" else None
@@ -374,7 +404,7 @@ class Simulator:
                 if snip:
                     results.append((i, snip))
         taken = set(golden)
-        others = self.index.top(scored, mask, taken, n - len(results))
+        others = BM25Index.top(scored, mask, taken, n - len(results))
         others += self._fill(rng, domain, taken | set(others), gtypes, n - len(results) - len(others))
         limit = self.config.insufficient_chars if mode == "insufficient" else self.config.snippet_chars
         hide = mode != "good"  # copies of the needed fact in other documents must not leak
