@@ -123,6 +123,8 @@ def load_passages(root, dataset: str) -> list[Passage]:
                 meta = json.loads(r["meta"]) if r.get("meta") else {}
             except ValueError:
                 meta = {}
+            if isinstance(meta, dict) and "links" not in meta:  # an imported document's own fields
+                meta = meta.get("fields") if isinstance(meta.get("fields"), dict) else meta
             links = meta.get("links") if isinstance(meta, dict) else None
             links = tuple(str(x) for x in links) if isinstance(links, list) else ()
             out.append(Passage(r["doc_id"], r.get("title") or "", r["text"], links))

@@ -208,3 +208,23 @@ def test_embedded_model_writes_checked_questions(corpus, embedded_dir):
     for t in load_table("docs", "triples", corpus).to_pylist():
         assert contains(docs[t["golden_doc_ids"][-1]].text, t["answer"])
         assert not contains(t["question"], t["answer"])
+
+
+def test_an_imported_documents_links_field_reaches_the_chain_finder(tmp_path):
+    """`corpus import` keeps a document's extra fields under meta.fields; its `links` is the
+    builder's links column."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from generators.corpus.chains import load_passages
+
+    docs = [{"title": "Arden Vale", "text": "Arden Vale is a town by the river Oske.", "links": ["Oske"]},
+            {"title": "Oske", "text": "The Oske is a river that rises in the Brannoch hills."}]
+    (tmp_path / "docs.jsonl").write_text("".join(_json.dumps(d) + "\n" for d in docs))
+    res = CliRunner().invoke(app, ["--data-root", str(tmp_path), "corpus", "import", str(tmp_path / "docs.jsonl"),
+                                   "--out", "linked"])
+    assert res.exit_code == 0, res.output
+    got = {p.title: p.links for p in load_passages(tmp_path, "linked")}
+    assert got == {"Arden Vale": ("Oske",), "Oske": ()}
