@@ -98,7 +98,7 @@ def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass
     assert [b["bought"] for b in s["batches"]] == [2, 1] and s["ledger"]["labels"] == 3
     probes = torch.load(_probes_path(root, cfg, s["run_id"]), weights_only=False)
     buffer = probes["buffer"]  # the probes learned from every bought label's hidden states
-    assert len(buffer) == 3 and all(x.response_states.shape == (4, 128) for x in buffer)
+    assert len(buffer) == 3 and all(x.responses.shape == (4, 128) for x in buffer)
     res = CliRunner().invoke(__import__("flows.cli", fromlist=["app"]).app,
                              ["acquire-labels", "--dataset", "w", "--backend", "openai"])
     assert res.exit_code == 2 and "--backend openai needs --url" in res.output, res.output
