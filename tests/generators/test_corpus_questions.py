@@ -106,7 +106,7 @@ def test_scripted_run_keeps_linked_triples_rejects_with_reasons_and_resumes(corp
         assert meta["qcp"]["seed_doc_id"] == chain[0].doc_id
         assert all(v.passed for v in check_triple_rules(t, rules)), t  # the validator's triple rules agree
     verdicts = load_table("docs", "verdicts", corpus).to_pylist()
-    assert len(verdicts) == funnel["chains"] == 60
+    assert len(verdicts) == funnel["chains"] == 30
     rejects = {}
     for v in verdicts:
         assert v["reason"] in REASONS and v["record_kind"] == "triples"
@@ -195,13 +195,13 @@ def test_help_names_the_options():
 
 @pytest.mark.slow
 def test_embedded_model_writes_checked_questions(corpus, embedded_dir):
-    cfg = QuestionsConfig(dataset="docs", max_chains=6, chunk=6)
+    cfg = QuestionsConfig(dataset="docs", max_chains=3, chunk=3)  # each chain is 4 generations on the CPU
     report = run_questions(cfg, BackendConfig(model=str(embedded_dir)), corpus)
     funnel = report["funnel"]
     verdicts = load_table("docs", "verdicts", corpus).to_pylist()
-    assert len(verdicts) == funnel["chains"] == 6
+    assert len(verdicts) == funnel["chains"] == 3
     assert all(v["reason"] in REASONS for v in verdicts)
-    assert sum(not v["passed"] for v in verdicts) + funnel.get("kept", 0) == 6
+    assert sum(not v["passed"] for v in verdicts) + funnel.get("kept", 0) == 3
     docs = {p.doc_id: p for p in load_passages(corpus, "docs")}
     asked = [json.loads(v["detail"]) for v in verdicts if v["reason"] != "question_unparseable"]
     assert asked, "the embedded model wrote no question at all"
