@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
@@ -165,8 +166,9 @@ class Session:
                              "meta": json.dumps({"sample": i, "strategy": self.cfg.strategy})})
         return groups, rows
 
-    def run_batch(self, prompts: list[Prompted], step: int) -> dict:
-        """Sample, vote, score, buy, teach the probes, commit; counts of the batch."""
+    def run_batch(self, prompts: list[Prompted], step: int, learned: Callable[[], None] | None = None) -> dict:
+        """Sample, vote, score, buy, teach the probes, commit; counts of the batch. `learned` is
+        called once the probes have learned, before the commits (the flow saves them there)."""
         groups, rows = self.sample(prompts, step)
         ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.warmup, gate=self.cfg.gate)
         scores = self.strategy.score(groups, ctx)
@@ -176,6 +178,8 @@ class Session:
                      scores={g.prompt_id: s for g, s in zip(groups, scores)})
         if self.probes is not None and bought["labels"]:
             self.probes.learn_labels(groups, bought["labels"])
+        if learned is not None:
+            learned()
         self.writer.commit(self.out, "labels", pseudo_rows(self.out, groups))
         self.writer.commit(self.out, "rollouts", rows)  # last: a batch with its rollouts is done
         return {"prompts": len(prompts), "chosen": len(chosen), **{k: v for k, v in bought.items() if k != "labels"}}

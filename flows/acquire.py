@@ -15,6 +15,7 @@ files written for people to fill in).
 from __future__ import annotations
 
 import io
+from functools import partial
 from dataclasses import asdict
 
 from acquire.buy import labelled_ids
@@ -34,12 +35,16 @@ UNHASHED = ("budget", "limit", "backend", "url", "served_model")  # not part of 
 
 
 @task(name="acquire-batch")
-def batch_task(session: Session, prompts: list, step: int) -> dict:
-    return session.run_batch(prompts, step)
+def batch_task(session: Session, prompts: list, step: int, learned=None) -> dict:
+    return session.run_batch(prompts, step, learned)
 
 
-def _probes_path(root, cfg: AcquireConfig, run: str):
-    return dataset_dir(root, cfg.labels_dataset()) / "_care" / f"{run}.pt"
+def _probes_path(root, cfg: AcquireConfig, run: str, step: int | None = None):
+    """The probes after the run's last batch, or (`step`) as they were once batch `step` had
+    learned, saved before its rollouts commit: a run killed between the two resumes with the
+    probes of the last batch whose rollouts are committed, neither behind nor ahead of it."""
+    name = f"{run}.pt" if step is None else f"{run}.step-{step}.pt"
+    return dataset_dir(root, cfg.labels_dataset()) / "_care" / name
 
 
 def _save_probes(probes, path) -> None:
@@ -94,8 +99,11 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
             from acquire.probes import Probes
 
             probes = Probes(lm.config.hidden_size, cfg.n, seed=cfg.seed)
-            if _probes_path(root, cfg, run).exists():
-                probes.load_state_dict(torch.load(_probes_path(root, cfg, run), weights_only=False))
+            starts = range(0, len(prompts), cfg.batch)
+            last = max((i for i, a in enumerate(starts) if all(p.prompt_id in done for p in prompts[a:a + cfg.batch])),
+                       default=None)
+            if last is not None and _probes_path(root, cfg, run, last).exists():
+                probes.load_state_dict(torch.load(_probes_path(root, cfg, run, last), weights_only=False))
         session = Session(cfg, root, backend, Simulator(docs, seed=cfg.seed, tools=tools), tools, ledger, writer,
                           source, probes, lm)
         for step, start in enumerate(range(0, len(prompts), cfg.batch)):
@@ -104,10 +112,12 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
                 skipped += 1
                 continue
             with stages.stage(f"batch {step}", rows_in=len(chunk)) as st:
-                counts = batch_task(session, chunk, step)
+                counts = batch_task(session, chunk, step, None if probes is None else partial(
+                    _save_probes, probes, _probes_path(root, cfg, run, step)))
                 st.rows_out, st.notes = counts["bought"], f"{counts['chosen']} chosen"
             if probes is not None:
                 _save_probes(probes, _probes_path(root, cfg, run))
+                _probes_path(root, cfg, run, step - 1).unlink(missing_ok=True)  # a resume needs only the last
             batches.append({"step": step, **counts})
     finally:
         backend.close()

@@ -58,7 +58,10 @@ def config_of(path) -> dict:
 
 
 def start(root: Path, mark: str, *args: str, cli: tuple[str, ...] = ("flows.cli",)) -> subprocess.Popen:
-    env = {**os.environ, "FORGEPLAY_DATA": str(root), "PYTHONPATH": str(REPO), "FORGEPLAY_TEST_MARK": mark}
+    # one torch thread in every process of every run: with self-play training on, a thread count
+    # that follows the machine's load (generators/llm/cores.py) changed float sums between runs
+    env = {**os.environ, "FORGEPLAY_DATA": str(root), "PYTHONPATH": str(REPO), "FORGEPLAY_TEST_MARK": mark,
+           "FORGEPLAY_THREADS": "1"}
     env.pop("PREFECT_API_URL", None)
     return subprocess.Popen([sys.executable, "-m", *cli, "run", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
