@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         try:
             rows = state_table(model_size, nproc, layers)
         except ValueError as e:
-            Console(stderr=True).print(f"[red]train plan:[/red] {e}")
+            Console(stderr=True).print(f"[red]train plan:[/red] {e}", soft_wrap=True)
             raise typer.Exit(1) from None
         table = Table(title=f"model state per process: {model_size:.3g} parameters over {nproc} processes (GB)")
         cols = ("weights", "gradients", "optimizer", "gathered", "total")
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
         try:
             path = consolidate_run(run, out, model)
         except (ValueError, FileNotFoundError) as e:
-            Console(stderr=True).print(f"[red]train consolidate:[/red] {e}")
+            Console(stderr=True).print(f"[red]train consolidate:[/red] {e}", soft_wrap=True)
             raise typer.Exit(1) from None
         Console().print(f"model: {path}")
 

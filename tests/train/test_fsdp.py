@@ -70,6 +70,8 @@ def _rank(rank: int, world_size: int, port: int, model_dir: str, out: str) -> No
 def sharded_runs(tiny_llama_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # both ranks are on this machine
+    # one torch thread a rank: a thread count that follows the machine's load changes float sums
+    os.environ.setdefault("FORGEPLAY_THREADS", "1")
     torch.multiprocessing.spawn(_rank, args=(2, dist.free_port(), str(tiny_llama_dir), str(out)), nprocs=2)
     one, _ = _train(tiny_llama_dir, out / "one", {**CFG, "batch_size": 4})
     return out, one
@@ -97,9 +99,11 @@ def test_a_sharded_checkpoint_resumes_to_the_same_weights(sharded_runs):
     out, _ = sharded_runs
     full, resumed = torch.load(out / "full" / "weights.pt"), torch.load(out / "resumed" / "weights.pt")
     assert [r["step"] for r in read_metrics(out / "resumed")] == [1, 2, 3]
-    assert [r["loss"] for r in read_metrics(out / "resumed")] == [r["loss"] for r in read_metrics(out / "full")]
+    # to float tolerance: the uninterrupted and the resumed run are separate processes
+    assert [r["loss"] for r in read_metrics(out / "resumed")] == pytest.approx(
+        [r["loss"] for r in read_metrics(out / "full")], rel=1e-6)
     for k, v in full.items():
-        assert torch.equal(resumed[k], v), k
+        assert torch.allclose(resumed[k], v, rtol=0, atol=1e-6), k
     ck = checkpoint.latest(out / "resumed")
     assert ck.name == "step-00000003" and (ck / checkpoint.SHARDED / ".metadata").exists()
     assert not (ck / "model.pt").exists()
