@@ -96,6 +96,3 @@ def _timing_table(s: dict) -> Table:
     for name, key in TIMES:
         t.add_row(name, *[f"{it[key]:.1f}" if it.get(key) is not None else "-" for it in s["iterations"]])
     return t
-
-
-    app.add_typer(sp, name="selfplay")
