@@ -119,7 +119,11 @@ def descendants(pid: int) -> list[int]:
     while todo:
         p = todo.pop()
         out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
+        try:
+            tasks = list(Path(f"/proc/{p}/task").glob("*/children"))
+        except OSError:  # it exited while we looked
+            continue
+        for task in tasks:
             try:
                 todo += [int(c) for c in task.read_text().split()]
             except (OSError, ValueError):

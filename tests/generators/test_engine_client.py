@@ -125,9 +125,10 @@ def test_a_restarting_server_gets_one_probe_at_a_time_not_every_request_retrying
         b.close()
         dropped = engine.dropped
         assert 0 < dropped <= 64 and engine.completed == 300 and engine.twice_completed() == 0
-        # each of the (at most 64) requests in flight when it went away fails once (dropped, or sent
-        # to the closed port before the first failure came back); the probe adds about log2(1 s / 0.02 s)
-        assert b.usage.retries <= 64 + 16, (b.usage.retries, dropped)
+        # the requests in flight when it went away (at most 64: dropped, or sent to the closed port
+        # before the first failure came back) fail once or, on a loaded machine, twice, and the probe
+        # adds about log2(1 s / 0.02 s); retrying on its own, each of them made ~10 attempts (631 here)
+        assert b.usage.retries <= 2 * 64 + 16, (b.usage.retries, dropped)
     assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(300)]
 
 
