@@ -138,8 +138,15 @@ def record_id(row: dict) -> str:
 
 def meta_of(row: dict) -> dict:
     """A row's `meta` column (a JSON object as text) as a dict; {} when missing or unreadable."""
+    return meta_dict(row.get("meta"))
+
+
+def meta_dict(meta) -> dict:
+    """A `meta` value, JSON text or already a dict, as a dict; {} when missing or unreadable."""
+    if isinstance(meta, dict):
+        return meta
     try:
-        m = json.loads(row.get("meta") or "{}")
+        m = json.loads(meta or "{}")
     except (TypeError, ValueError):
         return {}
     return m if isinstance(m, dict) else {}

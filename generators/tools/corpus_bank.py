@@ -41,6 +41,7 @@ import numpy as np
 from generators.tools.base import DOMAINS, ENTITY_TYPE_ALIASES, GENERAL, TOP_K, base_rows, make_row
 from generators.tools.compute import COMPUTE
 from generators.tools.retrieval import TOKEN_PATTERN
+from storage.schema import meta_dict
 
 SOURCE = "corpus"
 MIN_PASSAGES = 2
@@ -64,13 +65,7 @@ def tokens_of(text: str) -> list[str]:
 def kind_of(meta: Any) -> str | None:
     """A document's kind from its meta (`kind`, `category`, `entity_type` or `type`), lower case,
     the world's aliases applied (people -> person); None when it has none."""
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return None
-    if not isinstance(meta, dict):
-        return None
+    meta = meta_dict(meta)
     t = meta.get("entity_type") or meta.get("type") or meta.get("kind") or meta.get("category")
     if not isinstance(t, str) or not t.strip():
         return None
@@ -79,13 +74,7 @@ def kind_of(meta: Any) -> str | None:
 
 
 def is_corpus_tool(row: dict) -> bool:
-    meta = row.get("meta")
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return False
-    return isinstance(meta, dict) and meta.get("source") == SOURCE
+    return meta_dict(row.get("meta")).get("source") == SOURCE
 
 
 def _slug(text: str) -> str:

@@ -63,6 +63,7 @@ from generators.tools.retriever import Corpus, Retriever, ranked_ids
 from generators.tools.retriever import build as build_retriever
 from generators.tools.sim_call import (MODES, AnyOf, SimCall, Without, answers_pattern, fast_check, tool_error,
                                       unknown_tool)
+from storage.schema import meta_dict
 
 NOT_QUERY = {"query", "top_k", "language"}  # optional arguments that do not add search terms
 _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
@@ -89,13 +90,7 @@ def _norm(s: str) -> str:
 
 
 def _entity_type(meta: Any) -> str | None:
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return None
-    if not isinstance(meta, dict):
-        return None
+    meta = meta_dict(meta)
     t = meta.get("entity_type") or meta.get("type")
     if not isinstance(t, str):
         return None
