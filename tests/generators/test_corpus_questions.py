@@ -106,7 +106,7 @@ def test_scripted_run_keeps_linked_triples_rejects_with_reasons_and_resumes(corp
         assert meta["qcp"]["seed_doc_id"] == chain[0].doc_id
         assert all(v.passed for v in check_triple_rules(t, rules)), t  # the validator's triple rules agree
     verdicts = load_table("docs", "verdicts", corpus).to_pylist()
-    assert len(verdicts) == funnel["chains"] == 30
+    assert len(verdicts) == funnel["chains"] == 60
     rejects = {}
     for v in verdicts:
         assert v["reason"] in REASONS and v["record_kind"] == "triples"
