@@ -26,11 +26,27 @@ def world(tmp_path_factory):
     return root, rows, docs, bank
 
 
-@pytest.fixture(scope="session")
-def rule_ctx(world):
+_SIMULATORS: dict = {}
+
+
+def world_context(world):
+    """A new RuleContext over the world's documents and bank. Its simulators, one per seed, are
+    built on first use and shared by every context of this world, as validation shares them
+    (validators/context.py)."""
     from generators.tools.simulator import Simulator
     from validators.trajectory_rules import RuleContext
 
     _, _, docs, bank = world
-    sims = {}
-    return RuleContext(simulator_for=lambda seed: sims.setdefault(seed, Simulator(docs, seed=seed, tools=bank)))
+
+    def simulator(seed: int) -> Simulator:
+        key = (id(docs), seed)
+        if key not in _SIMULATORS:
+            _SIMULATORS[key] = Simulator(docs, seed=seed, tools=bank)
+        return _SIMULATORS[key]
+
+    return RuleContext(simulator_for=simulator)
+
+
+@pytest.fixture(scope="session")
+def rule_ctx(world):
+    return world_context(world)

@@ -9,16 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.validators.conftest import world_context
 from tests.validators.test_trajectory_rules import CASES, bases  # noqa: F401 (a fixture)
 from validators.trajectory_rules import RuleContext, check_trajectories, check_trajectory
 
 
 def _ctx(world) -> RuleContext:
-    from generators.tools.simulator import Simulator
-
-    _, _, docs, bank = world
-    sims = {}
-    return RuleContext(simulator_for=lambda seed: sims.setdefault(seed, Simulator(docs, seed=seed, tools=bank)))
+    return world_context(world)
 
 
 def _table(verdicts):
