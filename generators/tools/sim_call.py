@@ -97,8 +97,18 @@ def answers_pattern(answers: tuple[str, ...]) -> AnyOf | None:
 
 
 def fast_check(schema: dict):
-    """A compiled validity check of `schema` (fastjsonschema), or None where it cannot compile."""
+    """A compiled validity check of `schema` (fastjsonschema), or None where it cannot compile.
+    Compiled once a process per schema: every simulator of a bank checks with the same tools."""
     try:
-        return fastjsonschema.compile({k: v for k, v in schema.items() if k != "$schema"})
+        key = json.dumps({k: v for k, v in schema.items() if k != "$schema"}, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON: no schema fastjsonschema could compile either
+        return None
+    return _compiled(key)
+
+
+@lru_cache(maxsize=4096)
+def _compiled(schema: str):
+    try:
+        return fastjsonschema.compile(json.loads(schema))
     except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError):
         return None
