@@ -1,6 +1,7 @@
 # forgeplay — every target sets up what it needs.
 #   make run    the whole loop on the embedded default model (CONFIG=pipeline.yaml for your own)
-#   make test   the whole test suite (fast + slow), as CI runs it
+#   make test   the test suite (fast + slow), as CI runs it
+#   make test-experiments  the experiment scripts at a small size (tests marked experiment; about 15 min)
 #   make bench  every benchmark, then one table of their ratios in benchmarks/RESULTS.md (not part of the tests)
 #   make bench-vllm  make vllm-env, then make bench (its vLLM benchmarks run once .venv-vllm exists)
 #   make bench-scale the data path at 10^4 and 10^5 records on a 50,000-document world (about an hour on 2 cores;
@@ -16,7 +17,7 @@ DATA ?= data
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup run test test-fast bench bench-vllm bench-scale vllm-env verl-env clean
+.PHONY: setup run test test-fast test-experiments bench bench-vllm bench-scale vllm-env verl-env clean
 
 $(STAMP): pyproject.toml .ci/setup_venv.sh
 	bash .ci/setup_venv.sh $(VENV) $(PYTHON)
@@ -27,10 +28,13 @@ run: setup
 	$(VENV)/bin/forgeplay --data-root $(DATA) run $(if $(CONFIG),--config $(CONFIG))
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not experiment"
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not experiment"
+
+test-experiments: setup
+	$(PY) -m pytest -m experiment
 
 bench: setup
 	$(PY) benchmarks/results.py

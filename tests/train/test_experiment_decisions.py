@@ -74,6 +74,7 @@ def test_sureness_is_the_models_probability_of_the_token_at_the_point(planned, t
         assert first == (int(probs.argmax()) == ids["input_ids"][t])
 
 
+@pytest.mark.experiment
 def test_a_run_is_read_on_the_trajectories_it_did_not_train_on(planned, tiny_llama_dir, embedded_tokenizer_dir):
     from flows.train import run
     from train.configs import SFTConfig

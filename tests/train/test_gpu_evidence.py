@@ -12,6 +12,7 @@ from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # 
 
 
 @pytest.mark.slow
+@pytest.mark.experiment
 def test_tiny_run_prints_every_arm_and_iteration(tiny_llama_dir, tmp_path, capsys):  # noqa: F811
     main(["--root", str(tmp_path / "r"), "--tiny", "--model", str(tiny_llama_dir), "--json", str(tmp_path / "r.json")])
     result = json.loads((tmp_path / "r.json").read_text())

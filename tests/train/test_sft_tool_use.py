@@ -20,7 +20,7 @@ import pytest
 from experiments.sft_tool_use import run
 from generators.llm.vllm_server import ServerError, vllm_python
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.experiment]  # about 10 minutes: make test-experiments
 
 N_TRAJ, HELD_OUT, STEPS, BATCH = 64, 8, 6, 2
 
