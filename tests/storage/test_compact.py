@@ -102,8 +102,9 @@ def test_readers_see_the_same_rows_while_compactions_run(data_root):
     small_shards("r1", 128, 20)
     expected = ids()
     ddir = data_root / "demo"
+    pace = data_root / "reads"  # each round waits for one more finished read: slow machines interleave too
     proc = subprocess.Popen([sys.executable, "-m", "tests.storage.compact_proc", str(data_root), "demo", "rounds",
-                             "20", "7"], cwd=REPO, stdout=subprocess.DEVNULL)
+                             "20", "7", str(pace)], cwd=REPO, stdout=subprocess.DEVNULL)
     seen, reads = set(), 0
     try:
         while proc.poll() is None:
@@ -119,6 +120,7 @@ def test_readers_see_the_same_rows_while_compactions_run(data_root):
                     [(len(expected), len(expected), expected[0], expected[-1])]
                 assert not cat.problems
             reads += 1
+            pace.write_text(str(reads))
     finally:
         proc.wait()
     assert proc.returncode == 0
