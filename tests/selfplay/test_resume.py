@@ -60,10 +60,10 @@ u.follow = dying
 """
 
 
-def run(tmp_path: Path, cfg: PlayConfig, root: Path, kill: bool = False) -> tuple[int, str]:
-    """`selfplay` (with --resume) in a process of its own with one torch thread (the same float
-    sums in every run; a thread count that follows the machine's load would change them):
-    (exit code, its output, whose last line is the summary's models and skipped phases)."""
+def launch(tmp_path: Path, cfg: PlayConfig, root: Path, kill: bool = False) -> tuple[subprocess.Popen, Path]:
+    """`selfplay` (with --resume) started in a process of its own with one torch thread (the
+    same float sums in every run; a thread count that follows the machine's load would change
+    them): the process and its log, whose last line is the summary's models and skipped phases."""
     script = f"""
 import json, os, signal, sys
 sys.path.insert(0, {str(REPO)!r})
@@ -81,11 +81,16 @@ print(json.dumps({{"models": s["models"], "skipped": s["skipped_phases"]}}))
     with open(log, "w") as out:  # its own process group: a temporary Prefect server dies with it
         proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)
-        try:
-            code = proc.wait(timeout=900)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+    return proc, log
+
+
+def finish(proc: subprocess.Popen, log: Path) -> tuple[int, str]:
+    """(exit code, output) of a started run; its process group is killed either way."""
+    try:
+        code = proc.wait(timeout=900)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     return code, log.read_text()
 
 
@@ -95,17 +100,16 @@ def test_killed_in_the_student_update_and_resumed_equals_the_uninterrupted_run(t
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     cfg = setup(clean, str(tiny_llama_dir))
     setup(killed, str(tiny_llama_dir))
-    code, out = run(tmp_path, cfg, clean)
+    runs = [launch(tmp_path, cfg, clean), launch(tmp_path, cfg, killed, kill=True)]  # one torch thread each, at once
+    (code, out), (killed_code, killed_out) = [finish(*r) for r in runs]
     assert code == 0, out[-2000:]
     want = json.loads(out.strip().splitlines()[-1])["models"]
-
-    code, out = run(tmp_path, cfg, killed, kill=True)
-    assert code == -9, out[-2000:]
+    assert killed_code == -9, killed_out[-2000:]
     student_dir = killed / "ck" / "it0" / "student"
     assert (student_dir / "checkpoints" / "step-00000001" / "extra-teacher.pt").exists()
     assert not (student_dir / "final").exists()  # killed inside the update
 
-    code, out = run(tmp_path, cfg, killed)
+    code, out = finish(*launch(tmp_path, cfg, killed))
     assert code == 0, out[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["skipped"] == 3  # examine, attempt, examiner-update: the student's update resumed
