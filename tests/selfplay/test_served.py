@@ -1,7 +1,9 @@
 """Self-play sampling from one vLLM server (`--rollout-backend vllm-server`): a real server
 from .venv-vllm on 127.0.0.1, real HTTP, a tiny random Llama in every role. Each role's
 weights are published to the server before it samples (train.evaluate.OnServer), so a
-trained iteration's next phases sample from the updated checkpoints."""
+trained iteration's next phases sample from the updated checkpoints. Both tests talk to one
+server this module starts (the self-play run by `--rollout-url`), as a user with a server
+running would: whatever weights it holds, each role publishes its own before sampling."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from generators.corpus.build import WorldConfig, write
 from generators.llm.base import ChatRequest
+from generators.llm.vllm_server import VLLMServer
 from generators.tools.base import base_rows
 from generators.tools.simulator import Simulator
 from selfplay.phases import replay_conversations, replay_examine
@@ -25,6 +28,12 @@ from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # 
 from train.evaluate import OnServer, sampling_backend
 
 pytestmark = pytest.mark.vllm_server
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_llama_dir):  # noqa: F811
+    with VLLMServer(tiny_llama_dir) as server:
+        yield server.url
 
 
 def _other(src, dst):
@@ -38,9 +47,9 @@ def _other(src, dst):
     return dst
 
 
-def test_each_model_samples_its_own_weights_from_one_server(tiny_llama_dir, tmp_path):  # noqa: F811
+def test_each_model_samples_its_own_weights_from_one_server(tiny_llama_dir, tmp_path, server_url):  # noqa: F811
     other = _other(tiny_llama_dir, tmp_path / "other")
-    served = sampling_backend("vllm-server", str(tiny_llama_dir))
+    served = sampling_backend("vllm-server", str(tiny_llama_dir), url=server_url)
     try:
         ask = [ChatRequest(messages=[{"role": "user", "content": "Name a city."}], n=1, temperature=0.0, max_tokens=12)]
         first, second = OnServer(served, str(tiny_llama_dir)), OnServer(served, str(other))
@@ -58,7 +67,8 @@ def test_each_model_samples_its_own_weights_from_one_server(tiny_llama_dir, tmp_
         served.close()
 
 
-def test_a_trained_iteration_samples_every_role_from_one_server(tmp_path, tiny_llama_dir, monkeypatch):  # noqa: F811
+def test_a_trained_iteration_samples_every_role_from_one_server(tmp_path, tiny_llama_dir, monkeypatch,  # noqa: F811
+                                                               server_url):
     from flows.selfplay import run_selfplay
 
     def no_local_sampling(*a, **kw):
@@ -75,7 +85,7 @@ def test_a_trained_iteration_samples_every_role_from_one_server(tmp_path, tiny_l
     cfg = PlayConfig(dataset="w", examiner=str(tiny_llama_dir), student=str(tiny_llama_dir), tasks=len(demos),
                      attempts=2, student_turns=2, max_new_tokens=12, batch_size=8, checkpoints=str(root / "ck"),
                      examiner_steps=1, student_steps=1, update_batch=2, lr=1e-3, warmstart=False, iterations=2,
-                     rollout_backend="vllm-server")
+                     rollout_backend="vllm-server", rollout_url=server_url)
     replay_examine(root, cfg, run_id(cfg, root), 0, replay_conversations(demos, docs), docs)
     summary = run_selfplay(PlayConfig(**{**cfg.__dict__, "resume": True}), root, progress=False)
     assert run_id(cfg, root) == run_id(PlayConfig(**{**cfg.__dict__, "rollout_backend": "transformers"}), root)
