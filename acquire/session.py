@@ -29,8 +29,8 @@ from typing import Callable
 from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
 from acquire.sources import QUEUE_FORMATS, SOURCES
-from acquire.strategies import Context, choose, get_strategy
-from train.configs import TRIPLES_HELP
+from acquire.strategies import STRATEGIES, Context, choose, get_strategy
+from train.configs import TRIPLE_SETS, TRIPLES_HELP
 
 
 @dataclass
@@ -39,11 +39,12 @@ class AcquireConfig:
 
     dataset: str = field(default="", metadata={"help": "dataset whose triples are the prompts (their answers held back)"})
     out: str = field(default="", metadata={"help": "dataset that receives rollouts and labels (default: <dataset>_labels)"})
-    strategy: str = field(default="care", metadata={"help": "random, vote_entropy, token_prob, self_certainty, oracle_cag or care"})
+    strategy: str = field(default="care", metadata={"choices": lambda: tuple(STRATEGIES),
+                                                    "help": "how the prompts to buy labels for are chosen"})
     budget: float = field(default=200.0, metadata={"help": "what labels may cost in all, in --label-cost units (the ledger's total; raise it to buy more)"})
-    source: str = field(default="column", metadata={"help": "where bought labels come from: column (the held-back answers), queue (a file people fill in, then forgeplay labels ingest) or llm (an annotator model)"})
+    source: str = field(default="column", metadata={"choices": SOURCES, "help": "where bought labels come from: column (the held-back answers), queue (a file people fill in, then forgeplay labels ingest) or llm (an annotator model)"})
     label_cost: float = field(default=1.0, metadata={"help": "price of one label from --source (reserved, settled and recorded per label)"})
-    queue_format: str = field(default="csv", metadata={"help": "queue: file format of the prompts to label, csv or parquet"})
+    queue_format: str = field(default="csv", metadata={"choices": QUEUE_FORMATS, "help": "queue: file format of the prompts to label, csv or parquet"})
     annotator_backend: str = field(default="openai", metadata={"help": "llm: the annotator's backend, transformers, vllm or openai"})
     annotator_model: str | None = field(default=None, metadata={"help": "llm: the annotator's model folder or name (openai: default the server's first model)"})
     annotator_url: str | None = field(default=None, metadata={"help": "llm with the openai backend: the server URL ending in /v1"})
@@ -62,7 +63,7 @@ class AcquireConfig:
     warmup: int = field(default=20, metadata={"help": "care: batches before stage 1 gates (the probes rank from the first batch, as CARE's code)"})
     batch: int = field(default=16, metadata={"help": "prompts per batch"})
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
-    triples: str = field(default="all", metadata={"help": TRIPLES_HELP})
+    triples: str = field(default="all", metadata={"choices": TRIPLE_SETS, "help": TRIPLES_HELP})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     tool_style: str = field(default="full", metadata={

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from generators.llm.toolcalls import final_answer, render_tools_block
+from generators.llm.toolcalls import TOOL_STYLES, final_answer, render_tools_block
 from generators.tools.retriever import option as retriever_option
 from selfplay.answerable import check_answerable
 from selfplay.examiner import examiner_messages, parse_examiner
@@ -46,6 +46,9 @@ from validators.verdict import Reject, verdict_id
 
 if TYPE_CHECKING:  # train.rollout imports torch: imported where a rollout runs, not by the command line
     from train.rollout import Prompt
+
+
+ROLLOUT_BACKENDS = ("transformers", "vllm-server")
 
 
 @dataclass
@@ -65,7 +68,7 @@ class PlayConfig:
     examiner_turns: int = field(default=6, metadata={"help": "examiner turns at most (searches + the last one)"})
     student_turns: int = field(default=4, metadata={"help": "student turns at most per attempt"})
     tool_style: str = field(default="full", metadata={
-        "help": "tools in the student's prompts: full (JSON schemas) or compact (one-line signatures); match the "
+        "choices": TOOL_STYLES, "help": "tools in the student's prompts: full (JSON schemas) or compact (one-line signatures); match the "
                 "student's SFT data"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of examiner and student"})
@@ -92,7 +95,7 @@ class PlayConfig:
     tau: float = field(default=0.05, metadata={"help": "EMA step of the teacher towards the student per student step"})
     train_layers: int = field(default=0, metadata={"help": "update only the last N transformer blocks of each role (0 = all)"})
     rollout_backend: str = field(default="transformers", metadata={
-        "help": "what samples the examiner's, reader's and student's rollouts: transformers (each role's model "
+        "choices": ROLLOUT_BACKENDS, "help": "what samples the examiner's, reader's and student's rollouts: transformers (each role's model "
                 "in this process) or vllm-server (one vLLM server from .venv-vllm, or --rollout-url, that each "
                 "role's current weights are published to before it samples; the roles must share the "
                 "architecture, as checkpoints of one model do). The updates and the teacher run here either way"})
@@ -113,7 +116,7 @@ class PlayConfig:
         check_spec(self.retriever)
         if self.attempts < 2:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
-        if self.tool_style not in ("full", "compact"):
+        if self.tool_style not in TOOL_STYLES:
             raise ValueError(f"--tool-style must be full or compact, not {self.tool_style!r}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"--rollout-backend must be one of {', '.join(ROLLOUT_BACKENDS)}, not {self.rollout_backend!r}")
@@ -152,7 +155,6 @@ class PlayConfig:
                              format_weight=0.0)
 
 
-ROLLOUT_BACKENDS = ("transformers", "vllm-server")
 # what samples, not what is sampled: a run resumed on another backend keeps its id
 UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url", "checkpoint_every")
 LATER_DEFAULTS = {"demo_tasks": False, "retriever": "bm25"}  # options added after runs were made, with the default they had

@@ -10,7 +10,11 @@ train` build their commands here.
     to_args(SynthConfig(dataset="demo"))     # ["--dataset", "demo", "--n", "100", ...]
 
 Scalar fields (str, int, float, bool and their Optional forms) map to options of that type;
-dict and list fields take JSON text.
+dict and list fields take JSON text. A field whose values are a closed set names it in
+`metadata["choices"]` (the names, or a function returning them, such as a registry's keys):
+`--help` lists them after the option's help (`[choices: full, compact]`, beside typer's
+`[default: full]`; a metavar column would cut a long list); the config's own checks still
+decide what is valid, so their messages stay the same in a command and in a file.
 """
 
 from __future__ import annotations
@@ -57,6 +61,21 @@ def _option_type(tp) -> tuple[Any, bool]:
     return str, True
 
 
+def choices(f: dataclasses.Field) -> tuple[str, ...]:
+    """The names a field's `metadata["choices"]` gives (module docstring); () if none."""
+    named = f.metadata.get("choices", ())
+    return tuple(named() if callable(named) else named)
+
+
+def _choices_note(f: dataclasses.Field) -> str:
+    named = choices(f)
+    return f" [choices: {', '.join(named)}]" if named else ""
+
+
+def _help(f: dataclasses.Field, is_json: bool) -> str:
+    return f.metadata.get("help", "") + (" (JSON)" if is_json else "") + escape(_choices_note(f))  # not a markup tag
+
+
 def _fields(cls) -> list[dataclasses.Field]:
     hints = typing.get_type_hints(cls)
     out = []
@@ -94,7 +113,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                     default = json.dumps(default)
                 flag = "--" + f.name.replace("_", "-")
                 decls = [flag] if tp not in (bool, Optional[bool]) else [f"{flag}/--no-{flag[2:]}"]
-                opt = typer.Option(*decls, help=f.metadata.get("help", "") + (" (JSON)" if is_json else ""))
+                opt = typer.Option(*decls, help=_help(f, is_json))
                 params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                                 annotation=Annotated[tp, opt]))
         params.append(inspect.Parameter("data_root", inspect.Parameter.KEYWORD_ONLY, default=None,
@@ -180,5 +199,6 @@ def json_schema(*classes) -> dict:
     for cls in classes:
         for f in _fields(cls):
             kinds = _json_types(f.type)
-            props[f.name] = {"description": f.metadata.get("help", ""), **({"type": kinds} if kinds else {})}
+            props[f.name] = {"description": f.metadata.get("help", "") + _choices_note(f),
+                             **({"type": kinds} if kinds else {})}
     return {"type": "object", "properties": props, "additionalProperties": False}

@@ -6,8 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from generators.tools.retriever import option as retriever_option
+from train.memory import CHECKPOINTING, SHARDS
 
 TRIPLE_SETS = ("all", "trained")
+ORDERS = ("shuffle", "kinds")  # --order (train/trainer.py)
+ROLLOUT_BACKENDS = ("transformers", "vllm", "vllm-server")  # --rollout-backend (train/weight_sync.py)
+ENGINES = ("trainer", "verl")  # --engine (train/verl_launch.py)
 TRIPLES_HELP = ("which triples give the prompts: all, or trained (only those the dataset's trajectories were "
                 "built from, so the held-out triples `train eval` asks stay unseen)")
 
@@ -28,14 +32,14 @@ class TrainConfig:
         "help": "SFT: pack each step's conversations into micro-batches of at most this many tokens, one row "
                 "each without padding (a longer conversation alone); 0 = --batch-size padded examples"})
     activation_checkpointing: str = field(default="auto", metadata={
-        "help": "recompute each block's activations in the backward pass: auto (when activations would "
+        "choices": CHECKPOINTING, "help": "recompute each block's activations in the backward pass: auto (when activations would "
                 "outweigh weights and optimizer state, or to fit), on or off"})
     memory_gb: float = field(default=0.0, metadata={"help": "GB the run may use; a plan needing more stops it "
                                                             "before training (0 = what is available)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
     seed: int = field(default=0, metadata={"help": "seed of the data order and of torch"})
     order: str = field(default="shuffle", metadata={
-        "help": "each epoch's data order: shuffle (a seeded permutation) or kinds (each kind of example shuffled "
+        "choices": ORDERS, "help": "each epoch's data order: shuffle (a seeded permutation) or kinds (each kind of example shuffled "
                 "on its own, the kinds taking turns, so every stretch of steps holds the kinds about equally; "
                 "SFT's trajectories and GRPO's questions: the question type and hop count)"})
     checkpoint_every: int = field(default=50, metadata={"help": "steps between checkpoints (0 = only at the end)"})
@@ -49,7 +53,7 @@ class TrainConfig:
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads per process (default: the cores "
                                                               "divided among the model processes running on this machine)"})
     shard: str = field(default="none", metadata={
-        "help": "FSDP sharding across the processes (torch's fully_shard): full (parameters, gradients and AdamW "
+        "choices": SHARDS, "help": "FSDP sharding across the processes (torch's fully_shard): full (parameters, gradients and AdamW "
                 "state split over the ranks, a block's weights gathered for its forward and again for its "
                 "backward), grad_op (the same, but parameters kept unsharded after forward until the "
                 "backward: fewer gathers, more memory) or none (a whole copy per process); bf16 compute on GPU"})
@@ -105,13 +109,13 @@ class GRPOConfig(RolloutConfig):
         "help": "advantages: grpo (rewards normalised within each prompt's group) or hop-grouped (HRPO: "
                 "within the rollouts of a micro-batch whose questions have the same hop count)"})
     limit: int = field(default=0, metadata={"help": "use at most this many triples (0 = all)"})
-    triples: str = field(default="all", metadata={"help": TRIPLES_HELP})
+    triples: str = field(default="all", metadata={"choices": TRIPLE_SETS, "help": TRIPLES_HELP})
     tool_seed: int = field(default=0, metadata={"help": "seed of the offered tool bank"})
     tools: str = field(default="auto", metadata={
         "help": "the tool bank offered: world, corpus or a JSON Lines file of tools, as `forgeplay synthesize "
                 "--tools` (generators/tools/banks.py); auto: corpus for an imported corpus, world for the world"})
     rollout_backend: str = field(default="transformers", metadata={
-        "help": "what samples rollouts: transformers (the policy module itself), vllm (an in-process vLLM "
+        "choices": ROLLOUT_BACKENDS, "help": "what samples rollouts: transformers (the policy module itself), vllm (an in-process vLLM "
                 "engine, the policy's weights loaded into it after every optimizer step; needs vllm) or "
                 "vllm-server (vLLM's server from .venv-vllm, or --rollout-url; weights published after every "
                 "optimizer step, every rollout in flight at once)"})
@@ -152,7 +156,7 @@ class GRPOConfig(RolloutConfig):
         "help": "--labels care: a gated prompt's weight is clip(soft_adv * stage-2 expected CAG, 0, 1)"})
     # another engine (train/verl_launch.py)
     engine: str = field(default="trainer", metadata={
-        "help": "trainer (forgeplay's own) or verl: export the data, reward and objective (--advantage, --labels) "
+        "choices": ENGINES, "help": "trainer (forgeplay's own) or verl: export the data, reward and objective (--advantage, --labels) "
                 "to OUT/verl and run verl 0.9.1's PPO trainer there on --nproc GPUs of this machine (needs verl "
                 "and GPUs; not expressible there: CARE's probes (a voted prompt weighs 0) and a teacher with its "
                 "own prompt)"})

@@ -51,7 +51,7 @@ import torch
 
 from generators.llm.cores import CoreShare
 from train import checkpoint, dist
-from train.configs import TrainConfig  # noqa: F401  (re-exported)
+from train.configs import ORDERS, TrainConfig  # noqa: F401  (TrainConfig re-exported)
 from train.memory import peak_memory_gb
 from train.packing import token_batches
 from train.shard import check_shard, full_tensor, shard_model
@@ -71,7 +71,6 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-ORDERS = ("shuffle", "kinds")
 
 
 def dist_info() -> tuple[int, int]:

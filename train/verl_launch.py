@@ -33,6 +33,7 @@ from pathlib import Path
 
 from storage.files import write_text
 from train import verl_bundle
+from train.configs import ENGINES
 from train.verl_export import Labels, VerlExport
 
 TOOL_TURN_TOKENS = 1024  # a tool answer in a multi-turn response (train/grpo.py plans the same)
@@ -101,7 +102,6 @@ def overrides(cfg, tcfg, folder: Path, export: VerlExport, model: str) -> list[s
     return out
 
 
-ENGINES = ("trainer", "verl")
 
 
 def check(cfg, tcfg, root) -> None:

@@ -31,9 +31,9 @@ import torch
 
 from generators.llm.base import ChatRequest, Completion
 from generators.llm.turn_cache import weights_version
+from train.configs import ROLLOUT_BACKENDS
 
 
-ROLLOUT_BACKENDS = ("transformers", "vllm", "vllm-server")
 
 
 def check_rollout_backend(cfg) -> None:

@@ -21,12 +21,19 @@ from typing import Iterator
 
 from generators.corpus.questions import question_ask, question_kind
 from generators.llm.base import ChatRequest
+from generators.llm.toolcalls import TOOL_STYLES
 from generators.synth import plan as planning
 from generators.synth.assemble import to_row, traj_id_for
 from generators.synth.skeleton import Skeleton, SkeletonBuilder
 from generators.synth.think import clean_think, lead, slot_prompt, template
 from generators.tools.banks import HELP as BANK_HELP
 from generators.tools.retriever import option as retriever_option
+
+
+TEXTS = ("llm", "template")
+REASONING = ("facts", "brief", "evidence", "plan")
+FIRST_SEARCH = ("domain", "general")
+LEADS = ("every", "later")
 
 
 @dataclass
@@ -51,31 +58,30 @@ class SynthConfig:
     llm_variants: bool = field(default=False, metadata={"help": "also ask the model for tool paraphrases (rule paraphrases fill the rest)"})
     distractors_min: int = field(default=3, metadata={"help": "fewest distractor tools offered per sample"})
     distractors_max: int = field(default=8, metadata={"help": "most distractor tools offered per sample"})
-    tool_style: str = field(default="full", metadata={"help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures, ~5x fewer tokens)"})
+    tool_style: str = field(default="full", metadata={"choices": TOOL_STYLES, "help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures, ~5x fewer tokens)"})
     top_k_rate: float = field(default=0.3, metadata={"help": "share of tool calls that pass top_k"})
     top_k: str = field(default="3,5,8", metadata={"help": "comma-separated top_k values a call picks from"})
-    texts: str = field(default="llm", metadata={"help": "who writes reasoning and answer wording: llm, or template (no model is loaded)"})
+    texts: str = field(default="llm", metadata={"choices": TEXTS, "help": "who writes reasoning and answer wording: llm, or template (no model is loaded)"})
     chunk: int = field(default=32, metadata={"help": "trajectories per LLM batch and per committed shard"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the reasoning"})
     max_think_tokens: int = field(default=64, metadata={"help": "token budget of one reasoning text"})
-    reasoning: str = field(default="facts", metadata={"help": "what the thinks say: facts (the default: brief's thinks along the way, and a final think that states the facts the answer follows from, the values compared, the numbers used, the pages in between, and the comparison or arithmetic, in one or two sentences), brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; the final think names the pages found, and where the answer is computed from numbers on the pages does the arithmetic: `forgeplay validate` rejects its final thinks of comparisons and yes/no questions unless --no-final-facts), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
+    reasoning: str = field(default="facts", metadata={"choices": REASONING, "help": "what the thinks say: facts (the default: brief's thinks along the way, and a final think that states the facts the answer follows from, the values compared, the numbers used, the pages in between, and the comparison or arithmetic, in one or two sentences), brief (the pages found and the next lookup with what it is, a place or a person, which tells the tool; the final think names the pages found, and where the answer is computed from numbers on the pages does the arithmetic: `forgeplay validate` rejects its final thinks of comparisons and yes/no questions unless --no-final-facts), evidence (also what each page said, and every final think states its facts and the comparison or arithmetic) or plan (brief, and a world question's first think lists every lookup as the question names it, each later think says which of those it just read and which comes next, and the final think states the facts the answer follows from and any comparison)"})
     max_final_tokens: int = field(default=160, metadata={"help": "token budget of the final reasoning (with --reasoning facts or evidence it states every fact and the derivation)"})
-    first_search: str = field(default="domain", metadata={"help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
-    lead: str = field(default="every", metadata={"help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
+    first_search: str = field(default="domain", metadata={"choices": FIRST_SEARCH, "help": "the tool of the first round's lookups: domain (the tool of the kind the first think gives each name) or general (the general search, and the first think gives no kind: no page has said yet what a name is; later thinks give the kind the page read before says)"})
+    lead: str = field(default="every", metadata={"choices": LEADS, "help": "which thinks of a computed answer (with --calculator) open with 'The question asks for the number of years between two dates.': every (each think) or later (each but the first, whose plan already ends with the calculator; the first think of every question then opens alike)"})
     calculator: bool = field(default=False, metadata={"help": "offer the calculator tool; a computed answer (the years between two dates) calls it with the arithmetic before the final think (not the default: it did not help the embedded model, see README)"})
     tools: str = field(default="auto", metadata={"help": BANK_HELP})
     retriever: str = retriever_option()
     run_id: str | None = field(default=None, metadata={"help": "run id (default: derived from the config)"})
 
     def __post_init__(self) -> None:
-        from generators.llm.toolcalls import TOOL_STYLES
         from generators.tools.retriever import check_spec
 
         check_spec(self.retriever)
 
         if self.tool_style not in TOOL_STYLES:
             raise ValueError(f"--tool-style must be one of {', '.join(TOOL_STYLES)}, not {self.tool_style!r}")
-        if self.texts not in ("llm", "template"):
+        if self.texts not in TEXTS:
             raise ValueError(f"--texts must be llm or template, not {self.texts!r}")
         if self.reasoning not in REASONING:
             raise ValueError(f"--reasoning must be one of {', '.join(REASONING)}, not {self.reasoning!r}")
@@ -110,9 +116,6 @@ class SynthConfig:
         return ks
 
 
-REASONING = ("facts", "brief", "evidence", "plan")
-FIRST_SEARCH = ("domain", "general")
-LEADS = ("every", "later")
 # options added after runs existed: in a run's id only when they differ from the value they had then,
 # so an older run keeps its id (`reasoning` was "brief" by default then: a `--reasoning brief` run
 # keeps its id, and a run with today's default, facts, gets a new one)

@@ -1,0 +1,106 @@
+"""Every command's `--help` (the click tree under `forgeplay`, every group and subcommand):
+it exits 0, the command has a help line, and no option is undocumented. Options whose values
+are a closed set list them (storage/configcli.py: `metadata["choices"]`), in `--help` and in
+the loop config's schema, taken from the names the code checks against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import click
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from flows.cli import COMMANDS, app
+from storage.configcli import config_command, json_schema
+
+runner = CliRunner()
+
+
+def commands() -> list[tuple[tuple[str, ...], click.Command]]:
+    """(path, command) of every command and group under the root, loaded as `--help` loads them."""
+    root = typer.main.get_command(app)
+    ctx = click.Context(root)
+    out, todo = [], [((name,), root.get_command(ctx, name)) for name in COMMANDS]
+    while todo:
+        path, cmd = todo.pop(0)
+        out.append((path, cmd))
+        if hasattr(cmd, "list_commands"):  # a group (typer's own click: no isinstance of click's classes)
+            todo += [((*path, n), cmd.get_command(ctx, n)) for n in cmd.list_commands(ctx)]
+    return out
+
+
+ALL = commands()
+
+
+def test_every_command_is_found():
+    paths = {p for p, _ in ALL}
+    assert set(COMMANDS) <= {p[0] for p in paths}
+    assert {("train", "sft"), ("train", "grpo"), ("selfplay", "run"), ("corpus", "import")} <= paths
+
+
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
+def test_help_exits_0_and_documents_every_option(path):
+    res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    cmd = dict(ALL)[path]
+    assert (cmd.help or cmd.short_help or "").strip(), f"`forgeplay {' '.join(path)}` has no help line"
+    bare = [p.opts[0] for p in cmd.params if p.param_type_name == "option" and not (p.help or "").strip()]
+    assert not bare, f"`forgeplay {' '.join(path)}`: options without help: {bare}"
+
+
+@pytest.mark.parametrize("path, option, names", [
+    (("synthesize",), "--reasoning", "facts, brief, evidence, plan"),
+    (("synthesize",), "--tool-style", "full, compact"),
+    (("train", "grpo"), "--rollout-backend", "transformers, vllm, vllm-server"),
+    (("train", "sft"), "--shard", "none, full, grad_op"),
+    (("acquire-labels",), "--source", "column, queue, llm"),
+    (("selfplay", "run"), "--rollout-backend", "transformers, vllm-server"),
+])
+def test_closed_sets_of_values_are_listed(path, option, names):
+    cmd = dict(ALL)[path]
+    opt = next(p for p in cmd.params if option in p.opts)
+    assert opt.help.endswith(f"[choices: {names}]"), opt.help
+    res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert f"[choices: {names}]" in " ".join(res.output.replace("│", " ").split())  # as read, across wrapped lines
+
+
+def test_acquisition_strategies_are_listed_from_their_registry():
+    from acquire.strategies import STRATEGIES
+
+    cmd = dict(ALL)[("acquire-labels",)]
+    opt = next(p for p in cmd.params if "--strategy" in p.opts)
+    assert opt.help.endswith(f"[choices: {', '.join(STRATEGIES)}]") and "care" in STRATEGIES
+
+
+@dataclass
+class Toy:
+    mode: str = field(default="a", metadata={"help": "how", "choices": ("a", "bb")})
+    later: str = field(default="x", metadata={"help": "named late", "choices": lambda: ("x", "y")})
+
+    def __post_init__(self):
+        if self.mode not in ("a", "bb"):
+            raise ValueError(f"--mode must be one of a, bb, not {self.mode!r}")
+
+
+def test_choices_are_shown_but_the_configs_own_check_decides():
+    toy = typer.Typer()
+    seen = []
+
+    @config_command(toy, "go", Toy, errors=(ValueError,))
+    def go(cfg: Toy, data_root=None):
+        seen.append(cfg)
+
+    @toy.command("other")
+    def other():  # a second command, so "go" stays a subcommand
+        pass
+
+    res = runner.invoke(toy, ["go", "--help"], env={"COLUMNS": "200"})
+    assert "[choices: a, bb]" in res.output and "[choices: x, y]" in res.output
+    res = runner.invoke(toy, ["go", "--mode", "bb"])
+    assert res.exit_code == 0 and seen[-1].mode == "bb"
+    res = runner.invoke(toy, ["go", "--mode", "c"])
+    assert res.exit_code == 2 and "--mode must be one of a, bb, not 'c'" in res.output
+    props = json_schema(Toy)["properties"]
+    assert props["mode"]["description"] == "how [choices: a, bb]" and props["later"]["description"].endswith("[choices: x, y]")
