@@ -37,7 +37,7 @@ from train.configs import TRIPLE_SETS, TRIPLES_HELP
 class AcquireConfig:
     """What one acquisition run does (every field is a CLI option)."""
 
-    dataset: str = field(default="", metadata={"help": "dataset whose triples are the prompts (their answers held back)"})
+    dataset: str = field(default="", metadata={"required": True, "help": "dataset whose triples are the prompts (their answers held back)"})
     out: str = field(default="", metadata={"help": "dataset that receives rollouts and labels (default: <dataset>_labels)"})
     strategy: str = field(default="care", metadata={"choices": lambda: tuple(STRATEGIES),
                                                     "help": "how the prompts to buy labels for are chosen"})

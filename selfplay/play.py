@@ -55,7 +55,7 @@ ROLLOUT_BACKENDS = ("transformers", "vllm-server")
 class PlayConfig:
     """What one self-play run makes (every field is a CLI option)."""
 
-    dataset: str = field(default="", metadata={"help": "world dataset whose documents the examiner starts from"})
+    dataset: str = field(default="", metadata={"required": True, "help": "world dataset whose documents the examiner starts from"})
     out: str = field(default="", metadata={"help": "dataset that receives tasks, rollouts and verdicts (default: <dataset>_selfplay)"})
     examiner: str | None = field(default=None, metadata={"help": "examiner model folder or prepared name (default: embedded)"})
     student: str | None = field(default=None, metadata={"help": "student model folder or prepared name (default: embedded)"})

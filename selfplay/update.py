@@ -47,11 +47,11 @@ POLICY_TOKENS = "tokens"  # the token-mean objective is a mean over these (train
 class UpdateConfig:
     """What both updates read (every field is a CLI option)."""
 
-    data: str = field(default="", metadata={"help": "self-play dataset (tasks and rollouts of the run)"})
+    data: str = field(default="", metadata={"required": True, "help": "self-play dataset (tasks and rollouts of the run)"})
     run: str = field(default="", metadata={"help": "self-play run id (the selfplay flow's run_id)"})
     iteration: int = field(default=0, metadata={"help": "iteration whose rollouts to train on"})
     model: str | None = field(default=None, metadata={"help": "model folder to update (default: embedded)"})
-    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    out: str = field(default="", metadata={"required": True, "help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
     train_layers: int = field(default=0, metadata={"help": "train only the last N transformer blocks (0 = all)"})
     max_len: int = field(default=4096, metadata={"help": "leave out conversations longer than this many tokens"})

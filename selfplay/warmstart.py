@@ -44,7 +44,7 @@ EXAMINER_TOOL = "general_search"  # the base tool that sees every document
 class WarmstartConfig:
     """What `forgeplay selfplay warmstart` builds and trains (every field is a CLI option)."""
 
-    dataset: str = field(default="", metadata={"help": "world dataset with documents and triples"})
+    dataset: str = field(default="", metadata={"required": True, "help": "world dataset with documents and triples"})
     demos: str = field(default="", metadata={"help": "dataset that receives the demonstrations (trajectories and tasks; default: <dataset>_examiner, or <dataset>_examiner_topK with --top-k K)"})
     n: int = field(default=0, metadata={"help": "demonstrations at most (0 = every triple that makes one)"})
     hop_mix: str = field(default="4:3:2:1", metadata={"help": "weights of target hop counts 1:2:3:..., over the hop counts the triples have"})

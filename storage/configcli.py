@@ -14,7 +14,9 @@ dict and list fields take JSON text. A field whose values are a closed set names
 `metadata["choices"]` (the names, or a function returning them, such as a registry's keys):
 `--help` lists them after the option's help (`[choices: full, compact]`, beside typer's
 `[default: full]`; a metavar column would cut a long list); the config's own checks still
-decide what is valid, so their messages stay the same in a command and in a file.
+decide what is valid, so their messages stay the same in a command and in a file. A field a
+command cannot run without says `metadata["required"] = True`: its help ends in
+`[required]` (the loop config's schema leaves that out: the loop sets those fields itself).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def _choices_note(f: dataclasses.Field) -> str:
 
 
 def _help(f: dataclasses.Field, is_json: bool) -> str:
-    return f.metadata.get("help", "") + (" (JSON)" if is_json else "") + escape(_choices_note(f))  # not a markup tag
+    note = _choices_note(f) + (" [required]" if f.metadata.get("required") else "")
+    return f.metadata.get("help", "") + (" (JSON)" if is_json else "") + escape(note)  # not a markup tag
 
 
 def _fields(cls) -> list[dataclasses.Field]:

@@ -65,9 +65,9 @@ class TrainConfig:
 class SFTConfig:
     """What to fine-tune on (every field is a CLI option)."""
 
-    data: str = field(default="", metadata={"help": "dataset whose trajectories to train on"})
+    data: str = field(default="", metadata={"required": True, "help": "dataset whose trajectories to train on"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
-    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    out: str = field(default="", metadata={"required": True, "help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
     max_len: int = field(default=8192, metadata={"help": "drop conversations longer than this many tokens"})
     validated_only: bool = field(default=True, metadata={"help": "when the dataset has verdicts, skip trajectories that failed any"})
     cases: str = field(default="", metadata={"help": "comma-separated cases to keep (empty = all; a case no trajectory of the dataset has is an error)"})
@@ -98,9 +98,9 @@ class RolloutConfig:
 class GRPOConfig(RolloutConfig):
     """GRPO settings (every field is a CLI option)."""
 
-    data: str = field(default="", metadata={"help": "dataset whose triples give the questions"})
+    data: str = field(default="", metadata={"required": True, "help": "dataset whose triples give the questions"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
-    out: str = field(default="", metadata={"help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
+    out: str = field(default="", metadata={"required": True, "help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
     group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
     train_layers: int = field(default=0, metadata={"help": "train only the last N transformer blocks and the final norm, embeddings frozen (0 = every parameter); faster on CPU, as for SFT"})

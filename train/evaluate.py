@@ -37,7 +37,7 @@ class EvalConfig(RolloutConfig):
     """What to evaluate (every field is a CLI option)."""
 
     temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0 = greedy)"})
-    data: str = field(default="", metadata={"help": "dataset whose triples are asked"})
+    data: str = field(default="", metadata={"required": True, "help": "dataset whose triples are asked"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
     limit: int = field(default=64, metadata={"help": "triples to ask at most (0 = all)"})
     held_out: bool = field(default=True, metadata={"help": "skip triples that the dataset's trajectories were built from"})

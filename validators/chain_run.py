@@ -40,7 +40,7 @@ from validators.chain_checks import Candidate, verify
 class QuestionsConfig:
     """Options of `forgeplay corpus questions` (every field is a CLI option)."""
 
-    dataset: str = field(default="", metadata={"help": "dataset whose documents the questions are built from; the kept triples are written to it"})
+    dataset: str = field(default="", metadata={"required": True, "help": "dataset whose documents the questions are built from; the kept triples are written to it"})
     max_chains: int = field(default=200, metadata={"help": "chains of passages to write questions for, at most"})
     hops: str = field(default="2,3", metadata={"help": "chain lengths in passages, comma-separated (2 and/or 3)"})
     links: str = field(default=",".join(LINKS), metadata={"help": "how one passage leads to the next, comma-separated: title (it mentions the next one's title), name (both mention a frequent capitalised name), column (the documents' own `links` in meta), retriever (BM25 neighbours)"})

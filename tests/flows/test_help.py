@@ -1,7 +1,8 @@
 """Every command's `--help` (the click tree under `forgeplay`, every group and subcommand):
 it exits 0, the command has a help line, and no option is undocumented. Options whose values
 are a closed set list them (storage/configcli.py: `metadata["choices"]`), in `--help` and in
-the loop config's schema, taken from the names the code checks against."""
+the loop config's schema, taken from the names the code checks against; options a command
+cannot run without say `[required]` (not in the loop's schema, where the loop sets them)."""
 
 from __future__ import annotations
 
@@ -104,3 +105,24 @@ def test_choices_are_shown_but_the_configs_own_check_decides():
     assert res.exit_code == 2 and "--mode must be one of a, bb, not 'c'" in res.output
     props = json_schema(Toy)["properties"]
     assert props["mode"]["description"] == "how [choices: a, bb]" and props["later"]["description"].endswith("[choices: x, y]")
+
+
+@pytest.mark.parametrize("path, options", [
+    (("train", "sft"), ("--data", "--out")), (("train", "grpo"), ("--data", "--out")), (("train", "eval"), ("--data",)),
+    (("acquire-labels",), ("--dataset",)), (("selfplay", "run"), ("--dataset",)), (("corpus", "questions"), ("--dataset",)),
+])
+def test_options_a_command_cannot_run_without_are_marked_required(path, options):
+    cmd = dict(ALL)[path]
+    marked = {p.opts[0] for p in cmd.params if p.param_type_name == "option" and p.help.endswith("[required]")}
+    assert marked == set(options), marked
+    res = runner.invoke(app, [*path], env={"COLUMNS": "200"})  # and without them it stops at once, saying so
+    assert res.exit_code == 2 and (" is required" in res.output or " are required" in res.output), res.output
+
+
+def test_the_loop_config_schema_does_not_call_the_fields_it_wires_required():
+    import json
+
+    from flows.config_reference import schema
+
+    text = json.dumps(schema())
+    assert "[required]" not in text and "[choices: facts, brief, evidence, plan]" in text
