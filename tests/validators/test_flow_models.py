@@ -150,9 +150,10 @@ def test_answerability_with_the_embedded_model(world, embedded_dir):
     _, rows, docs, _ = world
     be = make_backend(BackendConfig(model=str(embedded_dir)))
     documents = {d["doc_id"]: (d["title"], d["text"]) for d in docs}
-    v = Validator(ValidateConfig(layers="judge,answerability", all_layers=True), "trajectories",
-                  backend=be, documents=documents)
+    v = Validator(ValidateConfig(layers="judge,answerability", all_layers=True, judge_sample=1), "trajectories",
+                  backend=be, documents=documents)  # the judge reads one record (the model's slowest part here)
     out, _ = v.process([(r["id"], r) for r in rows[:3]])
     assert len([r for r in out if r["layer"] == "answerability"]) == 3
+    assert len([r for r in out if r["layer"] == "judge"]) == 1
     assert all(json.loads(r["detail"])["model"] for r in out)
     assert be.usage.completion_tokens > 0
