@@ -17,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -116,19 +117,102 @@ def look(root: Path) -> dict[str, tuple[int, tuple[str, ...]]]:
         cat.close()
 
 
+class CleanRun:
+    """The uninterrupted run, started at once and read by a DuckDB reader twice a second (in a
+    thread) while it runs, so the killed runs of the reliability test go beside it."""
+
+    def __init__(self, base: Path, cfg: Path):
+        self.root, self.cfg, self.seen, self.error = base / "clean", cfg, [], None
+        self.proc = start(self.root, uuid.uuid4().hex, "--config", str(cfg))
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            while self.proc.poll() is None:
+                self.seen.append(look(self.root))  # an error reading a shard fails every test
+                time.sleep(0.5)
+        except BaseException as e:  # noqa: BLE001 (raised again in result())
+            self.error = e
+
+    def result(self) -> tuple:
+        """(data root, config file, its record, CLI output, what the reader saw each time)."""
+        if not hasattr(self, "_result"):
+            out = finish(self.proc)
+            self.reader.join()
+            if self.error is not None:
+                raise self.error
+            self._result = (self.root, self.cfg, state(self.root), out, self.seen)
+        return self._result
+
+
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory, tiny_llama_dir):
-    """One uninterrupted run, read by a DuckDB reader twice a second while it runs: (data root,
-    config file, its record, CLI output, what the reader saw each time)."""
+def clean_run(tmp_path_factory, tiny_llama_dir):
     base = tmp_path_factory.mktemp("loop")
     cfg = base / "loop.yaml"
     cfg.write_text(yaml.safe_dump(config(tiny_llama_dir)))
-    root = base / "clean"
-    p, seen = start(root, uuid.uuid4().hex, "--config", str(cfg)), []
-    while p.poll() is None:
-        seen.append(look(root))  # an error reading a shard fails the fixture, and so every test
-        time.sleep(0.5)
-    return root, cfg, state(root), finish(p), seen
+    run = CleanRun(base, cfg)
+    yield run
+    if run.proc.poll() is None:
+        run.proc.kill()
+        run.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def clean(clean_run):
+    """The uninterrupted run once it has finished (CleanRun.result)."""
+    return clean_run.result()
+
+
+def test_killed_at_four_points_and_resumed_equals_the_uninterrupted_run(clean_run, tmp_path):
+    """The first test of the module: its killed runs go while the uninterrupted one runs."""
+    root, mark = tmp_path / "killed", uuid.uuid4().hex
+    args = ["--config", str(clean_run.cfg)]
+    _kill_when(root, mark, args, lambda r: 0 < _shards(r, "w", "trajectories") < 4, "inside synthesis")
+    run_id = state(root)["run_id"]
+    resume = ["--resume", run_id]
+    p = start(root, mark, *resume, cli=("tests.flows.kill_in_commit", "verdicts"))
+    out = p.communicate(timeout=600)[0]
+    assert p.returncode == -signal.SIGKILL, out[-2000:]
+    _nothing_left(root, mark, "inside a commit")
+    on_disk = {str(f.relative_to(root / "w")) for f in (root / "w").rglob("part-*.parquet")}
+    assert not _shards(root, "w", "verdicts") and on_disk - {e.path for e in entries(root, "w")}, \
+        "the kill came before the verdicts shard was renamed into place"
+    _kill_when(root, mark, resume, _in_training, "inside a training step")
+    _kill_when(root, mark, resume, lambda r: "acquire" not in state(r)["stages"] and _shards(r, "w_labels", "rollouts") > 0,
+               "during label acquisition")
+    finish(start(root, mark, *resume))
+    assert not processes_with(mark)
+    done = state(root)
+    assert done["status"] == "done"
+    clean_root, _, rec, _, _ = clean_run.result()
+    assert run_id == rec["run_id"]
+    got, want = rows(root), rows(clean_root)
+    assert set(got) == set(want)
+    for key, ids in got.items():
+        assert len(ids) == len(set(ids)), f"duplicates in {key}"
+    for key in want:  # what the program makes and what the models sample, the same row for row
+        assert got[key] == want[key], key
+    ledger = done["stages"]["acquire"]["summary"]["ledger"]
+    labels = load_table("w_labels", "labels", root).to_pylist()
+    paid = [r["prompt_id"] for r in labels if r["source"] != "pseudo"]
+    assert len(paid) == len(set(paid))  # no label paid twice
+    assert ledger["spent"] == ledger["labels"] <= 3
+
+    # a shard corrupted after the run: the next start quarantines it, no reader sees it, and it is reported
+    entry = entries(root, "w", "trajectories")[0]
+    path = root / "w" / entry.path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    out = finish(start(root, mark, *resume))
+    found = state(root)["shards"]
+    assert [(q["path"], q["problem"]) for q in found["quarantined"]] == [(str(path), "checksum_mismatch")]
+    assert found["checked"] == sum(len(entries(root, ds)) for ds in set(done["datasets"].values())) + 1
+    assert "quarantined shards" in out
+    assert load_table("w", "trajectories", root).num_rows == len(want[("w", "trajectories")]) - entry.rows
+    report = Path(state(root)["report"]).read_text()
+    assert 'id="table-quarantined"' in report and entry.path in report
 
 
 def test_every_stage_runs_and_is_recorded(clean):
@@ -269,53 +353,3 @@ def _shards(root: Path, ds: str, kind: str) -> int:
 def _in_training(root: Path) -> bool:
     st = state(root)
     return "sft" not in st["stages"] and any((root / "runs").glob("*/sft/checkpoints/*/*"))
-
-
-def test_killed_at_four_points_and_resumed_equals_the_uninterrupted_run(clean, tmp_path):
-    clean_root, cfg, rec, _, _ = clean
-    root, mark = tmp_path / "killed", uuid.uuid4().hex
-    args = ["--config", str(cfg)]
-    _kill_when(root, mark, args, lambda r: 0 < _shards(r, "w", "trajectories") < 4, "inside synthesis")
-    run_id = state(root)["run_id"]
-    assert run_id == rec["run_id"]
-    resume = ["--resume", run_id]
-    p = start(root, mark, *resume, cli=("tests.flows.kill_in_commit", "verdicts"))
-    out = p.communicate(timeout=600)[0]
-    assert p.returncode == -signal.SIGKILL, out[-2000:]
-    _nothing_left(root, mark, "inside a commit")
-    on_disk = {str(f.relative_to(root / "w")) for f in (root / "w").rglob("part-*.parquet")}
-    assert not _shards(root, "w", "verdicts") and on_disk - {e.path for e in entries(root, "w")}, \
-        "the kill came before the verdicts shard was renamed into place"
-    _kill_when(root, mark, resume, _in_training, "inside a training step")
-    _kill_when(root, mark, resume, lambda r: "acquire" not in state(r)["stages"] and _shards(r, "w_labels", "rollouts") > 0,
-               "during label acquisition")
-    finish(start(root, mark, *resume))
-    assert not processes_with(mark)
-    done = state(root)
-    assert done["status"] == "done"
-    got, want = rows(root), rows(clean_root)
-    assert set(got) == set(want)
-    for key, ids in got.items():
-        assert len(ids) == len(set(ids)), f"duplicates in {key}"
-    for key in want:  # what the program makes and what the models sample, the same row for row
-        assert got[key] == want[key], key
-    ledger = done["stages"]["acquire"]["summary"]["ledger"]
-    labels = load_table("w_labels", "labels", root).to_pylist()
-    paid = [r["prompt_id"] for r in labels if r["source"] != "pseudo"]
-    assert len(paid) == len(set(paid))  # no label paid twice
-    assert ledger["spent"] == ledger["labels"] <= 3
-
-    # a shard corrupted after the run: the next start quarantines it, no reader sees it, and it is reported
-    entry = entries(root, "w", "trajectories")[0]
-    path = root / "w" / entry.path
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    out = finish(start(root, mark, *resume))
-    found = state(root)["shards"]
-    assert [(q["path"], q["problem"]) for q in found["quarantined"]] == [(str(path), "checksum_mismatch")]
-    assert found["checked"] == sum(len(entries(root, ds)) for ds in set(done["datasets"].values())) + 1
-    assert "quarantined shards" in out
-    assert load_table("w", "trajectories", root).num_rows == len(want[("w", "trajectories")]) - entry.rows
-    report = Path(state(root)["report"]).read_text()
-    assert 'id="table-quarantined"' in report and entry.path in report
