@@ -30,6 +30,8 @@ from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
 from acquire.sources import QUEUE_FORMATS, SOURCES
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
+from generators.llm.toolcalls import TOOL_STYLES
+from generators.tools.banks import HELP as BANK_HELP
 from train.configs import TRIPLE_SETS, TRIPLES_HELP
 
 
@@ -66,8 +68,9 @@ class AcquireConfig:
     triples: str = field(default="all", metadata={"choices": TRIPLE_SETS, "help": TRIPLES_HELP})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
+    tools: str = field(default="auto", metadata={"help": BANK_HELP})
     tool_style: str = field(default="full", metadata={
-        "help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures); match the policy's SFT data"})
+        "choices": TOOL_STYLES, "help": "tools in the system prompt: full (JSON schemas) or compact (one-line signatures); match the policy's SFT data"})
     turn_cache_mb: int = field(default=2048, metadata={
         "help": "MB of KV kept so an answer's next turn encodes only the tool result (0 = re-encode every turn)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
@@ -79,8 +82,11 @@ class AcquireConfig:
         return self.out or f"{self.dataset}_labels"
 
     def check(self) -> None:
+        from generators.tools.banks import check_option
+
         self.labels_dataset()
         get_strategy(self.strategy)
+        check_option(self.tools)
         from train.evaluate import BACKEND_KINDS
 
         if self.backend not in BACKEND_KINDS:

@@ -28,10 +28,11 @@ from generators.llm.model_store import check_model
 from storage import resolve_root
 from storage.manifest import dataset_dir
 from storage.resumable import RunWriter
-from storage.runs import config_hash
+from storage.runs import config_hash, without_later_defaults
 
 
 UNHASHED = ("budget", "limit", "backend", "url", "served_model")  # not part of the run's identity
+LATER_DEFAULTS = {"tools": "auto"}  # options added after runs were made, with the default they had
 
 
 @task(name="acquire-batch")
@@ -66,6 +67,7 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     from acquire.group import scorer
     from acquire.strategies import get_strategy
     from generators.synth.synthesize import load_inputs
+    from generators.tools.banks import bank_rows
     from generators.tools.base import base_rows
     from generators.tools.simulator import Simulator
     from train.evaluate import sampling_backend
@@ -74,14 +76,15 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     cfg.check()
     out = cfg.labels_dataset()
     # the run is what is asked, not who samples it: a rerun through another backend continues it
-    run = f"acquire-{config_hash({k: v for k, v in asdict(cfg).items() if k not in UNHASHED})}"
+    asked = without_later_defaults({k: v for k, v in asdict(cfg).items() if k not in UNHASHED}, LATER_DEFAULTS)
+    run = f"acquire-{config_hash(asked)}"
     ledger = Ledger(dataset_dir(root, out) / "_ledger.sqlite", budget=cfg.budget)
     recovered = ledger.recover(labelled_ids(root, out))
     prompts = load_prompts(root, cfg)
     writer = RunWriter(root, run, {"config_hash": run})
     done = set(writer.committed(out, "rollouts", "prompt_id").to_pylist())
     docs = load_inputs(root, cfg.dataset).documents
-    tools = base_rows()
+    tools = bank_rows(cfg.tools, docs, base_rows)  # auto: the corpus's own for an imported corpus
     source = make_source(cfg, root, prompts, ledger)
     try:
         backend = sampling_backend(cfg.backend, cfg.model, cfg.url, cfg.served_model, max(8, cfg.n),

@@ -219,6 +219,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     tie_temporary_server()
     from generators.llm.transformers_backend import TransformersBackend
     from generators.synth.synthesize import load_inputs
+    from generators.tools.banks import bank_rows
     from generators.tools.base import base_rows
     from generators.tools.retriever import index_dir
     from generators.tools.simulator import Simulator
@@ -235,7 +236,7 @@ def selfplay_flow(config: dict, data_root: str | None = None, progress: bool = T
     if done and not cfg.resume:
         raise ValueError(f"run {run} already completed {len(done)} phase(s) in {ds}; --resume continues it")
     inputs = load_inputs(root, cfg.dataset)
-    tools = base_rows()
+    tools = bank_rows(cfg.tools, inputs.documents, base_rows)  # auto: the corpus's own for an imported corpus
     sim = Simulator(inputs.documents, seed=cfg.seed, tools=tools, retriever=cfg.retriever, index_dir=index_dir(root))
     current = {"examiner": cfg.examiner, "student": cfg.student, "teacher": None, "reader": cfg.reader}
     lambdas = cfg.lambdas() if cfg.train else []

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from generators.llm.toolcalls import TOOL_STYLES, final_answer, render_tools_block
+from generators.tools.banks import HELP as BANK_HELP
 from generators.tools.retriever import option as retriever_option
 from selfplay.answerable import check_answerable
 from selfplay.examiner import examiner_messages, parse_examiner
@@ -63,6 +64,8 @@ class PlayConfig:
     tasks: int = field(default=16, metadata={"help": "examiner outputs per iteration"})
     attempts: int = field(default=5, metadata={"help": "student attempts per task (n, at least 2)"})
     retriever: str = retriever_option()
+    tools: str = field(default="auto", metadata={"help": BANK_HELP + " (the student's tools; the examiner searches "
+                                                 "with the bank's general search)"})
     hop_mix: str = field(default="4:3:2:1", metadata={"help": "weights of target hop counts 1:2:3:4"})
     seed: int = field(default=0, metadata={"help": "seed of start documents, hop targets and sampling"})
     examiner_turns: int = field(default=6, metadata={"help": "examiner turns at most (searches + the last one)"})
@@ -109,11 +112,13 @@ class PlayConfig:
         return self.out or f"{self.dataset}_selfplay"
 
     def check(self) -> None:
+        from generators.tools.banks import check_option
         from generators.tools.retriever import check_spec
 
         self.out_dataset()
         parse_hop_mix(self.hop_mix)
         check_spec(self.retriever)
+        check_option(self.tools)
         if self.attempts < 2:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
         if self.tool_style not in TOOL_STYLES:
@@ -157,7 +162,7 @@ class PlayConfig:
 
 # what samples, not what is sampled: a run resumed on another backend keeps its id
 UNHASHED = ("resume", "iterations", "out", "rollout_backend", "rollout_url", "checkpoint_every")
-LATER_DEFAULTS = {"demo_tasks": False, "retriever": "bm25"}  # options added after runs were made, with the default they had
+LATER_DEFAULTS = {"demo_tasks": False, "retriever": "bm25", "tools": "auto"}  # options added after runs were made, with the default they had
 PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name a folder under the data root
 
 

@@ -1,12 +1,14 @@
 """`synthesize --tools corpus` on a corpus imported as HotpotQA records (the real importer,
 `synthesize` and `validate` flows; template texts, no model): the bank is the corpus's own,
 every kind-specific search returns passages of its kind, and validation's replay accepts
-the trajectories."""
+the trajectories. Self-play and label acquisition offer the same bank on such a corpus (by
+default, `--tools auto`), with a tiny random model; on the world they keep the world's."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -18,6 +20,7 @@ from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
 from generators.tools.simulator import Simulator, split_sentences
 from storage import load_table
+from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
 from validators.runner import ValidateConfig
 
 
@@ -83,3 +86,44 @@ def test_synthesize_with_the_corpus_tools_validates(tmp_path):
     res = CliRunner().invoke(app, ["--data-root", str(root), "synthesize", "--dataset", "h", "--n", "4",
                                    "--texts", "template", "--tools", "nope"], env={"COLUMNS": "200"})
     assert res.exit_code != 0 and "--tools must be one of" in res.output
+
+
+def _offered(rollouts: list[dict]) -> set[str]:
+    """The tool names the system prompts of `rollouts` offer (full style: one JSON function a line)."""
+    names = set()
+    for r in rollouts:
+        block = r["messages"][0]["content"].split("<tools>\n", 1)[1].split("</tools>", 1)[0]
+        for line in block.splitlines():
+            fn = json.loads(line)
+            names.add(fn.get("function", fn)["name"])
+    return names
+
+
+def test_selfplay_and_acquisition_offer_the_corpus_tools(tmp_path, tiny_llama_dir):  # noqa: F811
+    from acquire.session import AcquireConfig
+    from flows.acquire import run_acquire
+    from flows.selfplay import run_selfplay
+    from generators.tools.corpus_bank import corpus_bank
+    from selfplay.play import PlayConfig
+
+    root = tmp_path / "data"
+    import_file(_hotpot_file(root, tmp_path / "hotpot.jsonl", n=12), root, "h")
+    bank = {t["name"] for t in corpus_bank(load_table("h", "documents", root).to_pylist())}
+    assert "general_search" in bank and len(bank) >= 3 and "search_person" not in bank
+
+    play = PlayConfig(dataset="h", examiner=str(tiny_llama_dir), student=str(tiny_llama_dir), tasks=2, attempts=2,
+                      examiner_turns=2, student_turns=2, max_new_tokens=12, batch_size=8, train=False,
+                      demo_tasks=True)  # iteration 0 poses demonstrations: the random examiner poses none
+    run_selfplay(play, root, progress=False)
+    rows = [r for r in load_table("h_selfplay", "rollouts", root).to_pylist() if json.loads(r["meta"])["role"] == "student"]
+    assert rows and _offered(rows) == bank  # every tool of the corpus's bank, none of the world's
+
+    acq = AcquireConfig(dataset="h", strategy="random", model=str(tiny_llama_dir), n=2, batch=2, p=0.5, limit=2,
+                        budget=1, max_turns=2, max_new_tokens=12)
+    run_acquire(acq, root, progress=False)
+    assert _offered(load_table("h_labels", "rollouts", root).to_pylist()) == bank
+
+    with pytest.raises(ValueError, match="--tools must be one of"):
+        PlayConfig(dataset="h", tools="nope").check()
+    with pytest.raises(ValueError, match="--tools must be one of"):
+        AcquireConfig(dataset="h", tools="nope").check()
