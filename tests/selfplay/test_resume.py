@@ -101,7 +101,12 @@ def test_killed_in_the_student_update_and_resumed_equals_the_uninterrupted_run(t
     cfg = setup(clean, str(tiny_llama_dir))
     setup(killed, str(tiny_llama_dir))
     runs = [launch(tmp_path, cfg, clean), launch(tmp_path, cfg, killed, kill=True)]  # one torch thread each, at once
-    (code, out), (killed_code, killed_out) = [finish(*r) for r in runs]
+    try:
+        (code, out), (killed_code, killed_out) = [finish(*r) for r in runs]
+    finally:  # the second run too, when the first's wait fails
+        for proc, _ in runs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
     assert code == 0, out[-2000:]
     want = json.loads(out.strip().splitlines()[-1])["models"]
     assert killed_code == -9, killed_out[-2000:]
