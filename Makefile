@@ -1,6 +1,6 @@
 # forgeplay — every target sets up what it needs.
 #   make run    the whole loop on the embedded default model (CONFIG=pipeline.yaml for your own)
-#   make test   the test suite (fast + slow), as CI runs it
+#   make test   the test suite (fast + slow), as CI runs it, in WORKERS processes (pytest-xdist; default 2)
 #   make test-experiments  the experiment scripts at a small size (tests marked experiment; about 15 min)
 #   make bench  every benchmark, then one table of their ratios in benchmarks/RESULTS.md (not part of the tests)
 #   make bench-vllm  make vllm-env, then make bench (its vLLM benchmarks run once .venv-vllm exists)
@@ -14,6 +14,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.forgeplay-installed
 DATA ?= data
+WORKERS ?= 2
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 
@@ -28,7 +29,7 @@ run: setup
 	$(VENV)/bin/forgeplay --data-root $(DATA) run $(if $(CONFIG),--config $(CONFIG))
 
 test: setup
-	$(PY) -m pytest -m "not experiment"
+	$(PY) -m pytest -m "not experiment" -n $(WORKERS) --dist loadfile
 
 test-fast: setup
 	$(PY) -m pytest -m "not slow and not experiment"

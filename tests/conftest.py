@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 _SESSION_HOME = tempfile.mkdtemp(prefix="forgeplay-test-")
-os.environ.setdefault("PREFECT_HOME", os.path.join(_SESSION_HOME, "prefect"))
+# Each pytest-xdist worker gets its own Prefect home (one SQLite database per process); the
+# workers inherit the controller's environment, so setdefault alone would share one.
+if os.environ.get("PYTEST_XDIST_WORKER") or "PREFECT_HOME" not in os.environ:
+    os.environ["PREFECT_HOME"] = os.path.join(_SESSION_HOME, "prefect")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
