@@ -80,7 +80,7 @@ def stages(root: Path, n: int, per_triple: int, out: Path) -> list[dict]:
         ("validate", ["validate", "--dataset", ds], n),
         *[(f"sql {q}", ["sql", sql.format(ds=ds)], n) for q, sql in QUERIES.items()],
         ("verify", ["verify", f"{ds}_valid"], n),
-        ("export verl", ["export", "verl", "--data", f"{ds}_valid", "--out", str(out / f"verl-{n}")], n),
+        ("export verl", ["export", "verl", "--dataset", f"{ds}_valid", "--out", str(out / f"verl-{n}")], n),
     ]:
         r = run(CLI + args, root)
         rows.append({"stage": stage, "n": n, **r, "per_s": records / r["seconds"]})

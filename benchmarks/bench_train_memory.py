@@ -14,11 +14,11 @@ tokens per CPU-second (user + system time; it moves much less than wall time whe
 processes share the cores). `--rounds` runs the configurations in turn again; the table shows
 medians, and the ratios to today's largest batch that fits.
 
-    python benchmarks/bench_train_memory.py --data demo_valid --data-root data   # make run's output
+    python benchmarks/bench_train_memory.py --dataset demo_valid --data-root data   # make run's output
     python benchmarks/bench_train_memory.py          # no demo_valid there: builds one first (below)
     python benchmarks/bench_train_memory.py --old-batches 1,2,4 --rounds 2 --steps 3
 
-When `--data` is not under `--data-root`, it is built first in a temporary root by `forgeplay
+When `--dataset` is not under `--data-root`, it is built first in a temporary root by `forgeplay
 pipeline --texts template` (the world, `--prepare-n` synthesized trajectories with program-written
 reasoning, validation; a minute, no model loaded), so it runs on a fresh clone too.
 
@@ -94,7 +94,7 @@ def run_config(spec: dict, guard_gb: float) -> dict:
 def prepare(data: str, n: int, root: Path, console) -> str:
     """Build `data` (a `<dataset>_valid`) under `root` with `forgeplay pipeline`; the root."""
     if not data.endswith("_valid"):
-        raise SystemExit(f"--data {data}: not found, and only a <dataset>_valid can be built here")
+        raise SystemExit(f"--dataset {data}: not found, and only a <dataset>_valid can be built here")
     console.print(f"{data} not found: building it under {root} (forgeplay pipeline --texts template --n {n}) ...")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-m", "flows.cli", "pipeline", "--data-root", str(root), "--dataset",
@@ -114,7 +114,7 @@ def safe_guard(wanted: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--data", default="demo_valid", help="dataset of synthesized trajectories (make run: demo_valid)")
+    ap.add_argument("--dataset", dest="data", default="demo_valid", help="dataset of synthesized trajectories (make run: demo_valid)")
     ap.add_argument("--data-root", default=os.environ.get("FORGEPLAY_DATA", "data"))
     ap.add_argument("--model", default=None, help="model folder (default: the embedded model)")
     ap.add_argument("--old-batches", default="1,2", help="today's path: examples per padded micro-batch, comma-separated")
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps per configuration (the first is warm-up)")
     ap.add_argument("--rounds", type=int, default=1, help="times to run every configuration, in turn")
     ap.add_argument("--guard-gb", type=float, default=20.0, help="address-space cap of each configuration's process")
-    ap.add_argument("--prepare-n", type=int, default=8, help="trajectories to synthesize when --data must be built")
+    ap.add_argument("--prepare-n", type=int, default=8, help="trajectories to synthesize when --dataset must be built")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))

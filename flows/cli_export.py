@@ -1,9 +1,9 @@
 """`forgeplay export verl|trl`: write training-ready Parquet for verl (train/verl_export.py) and
 TRL (train/export.py).
 
-    forgeplay export verl --data demo --out exports/verl
-    forgeplay export verl --tool-agent --data demo_valid --out exports/verl   # + tool config, adapter, corpus
-    forgeplay export trl --data demo --out exports/trl --kinds trajectories --test-fraction 0.1
+    forgeplay export verl --dataset demo --out exports/verl
+    forgeplay export verl --tool-agent --dataset demo_valid --out exports/verl   # + tool config, adapter, corpus
+    forgeplay export trl --dataset demo --out exports/trl --kinds trajectories --test-fraction 0.1
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from storage.reader import require_rows
 err = Console(stderr=True)
 export_app = typer.Typer(no_args_is_help=True, help="Export a dataset as Parquet that verl or TRL trainers read as is.")
 
-Data = Annotated[str, typer.Option("--data", "-d", help="Dataset to export.")]
+Data = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset to export. [required]")]
+OldData = Annotated[Optional[str], typer.Option("--data", hidden=True, help="deprecated: use --dataset")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder (created; files are overwritten).")]
 Kinds = Annotated[Optional[list[str]], typer.Option(
     "--kinds", "-k", help="Source kinds (repeat the option): triples, tasks, trajectories. Default: all present.")]
@@ -31,6 +32,18 @@ TestFraction = Annotated[float, typer.Option(help="Share of rows in the test spl
                                              min=0.0, max=1.0)]
 KeepRejected = Annotated[bool, typer.Option("--keep-rejected/--skip-rejected",
                                             help="Keep records that failed a validation verdict.")]
+
+
+def dataset_option(data: Optional[str], old: Optional[str]) -> str:
+    """--dataset, or its old spelling --data (with a one-line deprecation note)."""
+    if old is not None:
+        if data is not None:
+            raise typer.BadParameter("give --dataset or its old spelling --data, not both")
+        err.print("note: --data is deprecated; use --dataset", highlight=False)
+        data = old
+    if data is None:
+        raise typer.BadParameter("--dataset is required")
+    return data
 
 
 def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[str]], test_fraction: float,
@@ -43,7 +56,7 @@ def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[s
         err.print(f"[red]unknown kind(s) {', '.join(bad)}[/red]; choose from {', '.join(KINDS)}")
         raise typer.Exit(2)
     try:  # what the options name, before a tokenizer loads
-        require_rows(resolve_root(data_root), data, chosen, "--data")
+        require_rows(resolve_root(data_root), data, chosen, "--dataset")
         if options.get("corpus"):
             require_rows(resolve_root(data_root), options["corpus"], "documents", "--corpus")
         if options.get("tokenizer") is not None and not Path(options["tokenizer"]).exists():
@@ -72,8 +85,8 @@ def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[s
 
 
 @export_app.command("verl")
-def verl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
-         keep_rejected: KeepRejected = False, data_root: DataRoot = None,
+def verl(out: Out, data: Data = None, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
+         keep_rejected: KeepRejected = False, data_root: DataRoot = None, old_data: OldData = None,
          tool_agent: Annotated[bool, typer.Option(
              "--tool-agent", help="Export the tool-use prompts for verl's multi-turn tool agent: tool_config.yaml "
                                   "and the simulator-backed tool adapter (without it they are left out).")] = False,
@@ -90,7 +103,7 @@ def verl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction 
     lengths and the data.max_prompt_length to set."""
     from train.verl_export import export_verl
 
-    r = _run(export_verl, "verl", data, out, kinds, test_fraction, keep_rejected, data_root,
+    r = _run(export_verl, "verl", dataset_option(data, old_data), out, kinds, test_fraction, keep_rejected, data_root,
              tool_agent=tool_agent, tokenizer=tokenizer, corpus=corpus)
     s = r.lengths
     if s:
@@ -106,14 +119,14 @@ def verl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction 
 
 
 @export_app.command("trl")
-def trl(data: Data, out: Out, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
-        keep_rejected: KeepRejected = False, data_root: DataRoot = None) -> None:
+def trl(out: Out, data: Data = None, kinds: Kinds = None, test_fraction: TestFraction = 0.05,
+        keep_rejected: KeepRejected = False, data_root: DataRoot = None, old_data: OldData = None) -> None:
     """Write grpo_{train,test}.parquet (prompt + answer columns for GRPOTrainer) and
     sft_{train,test}.parquet (messages for SFTTrainer) and a README with the TRL code;
     the reward is train/reward.py:answer_reward."""
     from train.export import export_trl
 
-    _run(export_trl, "TRL", data, out, kinds, test_fraction, keep_rejected, data_root)
+    _run(export_trl, "TRL", dataset_option(data, old_data), out, kinds, test_fraction, keep_rejected, data_root)
 
 
 def register(app: typer.Typer) -> None:

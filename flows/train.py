@@ -13,9 +13,9 @@ dist.py: torch.distributed.run on this machine, gloo on CPU, nccl on GPUs); thei
 writes metrics, checkpoints, curves and the final model, and the flow reports from those.
 The flow process then loads no model itself.
 
-    forgeplay train sft --data demo --out runs/sft1 --max-steps 50
-    forgeplay train sft --data demo --out runs/sft1 --max-steps 50 --nproc 2
-    forgeplay train grpo --data demo --out runs/grpo1 --max-steps 20 --resume
+    forgeplay train sft --dataset demo --out runs/sft1 --max-steps 50
+    forgeplay train sft --dataset demo --out runs/sft1 --max-steps 50 --nproc 2
+    forgeplay train grpo --dataset demo --out runs/grpo1 --max-steps 20 --resume
 
     run("sft", SFTConfig(data="demo", out="runs/sft1"), TrainConfig(max_steps=50))   # from Python
 """

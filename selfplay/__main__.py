@@ -3,7 +3,7 @@ Prefect, runnable under torchrun: `python -m train`'s commands with the self-pla
 registered first. train/run.py launches it for `forgeplay train selfplay-examiner|selfplay-student
 --nproc N` (the kinds' StageKind.module).
 
-    torchrun --nproc-per-node 2 -m selfplay selfplay-student --data w_selfplay --run RUN --out runs/s
+    torchrun --nproc-per-node 2 -m selfplay selfplay-student --dataset w_selfplay --run RUN --out runs/s
 """
 
 import selfplay.update  # noqa: F401  (registers the kinds before the commands are made)

@@ -47,7 +47,7 @@ POLICY_TOKENS = "tokens"  # the token-mean objective is a mean over these (train
 class UpdateConfig:
     """What both updates read (every field is a CLI option)."""
 
-    data: str = field(default="", metadata={"required": True, "help": "self-play dataset (tasks and rollouts of the run)"})
+    data: str = field(default="", metadata={"required": True, "flag": "dataset", "aliases": ("data",), "help": "self-play dataset (tasks and rollouts of the run)"})
     run: str = field(default="", metadata={"help": "self-play run id (the selfplay flow's run_id)"})
     iteration: int = field(default=0, metadata={"help": "iteration whose rollouts to train on"})
     model: str | None = field(default=None, metadata={"help": "model folder to update (default: embedded)"})

@@ -17,6 +17,10 @@ dict and list fields take JSON text. A field whose values are a closed set names
 decide what is valid, so their messages stay the same in a command and in a file. A field a
 command cannot run without says `metadata["required"] = True`: its help ends in
 `[required]` (the loop config's schema leaves that out: the loop sets those fields itself).
+A field whose option is named otherwise than the field says so in `metadata["flag"]` (the
+`data` field of the training configs is `--dataset`, as in every other command; config
+files keep the field's name), and its old spellings in `metadata["aliases"]`: they still
+work, hidden from `--help`, with a one-line deprecation note.
 """
 
 from __future__ import annotations
@@ -79,6 +83,16 @@ def _help(f: dataclasses.Field, is_json: bool) -> str:
     return f.metadata.get("help", "") + (" (JSON)" if is_json else "") + escape(note)  # not a markup tag
 
 
+def flag(f: dataclasses.Field) -> str:
+    """The option of a field: `metadata["flag"]`, else its name, as --kebab-case."""
+    return "--" + f.metadata.get("flag", f.name).replace("_", "-")
+
+
+def option_of(cfg, name: str) -> str:
+    """The option of `cfg`'s field `name` (an instance or a dataclass), for messages."""
+    return flag(next(f for f in dataclasses.fields(cfg) if f.name == name))
+
+
 def _fields(cls) -> list[dataclasses.Field]:
     hints = typing.get_type_hints(cls)
     out = []
@@ -99,7 +113,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
     (`forgeplay selfplay --dataset D` as `forgeplay selfplay run --dataset D`)."""
 
     def wrap(fn: Callable) -> Callable:
-        params, owners, decoders = [], {}, {}
+        params, owners, decoders, aliases = [], {}, {}, {}
         for cls in classes:
             for f in _fields(cls):
                 if f.name in owners:
@@ -114,16 +128,29 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                     default = f.default_factory()  # type: ignore[misc]
                 if is_json and default is not None and not isinstance(default, str):
                     default = json.dumps(default)
-                flag = "--" + f.name.replace("_", "-")
-                decls = [flag] if tp not in (bool, Optional[bool]) else [f"{flag}/--no-{flag[2:]}"]
+                option = flag(f)
+                decls = [option] if tp not in (bool, Optional[bool]) else [f"{option}/--no-{option[2:]}"]
                 opt = typer.Option(*decls, help=_help(f, is_json))
                 params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                                 annotation=Annotated[tp, opt]))
+                for i, old in enumerate(f.metadata.get("aliases", ())):  # an old spelling: hidden, noted when used
+                    key = f"_alias_{i}_{f.name}"
+                    aliases[key] = (f.name, f"--{old}", option, default)
+                    params.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+                        Optional[tp], typer.Option(f"--{old}", hidden=True, help=f"deprecated: use {option}")]))
         params.append(inspect.Parameter("data_root", inspect.Parameter.KEYWORD_ONLY, default=None,
                                         annotation=DataRoot))
 
         def command(**kwargs):
             data_root: Optional[Path] = kwargs.pop("data_root", None)
+            for key, (field_name, old, option, default) in aliases.items():
+                value = kwargs.pop(key)
+                if value is None:
+                    continue
+                if kwargs[field_name] != default:
+                    raise typer.BadParameter(f"give {option} or its old spelling {old}, not both")
+                _err.print(f"note: {old} is deprecated; use {option}", highlight=False)
+                kwargs[field_name] = value
             built = []
             for cls in classes:
                 values = {}
@@ -133,7 +160,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
                         try:
                             v = json.loads(v)
                         except ValueError as e:
-                            raise typer.BadParameter(f"--{f.name.replace('_', '-')} must be JSON: {e}") from None
+                            raise typer.BadParameter(f"{flag(f)} must be JSON: {e}") from None
                     values[f.name] = v
                 built.append(values)
             try:  # a config's own checks (__post_init__) are user errors too
@@ -168,17 +195,17 @@ def to_args(*configs, skip: Sequence[str] = ()) -> list[str]:
         for f in dataclasses.fields(cfg):
             if f.name in skip:
                 continue
-            v, flag = getattr(cfg, f.name), f.name.replace("_", "-")
+            v, name = getattr(cfg, f.name), flag(f)
             if v is None:
                 if f.default is not None:
-                    raise ValueError(f"--{flag} cannot be given as None")
+                    raise ValueError(f"{name} cannot be given as None")
                 continue
             if isinstance(v, bool):
-                out.append(f"--{flag}" if v else f"--no-{flag}")
+                out.append(name if v else f"--no-{name[2:]}")
             elif isinstance(v, (dict, list)):
-                out += [f"--{flag}", json.dumps(v)]
+                out += [name, json.dumps(v)]
             else:
-                out += [f"--{flag}", str(v)]
+                out += [name, str(v)]
     return out
 
 

@@ -3,8 +3,8 @@ One command per kind registered in train/stages.py (sft, grpo); its options are 
 `forgeplay train KIND` (the kind's config and TrainConfig, built by storage/configcli.py);
 `--help` lists them.
 
-    torchrun --nproc-per-node 2 -m train sft --data demo --out runs/sft1 --max-steps 50
-    python -m train sft --nproc 2 --data demo --out runs/sft1     # starts torchrun itself
+    torchrun --nproc-per-node 2 -m train sft --dataset demo --out runs/sft1 --max-steps 50
+    python -m train sft --nproc 2 --dataset demo --out runs/sft1     # starts torchrun itself
 
 Every command calls train/run.py `run_stage`, as the Prefect flow does: each rank initialises
 torch.distributed from the torchrun environment (nccl on cuda:LOCAL_RANK, gloo on CPU), trains

@@ -65,7 +65,7 @@ class TrainConfig:
 class SFTConfig:
     """What to fine-tune on (every field is a CLI option)."""
 
-    data: str = field(default="", metadata={"required": True, "help": "dataset whose trajectories to train on"})
+    data: str = field(default="", metadata={"required": True, "flag": "dataset", "aliases": ("data",), "help": "dataset whose trajectories to train on"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
     out: str = field(default="", metadata={"required": True, "help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
     max_len: int = field(default=8192, metadata={"help": "drop conversations longer than this many tokens"})
@@ -98,7 +98,7 @@ class RolloutConfig:
 class GRPOConfig(RolloutConfig):
     """GRPO settings (every field is a CLI option)."""
 
-    data: str = field(default="", metadata={"required": True, "help": "dataset whose triples give the questions"})
+    data: str = field(default="", metadata={"required": True, "flag": "dataset", "aliases": ("data",), "help": "dataset whose triples give the questions"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
     out: str = field(default="", metadata={"required": True, "help": "run folder: checkpoints, metrics.jsonl, curves.png, final/"})
     group_size: int = field(default=4, metadata={"help": "rollouts per prompt (a GRPO group)"})

@@ -2,7 +2,7 @@
 triples, through the BM25 simulator, scored for well-formed tool calls and answer exact match.
 It gives the before/after figures of a training run.
 
-    forgeplay train eval --data demo --model runs/sft1/final --limit 64 --tool-style compact
+    forgeplay train eval --dataset demo --model runs/sft1/final --limit 64 --tool-style compact
 
 By default only held-out triples are used: those no trajectory of the dataset was built from.
 That set moves when the training data picks other triples; `--hold-out FILE` (triple ids, one
@@ -37,7 +37,7 @@ class EvalConfig(RolloutConfig):
     """What to evaluate (every field is a CLI option)."""
 
     temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0 = greedy)"})
-    data: str = field(default="", metadata={"required": True, "help": "dataset whose triples are asked"})
+    data: str = field(default="", metadata={"required": True, "flag": "dataset", "aliases": ("data",), "help": "dataset whose triples are asked"})
     model: str | None = field(default=None, metadata={"help": "model folder or prepared name (default: embedded)"})
     limit: int = field(default=64, metadata={"help": "triples to ask at most (0 = all)"})
     held_out: bool = field(default=True, metadata={"help": "skip triples that the dataset's trajectories were built from"})
@@ -249,13 +249,13 @@ def check_sampling(kind: str, model, url: str = "") -> None:
 
 
 def check_eval(cfg: EvalConfig, root) -> None:
-    """The options of an evaluation and what they name, before a model loads: --data with
+    """The options of an evaluation and what they name, before a model loads: --dataset with
     triples, a --hold-out file, the backend and the model."""
     from storage.reader import require_rows
 
     if not cfg.data:
-        raise ValueError("--data is required")
-    require_rows(root, cfg.data, "triples", "--data")
+        raise ValueError("--dataset is required")
+    require_rows(root, cfg.data, "triples", "--dataset")
     if cfg.hold_out and not os.path.isfile(cfg.hold_out):
         raise ValueError(f"--hold-out: no such file: {cfg.hold_out}")
     check_sampling(cfg.backend, cfg.model, cfg.url)

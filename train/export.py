@@ -2,8 +2,8 @@
 read as they are. This is the way to train past one machine. This module holds what both
 exporters share and the TRL exporter; the verl one is train/verl_export.py.
 
-    forgeplay export verl --data demo --out exports/verl      # train.parquet, test.parquet, README.md, ...
-    forgeplay export trl  --data demo --out exports/trl       # grpo_{train,test}.parquet, sft_{train,test}.parquet
+    forgeplay export verl --dataset demo --out exports/verl      # train.parquet, test.parquet, README.md, ...
+    forgeplay export trl  --dataset demo --out exports/trl       # grpo_{train,test}.parquet, sft_{train,test}.parquet
 
 Sources: `triples` and `tasks` (a question with a gold answer -> an RL prompt) and
 `trajectories` (a tool-use conversation -> an RL prompt with its tools, and an SFT example).

@@ -29,6 +29,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from storage.configcli import option_of
 from storage.files import write_json
 from storage.runs import Stages
 from train.configs import TrainConfig
@@ -37,13 +38,13 @@ from train.stages import StageKind, get_kind
 
 def check_args(cfg) -> None:
     if not cfg.data or not cfg.out:
-        raise ValueError("--data and --out are required")
+        raise ValueError(f"{option_of(cfg, 'data')} and --out are required")
 
 
 def check_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None) -> None:
     """What a stage's options can tell wrong before a model loads or a process starts
-    (one-line ValueError): the kind, --data and --out, the process count, options wrong
-    together (the kind's `check`), rows of what the kind trains on (`reads`) in --data and a
+    (one-line ValueError): the kind, --dataset and --out, the process count, options wrong
+    together (the kind's `check`), rows of what the kind trains on (`reads`) in --dataset and a
     --model that is a model folder or a prepared name."""
     from generators.llm.model_store import check_model
     from storage import resolve_root
@@ -65,12 +66,12 @@ def check_stage(kind: str, cfg, tcfg: TrainConfig, data_root=None) -> None:
     if stage.check is not None:
         stage.check(cfg, tcfg)
     if stage.reads:
-        require_rows(resolve_root(data_root), cfg.data, stage.reads, "--data")
+        require_rows(resolve_root(data_root), cfg.data, stage.reads, option_of(cfg, "data"))
     check_model(cfg.model)
 
 
 def prepare_run(kind: str, cfg, tcfg: TrainConfig, warnings: list[str] | None = None) -> Path:
-    """Check --data/--out, create the run folder and write the resolved config.json (with the
+    """Check --dataset/--out, create the run folder and write the resolved config.json (with the
     build's `warnings`)."""
     check_args(cfg)
     run_dir = Path(cfg.out)

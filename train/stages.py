@@ -2,7 +2,7 @@
 command's options), a `build` that loads the model and the data and makes the Trainer step
 function, an optional cheap `count` of the training rows (no model loaded; the launcher of a
 multi-process run reports and checks it before starting the ranks), the record kinds of
-`--data` it trains on (`reads`: train/run.py `check_stage` refuses a dataset without them
+`--dataset` it trains on (`reads`: train/run.py `check_stage` refuses a dataset without them
 before a model loads) and the metrics drawn in curves.png. train/run.py runs any kind; `python -m train KIND` and `forgeplay train KIND` are
 generated from this registry (`add_stage_commands`), so a new kind needs no CLI code:
 
@@ -68,7 +68,7 @@ class StageKind:
     one_process: bool = False  # its ranks cannot be launched (run_stage refuses --nproc > 1)
     module: str = "train"  # `python -m MODULE KIND` runs a rank (a package above train registers its kinds there)
     check: Callable[[Any, TrainConfig], None] | None = None  # (cfg, train_cfg): options wrong together
-    reads: tuple[str, ...] = ()  # record kinds of --data it trains on (any of them): checked before a model loads
+    reads: tuple[str, ...] = ()  # record kinds of --dataset it trains on (any of them): checked before a model loads
 
 
 KINDS: dict[str, StageKind] = {}

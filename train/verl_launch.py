@@ -105,7 +105,7 @@ def overrides(cfg, tcfg, folder: Path, export: VerlExport, model: str) -> list[s
 
 
 def check(cfg, tcfg, root) -> None:
-    """One-line ValueErrors before anything loads: the options, --data's rows, --model, and
+    """One-line ValueErrors before anything loads: the options, --dataset's rows, --model, and
     without --dry-run verl and the GPUs (`check_launch`)."""
     from generators.llm.model_store import check_model
     from storage.reader import require_rows
@@ -116,12 +116,12 @@ def check(cfg, tcfg, root) -> None:
     if cfg.engine != "verl":
         raise ValueError("--dry-run writes a verl run: it needs --engine verl")
     if not cfg.data or not cfg.out:
-        raise ValueError("--engine verl needs --data and --out (the verl run is written to OUT/verl)")
+        raise ValueError("--engine verl needs --dataset and --out (the verl run is written to OUT/verl)")
     if cfg.labels and cfg.labels not in LABELLERS:
         raise ValueError(f"--labels must be one of {', '.join(LABELLERS)}, not {cfg.labels!r}")
     if tcfg.nproc < 1 or cfg.group_size < 2:
         raise ValueError("--engine verl needs --nproc >= 1 (GPUs) and --group-size >= 2")
-    require_rows(root, cfg.data, ("triples", "trajectories"), "--data")
+    require_rows(root, cfg.data, ("triples", "trajectories"), "--dataset")
     check_model(cfg.model)
     if not cfg.dry_run:
         check_launch(tcfg.nproc)

@@ -111,7 +111,7 @@ def test_train_grpo_with_care_labels_checkpoints_the_probes(root, tiny_llama_dir
 def test_labels_options_are_checked_before_training(root):
     from flows.cli import app
 
-    base = ["train", "grpo", "--data", "w", "--out", "x", "--data-root", str(root)]
+    base = ["train", "grpo", "--dataset", "w", "--out", "x", "--data-root", str(root)]
     res = CliRunner().invoke(app, base + ["--labels", "nope"])
     assert res.exit_code == 2 and "--labels must be one of random" in res.output, res.output
     res = CliRunner().invoke(app, base + ["--labels", "care", "--nproc", "2"])
@@ -137,7 +137,7 @@ def test_python_m_train_runs_label_aware_grpo_without_flows(root, tiny_llama_dir
     not from an import in flows: `python -m train grpo --labels care` lists and runs them alone."""
     repo, out = Path(__file__).resolve().parents[2], tmp_path / "got.json"
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    args = ["grpo", "--data", "w", "--model", str(tiny_llama_dir), "--out", str(tmp_path / "g"), "--limit", "4",
+    args = ["grpo", "--dataset", "w", "--model", str(tiny_llama_dir), "--out", str(tmp_path / "g"), "--limit", "4",
             "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--tool-style", "compact",
             "--labels", "care", "--budget", "2", "--labels-out", "w_cli", "--max-steps", "1", "--batch-size", "2",
             "--data-root", str(root)]

@@ -108,11 +108,11 @@ def world(tmp_path_factory) -> Path:
 MISTAKES = [
     (["show", "nope", "x"], "no dataset 'nope' under"),
     (["show", "w", "x"], "no record 'x' in dataset 'w'"),
-    (["train", "sft", "--data", "demo_vlaid", "--out", "x"], "--data 'demo_vlaid' has no trajectories rows"),
-    (["train", "sft", "--data", "w", "--out", "x"], "--data 'w' has no trajectories rows"),
-    (["train", "grpo", "--data", "nope", "--out", "x"], "--data 'nope' has no triples rows"),
-    (["train", "grpo", "--data", "w", "--out", "x", "--model", "/no/such/model"], "--model: unknown model"),
-    (["train", "eval", "--data", "nope"], "--data 'nope' has no triples rows"),
+    (["train", "sft", "--dataset", "demo_vlaid", "--out", "x"], "--dataset 'demo_vlaid' has no trajectories rows"),
+    (["train", "sft", "--dataset", "w", "--out", "x"], "--dataset 'w' has no trajectories rows"),
+    (["train", "grpo", "--dataset", "nope", "--out", "x"], "--dataset 'nope' has no triples rows"),
+    (["train", "grpo", "--dataset", "w", "--out", "x", "--model", "/no/such/model"], "--model: unknown model"),
+    (["train", "eval", "--dataset", "nope"], "--dataset 'nope' has no triples rows"),
     (["validate", "--input", "{root}/theirs.jsonl"], "--input needs --out"),
     (["validate", "--dataset", "nope"], "--dataset 'nope' has no trajectories rows"),
     (["validate", "--dataset", "w", "--kind", "triples", "--corpus", "nope"], "--corpus 'nope' has no documents"),
@@ -121,8 +121,8 @@ MISTAKES = [
     (["synthesize", "--dataset", "nope"], "--dataset 'nope' has no triples rows"),
     (["synthesize", "--dataset", "w", "--backend", "nope"], "unknown --backend 'nope'"),
     (["synthesize", "--dataset", "w", "--model", "/no/such/model"], "--model: unknown model"),
-    (["export", "verl", "--data", "nope", "--out", "x"], "--data 'nope' has no"),
-    (["export", "trl", "--data", "nope", "--out", "x"], "--data 'nope' has no"),
+    (["export", "verl", "--dataset", "nope", "--out", "x"], "--dataset 'nope' has no"),
+    (["export", "trl", "--dataset", "nope", "--out", "x"], "--dataset 'nope' has no"),
     (["selfplay", "run", "--dataset", "nope", "--no-train"], "--dataset 'nope' has no triples rows"),
     (["selfplay", "run", "--dataset", "w", "--no-train", "--student", "/no/such/model"], "--student: unknown model"),
     (["selfplay", "warmstart", "--dataset", "nope"], "--dataset 'nope' has no triples rows"),
@@ -131,7 +131,7 @@ MISTAKES = [
     (["pipeline", "--backend", "nope"], "unknown --backend 'nope'"),
     (["run", "--config", "{root}/loop.json"], "model: unknown model"),
     (["--prefect", "validate", "--input", "{root}/theirs.jsonl"], "--input needs --out"),
-    (["--prefect", "train", "sft", "--data", "nope", "--out", "x"], "--data 'nope' has no trajectories rows"),
+    (["--prefect", "train", "sft", "--dataset", "nope", "--out", "x"], "--dataset 'nope' has no trajectories rows"),
 ]
 
 

@@ -108,7 +108,7 @@ def test_choices_are_shown_but_the_configs_own_check_decides():
 
 
 @pytest.mark.parametrize("path, options", [
-    (("train", "sft"), ("--data", "--out")), (("train", "grpo"), ("--data", "--out")), (("train", "eval"), ("--data",)),
+    (("train", "sft"), ("--dataset", "--out")), (("train", "grpo"), ("--dataset", "--out")), (("train", "eval"), ("--dataset",)),
     (("acquire-labels",), ("--dataset",)), (("selfplay", "run"), ("--dataset",)), (("corpus", "questions"), ("--dataset",)),
 ])
 def test_options_a_command_cannot_run_without_are_marked_required(path, options):
@@ -126,3 +126,25 @@ def test_the_loop_config_schema_does_not_call_the_fields_it_wires_required():
 
     text = json.dumps(schema())
     assert "[required]" not in text and "[choices: facts, brief, evidence, plan]" in text
+
+
+def test_every_command_names_the_dataset_it_reads_dataset():
+    """One name per concept: `--dataset` in every command (train, eval and export said `--data`)."""
+    old = [" ".join(p) for p, cmd in ALL for o in cmd.params
+           if o.param_type_name == "option" and "--data" in o.opts and not o.hidden]
+    assert not old
+    for path in (("train", "sft"), ("train", "grpo"), ("train", "eval"), ("export", "verl"), ("export", "trl")):
+        assert any("--dataset" in o.opts for o in dict(ALL)[path].params), path
+
+
+@pytest.mark.parametrize("args, says", [
+    (["train", "sft", "--data", "nope", "--out", "x"], "--dataset 'nope' has no trajectories rows"),
+    (["train", "eval", "--data", "nope"], "--dataset 'nope' has no triples rows"),
+    (["export", "verl", "--data", "nope", "--out", "x"], "--dataset 'nope' has no"),
+])
+def test_the_old_spelling_data_still_works_with_a_one_line_note(args, says, tmp_path):
+    res = runner.invoke(app, [*args, "--data-root", str(tmp_path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and says in res.output, res.output
+    assert res.output.count("note: --data is deprecated; use --dataset") == 1, res.output
+    both = runner.invoke(app, [*args, "--dataset", "other", "--data-root", str(tmp_path)], env={"COLUMNS": "200"})
+    assert both.exit_code == 2 and "not both" in both.output, both.output

@@ -28,8 +28,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_command() -> list[str]:
-    """The arguments of README's `forgeplay train sft --data demo_valid ...` line."""
-    line = next(ln for ln in README.read_text().splitlines() if ln.startswith("forgeplay train sft --data demo_valid"))
+    """The arguments of README's `forgeplay train sft --dataset demo_valid ...` line."""
+    line = next(ln for ln in README.read_text().splitlines() if ln.startswith("forgeplay train sft --dataset demo_valid"))
     return shlex.split(line.split("#")[0])[1:]
 
 

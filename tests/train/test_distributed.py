@@ -168,7 +168,7 @@ def _cli(args: list[str]):
 def test_cli_nproc_2_trains_and_resumes(short_root, tiny_llama_dir, tmp_path):
     root = short_root
     out = tmp_path / "run"
-    base = ["train", "sft", "--data", "s", "--model", str(tiny_llama_dir), "--out", str(out), "--max-len", "2048",
+    base = ["train", "sft", "--dataset", "s", "--model", str(tiny_llama_dir), "--out", str(out), "--max-len", "2048",
             "--limit", "4", "--data-root", str(root), "--nproc", "2", "--batch-size", "1", "--lr", "1e-3", "--keep-checkpoints"]
     res = _cli([*base, "--max-steps", "1"])
     assert res.exit_code == 0, res.output
@@ -200,7 +200,7 @@ def test_failed_rank_is_reported_in_one_line(short_root, tiny_llama_dir, tmp_pat
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     out = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "train", "sft", "--model", str(broken), "--out", str(out),
-                          "--data", "s", "--data-root", str(root), "--nproc", "2", "--max-steps", "1"],
+                          "--dataset", "s", "--data-root", str(root), "--nproc", "2", "--max-steps", "1"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 1, res.stderr[-2000:]
     last = res.stderr.strip().splitlines()[-1]

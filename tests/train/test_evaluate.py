@@ -9,7 +9,7 @@ from tests.train.test_sft import traj_root  # noqa: F401 (fixture)
 
 def test_eval_cli_prints_rates_and_per_type_rows(traj_root, tiny_llama_dir):  # noqa: F811
     root, _ = traj_root
-    res = _cli(["train", "eval", "--data", "w", "--model", str(tiny_llama_dir), "--limit", "6", "--max-turns", "1",
+    res = _cli(["train", "eval", "--dataset", "w", "--model", str(tiny_llama_dir), "--limit", "6", "--max-turns", "1",
                 "--max-new-tokens", "8", "--tool-style", "compact", "--data-root", str(root)])
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
@@ -34,7 +34,7 @@ def test_eval_warns_once_when_the_model_was_trained_on_longer_turns(traj_root, t
     model = tmp_path / "m"
     shutil.copytree(tiny_llama_dir, model)
     (model / MARKER).write_text(json.dumps({"longest_turn": 9}))
-    args = ["--data", "w", "--limit", "2", "--max-turns", "1", "--tool-style", "compact", "--data-root", str(root)]
+    args = ["--dataset", "w", "--limit", "2", "--max-turns", "1", "--tool-style", "compact", "--data-root", str(root)]
     res = _cli(["train", "eval", "--model", str(model), "--max-new-tokens", "8", *args])
     said = "up to 9 tokens, more than --max-new-tokens 8"
     assert res.exit_code == 0 and " ".join(res.output.split()).count(said) == 1, res.output
@@ -69,4 +69,4 @@ def test_by_qtype_rows_add_up_to_the_summary(traj_root, tiny_llama_dir):  # noqa
 
 def test_eval_without_data_is_a_user_error(tiny_llama_dir):
     res = _cli(["train", "eval", "--model", str(tiny_llama_dir)])
-    assert res.exit_code == 2 and "--data is required" in res.output
+    assert res.exit_code == 2 and "--dataset is required" in res.output

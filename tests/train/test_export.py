@@ -147,18 +147,18 @@ def test_cli_export(root, tmp_path, embedded_tokenizer_dir):
 
     runner = CliRunner()
     out = tmp_path / "verl"
-    res = runner.invoke(app, ["export", "verl", "--data", "w", "--out", str(out), "--data-root", str(root),
+    res = runner.invoke(app, ["export", "verl", "--dataset", "w", "--out", str(out), "--data-root", str(root),
                               "--kinds", "tasks", "--kinds", "triples", "--tokenizer", str(embedded_tokenizer_dir)])
     assert res.exit_code == 0, res.output
     assert "set data.max_prompt_length=" in res.output
     assert (out / "train.parquet").exists() and (out / "README.md").exists()
     abilities = set(pq.read_table(out / "train.parquet").column("ability").to_pylist())
     assert abilities == {"multihop_qa"}
-    res = runner.invoke(app, ["export", "trl", "--data", "nope", "--out", str(tmp_path / "t"), "--data-root", str(root)])
+    res = runner.invoke(app, ["export", "trl", "--dataset", "nope", "--out", str(tmp_path / "t"), "--data-root", str(root)])
     assert res.exit_code == 2 and "no dataset" in res.output
-    res = runner.invoke(app, ["export", "trl", "--data", "w", "--out", str(tmp_path / "t"), "--data-root", str(root),
+    res = runner.invoke(app, ["export", "trl", "--dataset", "w", "--out", str(tmp_path / "t"), "--data-root", str(root),
                               "--kinds", "bogus"])
     assert res.exit_code == 2 and "unknown kind" in res.output
-    res = runner.invoke(app, ["export", "verl", "--data", "w", "--out", str(out), "--data-root", str(root),
+    res = runner.invoke(app, ["export", "verl", "--dataset", "w", "--out", str(out), "--data-root", str(root),
                               "--tool-agent", "--tokenizer", str(tmp_path)])
     assert res.exit_code == 2 and "cannot load a tokenizer from" in res.output

@@ -169,7 +169,7 @@ def test_grpo_sharded_in_two_processes_equals_unsharded(world, tiny_llama_dir, t
     for mode in ("none", "full"):
         out = tmp_path / mode
         res = CliRunner().invoke(app, [
-            "train", "grpo", "--data", "w", "--model", str(tiny_llama_dir), "--out", str(out), "--limit", "4",
+            "train", "grpo", "--dataset", "w", "--model", str(tiny_llama_dir), "--out", str(out), "--limit", "4",
             "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "6", "--tool-style", "compact",
             "--data-root", str(root), "--nproc", "2", "--batch-size", "1", "--max-steps", "2", "--lr", "1e-3",
             "--schedule", "constant", "--shard", mode, "--keep-checkpoints"])

@@ -120,7 +120,7 @@ def test_the_command_stops_before_writing_when_the_plan_cannot_fit(short_root, t
     from flows.cli import app
 
     out = tmp_path / "run"
-    args = ["sft", "--data", "s", "--model", str(tiny_llama_dir), "--out", str(out), "--memory-gb", "0.3",
+    args = ["sft", "--dataset", "s", "--model", str(tiny_llama_dir), "--out", str(out), "--memory-gb", "0.3",
             "--data-root", str(short_root)]
     res = CliRunner().invoke(app, ["train", *args])
     assert res.exit_code == 2, res.output

@@ -81,7 +81,7 @@ def _advantages(cfg, prompts, rewards) -> list[float]:
 
 
 def _dry_run(root, cfg, out: Path, model) -> CliRunner:
-    return CliRunner().invoke(_app(), ["train", "grpo", "--data", "w", "--out", str(out), "--engine", "verl",
+    return CliRunner().invoke(_app(), ["train", "grpo", "--dataset", "w", "--out", str(out), "--engine", "verl",
                                        "--dry-run", "--labels", cfg.labels, "--group-size", str(G), "--model", str(model),
                                        "--format-weight", str(FORMAT), "--data-root", str(root)])
 
@@ -109,7 +109,7 @@ def test_dry_run_writes_the_verl_run_and_bad_options_stop_in_one_line(labelled, 
     for args, error in ((["--engine", "verl"], "needs verl in this Python"), (["--dry-run"], "needs --engine verl"),
                         (["--engine", "deepspeed"], "--engine must be one of trainer, verl")):
         out = tmp_path / "no"
-        res = CliRunner().invoke(_app(), ["train", "grpo", "--data", "w", "--out", str(out), *args,
+        res = CliRunner().invoke(_app(), ["train", "grpo", "--dataset", "w", "--out", str(out), *args,
                                           "--data-root", str(root)])
         assert res.exit_code == 2 and error in res.output and not out.exists(), res.output
 
