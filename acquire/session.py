@@ -13,7 +13,7 @@ and revealed only by the `column` source when bought; the `queue` and `llm` sour
 
 `lm` is the model whose teacher-forced pass gives the strategies' token probabilities and
 hidden states (acquire/group.py): the backend's own in process, or `acquire.group.scorer`
-beside a served backend (`--backend vllm-server`) that samples faster.
+beside a served backend (`--rollout-backend vllm-server`) that samples faster.
 
 A batch whose rollouts are committed is done: a rerun (same config) skips it, and the ledger
 never pays twice for a prompt. The probes' state is saved after each batch.
@@ -35,6 +35,13 @@ from generators.tools.banks import HELP as BANK_HELP
 from train.configs import TRIPLE_SETS, TRIPLES_HELP
 
 
+def rollout_backends() -> tuple[str, ...]:
+    """What may sample the answers (train/evaluate.py's BACKEND_KINDS, imported when asked)."""
+    from train.evaluate import BACKEND_KINDS
+
+    return BACKEND_KINDS
+
+
 @dataclass
 class AcquireConfig:
     """What one acquisition run does (every field is a CLI option)."""
@@ -53,17 +60,19 @@ class AcquireConfig:
     annotator_max_tokens: int = field(default=64, metadata={"help": "llm: tokens per annotator reply at most"})
     model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
     backend: str = field(default="transformers", metadata={
+        "flag": "rollout-backend", "aliases": ("backend",), "choices": rollout_backends,
         "help": "what samples the answers: transformers (in this process), vllm-server (vLLM's server from "
-                ".venv-vllm, or the one at --url; every answer in flight at once) or openai (any OpenAI-compatible "
-                "server at --url serving --model); token probabilities and hidden states, when the strategy reads "
+                ".venv-vllm, or the one at --rollout-url; every answer in flight at once) or openai (any OpenAI-compatible "
+                "server at --rollout-url serving --model); token probabilities and hidden states, when the strategy reads "
                 "them, come from one teacher-forced pass of --model in this process"})
-    url: str = field(default="", metadata={"help": "vllm-server / openai: the server's address (http://host:port)"})
+    url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
+                                           "help": "vllm-server / openai: the server's address (http://host:port)"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
     p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})
     gate: float = field(default=0.1, metadata={"help": "care: fraction of each batch most likely voted right left out (p2)"})
     warmup: int = field(default=20, metadata={"help": "care: batches before stage 1 gates (the probes rank from the first batch, as CARE's code)"})
-    batch: int = field(default=16, metadata={"help": "prompts per batch"})
+    batch: int = field(default=16, metadata={"flag": "batch-size", "aliases": ("batch",), "help": "prompts per batch"})
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
     triples: str = field(default="all", metadata={"choices": TRIPLE_SETS, "help": TRIPLES_HELP})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per answer at most"})
@@ -90,9 +99,9 @@ class AcquireConfig:
         from train.evaluate import BACKEND_KINDS
 
         if self.backend not in BACKEND_KINDS:
-            raise ValueError(f"--backend must be one of {', '.join(BACKEND_KINDS)}, not {self.backend!r}")
+            raise ValueError(f"--rollout-backend must be one of {', '.join(BACKEND_KINDS)}, not {self.backend!r}")
         if self.backend == "openai" and not self.url:
-            raise ValueError("--backend openai needs --url (the server's address)")
+            raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
         if self.source not in SOURCES:
             raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {self.source!r}")
         if self.queue_format not in QUEUE_FORMATS:
@@ -107,7 +116,7 @@ class AcquireConfig:
             if self.annotator_backend == "openai" and not self.annotator_url:
                 raise ValueError("--source llm with the openai annotator backend needs --annotator-url")
         if self.n < 2 or self.batch < 1 or not 0 <= self.p <= 1 or not 0 <= self.gate < 1 or self.budget < 0:
-            raise ValueError("need --n >= 2, --batch >= 1, 0 <= --p <= 1, 0 <= --gate < 1 and --budget >= 0")
+            raise ValueError("need --n >= 2, --batch-size >= 1, 0 <= --p <= 1, 0 <= --gate < 1 and --budget >= 0")
 
 
 def _id(*parts) -> str:

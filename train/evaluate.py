@@ -46,10 +46,12 @@ class EvalConfig(RolloutConfig):
     batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
     seed: int = field(default=0, metadata={"help": "sampling seed (when temperature > 0)"})
     backend: str = field(default="transformers", metadata={
+        "flag": "rollout-backend", "aliases": ("backend",), "choices": lambda: BACKEND_KINDS,
         "help": "what samples: transformers (in this process, turns in lockstep), vllm-server (vLLM's server "
-                "from .venv-vllm, or the one at --url; every conversation in flight at once) or openai "
-                "(any OpenAI-compatible server at --url)"})
-    url: str = field(default="", metadata={"help": "vllm-server / openai: the server's address (http://host:port)"})
+                "from .venv-vllm, or the one at --rollout-url; every conversation in flight at once) or openai "
+                "(any OpenAI-compatible server at --rollout-url)"})
+    url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
+                                           "help": "vllm-server / openai: the server's address (http://host:port)"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
 
 
@@ -214,14 +216,14 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
 
         return TransformersBackend(model, batch_size=batch_size, turn_cache_mb=turn_cache_mb)
     if kind not in BACKEND_KINDS:
-        raise ValueError(f"--backend must be transformers, vllm-server or openai, not {kind!r}")
+        raise ValueError(f"--rollout-backend must be transformers, vllm-server or openai, not {kind!r}")
     from transformers import AutoTokenizer
 
     path = resolve_model(model)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if kind == "openai":
         if not url:
-            raise ValueError("--backend openai needs --url (the server's address)")
+            raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
         from generators.llm.openai_backend import OpenAIBackend
 
         return ServedClient(OpenAIBackend(url, served_model, max_concurrency=64), tokenizer, path)
@@ -237,14 +239,14 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
 
 def check_sampling(kind: str, model, url: str = "") -> None:
     """A rollout backend's options checked before anything loads (one-line ValueError): a
-    known --backend, --url for openai, a --model that is a model folder or a prepared name
+    known --rollout-backend, --rollout-url for openai, a --model that is a model folder or a prepared name
     (every kind reads its tokenizer)."""
     from generators.llm.model_store import check_model
 
     if kind not in BACKEND_KINDS:
-        raise ValueError(f"--backend must be transformers, vllm-server or openai, not {kind!r}")
+        raise ValueError(f"--rollout-backend must be transformers, vllm-server or openai, not {kind!r}")
     if kind == "openai" and not url:
-        raise ValueError("--backend openai needs --url (the server's address)")
+        raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
     check_model(model)
 
 

@@ -78,7 +78,7 @@ def test_labels_report_command_and_its_error_without_a_ledger(root, tiny_llama_d
 
 
 def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass(root, tiny_llama_dir):  # noqa: F811
-    """`--backend openai --url`: the answers come from a real OpenAI-compatible server on
+    """`--rollout-backend openai --rollout-url`: the answers come from a real OpenAI-compatible server on
     127.0.0.1 (the project's own, over the tiny model), and CARE's probes read hidden states
     from a teacher-forced pass of --model in the flow's process."""
     import torch
@@ -100,5 +100,5 @@ def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass
     buffer = probes["buffer"]  # the probes learned from every bought label's hidden states
     assert len(buffer) == 3 and all(x.responses.shape == (4, 128) for x in buffer)
     res = CliRunner().invoke(__import__("flows.cli", fromlist=["app"]).app,
-                             ["acquire-labels", "--dataset", "w", "--backend", "openai"])
-    assert res.exit_code == 2 and "--backend openai needs --url" in res.output, res.output
+                             ["acquire-labels", "--dataset", "w", "--rollout-backend", "openai"])
+    assert res.exit_code == 2 and "--rollout-backend openai needs --rollout-url" in res.output, res.output

@@ -127,7 +127,7 @@ MISTAKES = [
     (["selfplay", "run", "--dataset", "w", "--no-train", "--student", "/no/such/model"], "--student: unknown model"),
     (["selfplay", "warmstart", "--dataset", "nope"], "--dataset 'nope' has no triples rows"),
     (["acquire-labels", "--dataset", "nope"], "--dataset 'nope' has no triples rows"),
-    (["acquire-labels", "--dataset", "w", "--backend", "nope"], "--backend must be"),
+    (["acquire-labels", "--dataset", "w", "--rollout-backend", "nope"], "--rollout-backend must be"),
     (["pipeline", "--backend", "nope"], "unknown --backend 'nope'"),
     (["run", "--config", "{root}/loop.json"], "model: unknown model"),
     (["--prefect", "validate", "--input", "{root}/theirs.jsonl"], "--input needs --out"),

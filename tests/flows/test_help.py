@@ -58,6 +58,7 @@ def test_help_exits_0_and_documents_every_option(path):
     (("train", "sft"), "--shard", "none, full, grad_op"),
     (("acquire-labels",), "--source", "column, queue, llm"),
     (("selfplay", "run"), "--rollout-backend", "transformers, vllm-server"),
+    (("acquire-labels",), "--rollout-backend", "transformers, vllm-server, openai"),
 ])
 def test_closed_sets_of_values_are_listed(path, option, names):
     cmd = dict(ALL)[path]
@@ -137,14 +138,20 @@ def test_every_command_names_the_dataset_it_reads_dataset():
         assert any("--dataset" in o.opts for o in dict(ALL)[path].params), path
 
 
-@pytest.mark.parametrize("args, says", [
-    (["train", "sft", "--data", "nope", "--out", "x"], "--dataset 'nope' has no trajectories rows"),
-    (["train", "eval", "--data", "nope"], "--dataset 'nope' has no triples rows"),
-    (["export", "verl", "--data", "nope", "--out", "x"], "--dataset 'nope' has no"),
+@pytest.mark.parametrize("args, new, says", [
+    (["train", "sft", "--data", "nope", "--out", "x"], "--dataset", "--dataset 'nope' has no trajectories rows"),
+    (["train", "eval", "--data", "nope"], "--dataset", "--dataset 'nope' has no triples rows"),
+    (["export", "verl", "--data", "nope", "--out", "x"], "--dataset", "--dataset 'nope' has no"),
+    (["acquire-labels", "--dataset", "w", "--backend", "nope"], "--rollout-backend", "--rollout-backend must be one of"),
+    (["train", "eval", "--dataset", "w", "--backend", "nope"], "--rollout-backend", "train eval failed: --dataset"),
 ])
-def test_the_old_spelling_data_still_works_with_a_one_line_note(args, says, tmp_path):
+def test_an_old_spelling_still_works_with_a_one_line_note(args, new, says, tmp_path):
+    """Renamed options (one name per concept): the old spelling is the first option of `args`
+    other than --dataset and --out; it works, says so once, and is refused beside the new one."""
+    old = next(a for a in args if a.startswith("--") and a not in ("--dataset", "--out"))
     res = runner.invoke(app, [*args, "--data-root", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and says in res.output, res.output
-    assert res.output.count("note: --data is deprecated; use --dataset") == 1, res.output
-    both = runner.invoke(app, [*args, "--dataset", "other", "--data-root", str(tmp_path)], env={"COLUMNS": "200"})
+    assert res.output.count(f"note: {old} is deprecated; use {new}") == 1, res.output
+    value = args[args.index(old) + 1]
+    both = runner.invoke(app, [*args, new, value, "--data-root", str(tmp_path)], env={"COLUMNS": "200"})
     assert both.exit_code == 2 and "not both" in both.output, both.output
