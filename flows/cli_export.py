@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from storage.configcli import DataRoot
+from storage.configcli import DataRoot, old_spelling
 from storage.manifest import resolve_root
 from storage.reader import require_rows
 
@@ -36,11 +36,7 @@ KeepRejected = Annotated[bool, typer.Option("--keep-rejected/--skip-rejected",
 
 def dataset_option(data: Optional[str], old: Optional[str]) -> str:
     """--dataset, or its old spelling --data (with a one-line deprecation note)."""
-    if old is not None:
-        if data is not None:
-            raise typer.BadParameter("give --dataset or its old spelling --data, not both")
-        err.print("note: --data is deprecated; use --dataset", highlight=False)
-        data = old
+    data = old_spelling(data, old, "--dataset", "--data")
     if data is None:
         raise typer.BadParameter("--dataset is required")
     return data

@@ -88,6 +88,18 @@ def flag(f: dataclasses.Field) -> str:
     return "--" + f.metadata.get("flag", f.name).replace("_", "-")
 
 
+def old_spelling(value, old_value, option: str, old: str, default=None):
+    """An option's value when it may come under its old spelling `old` (module docstring):
+    `old_value` with a one-line deprecation note, refused beside a `value` given as `option`;
+    else `value`."""
+    if old_value is None:
+        return value
+    if value != default:
+        raise typer.BadParameter(f"give {option} or its old spelling {old}, not both")
+    _err.print(f"note: {old} is deprecated; use {option}", highlight=False)
+    return old_value
+
+
 def option_of(cfg, name: str) -> str:
     """The option of `cfg`'s field `name` (an instance or a dataclass), for messages."""
     return flag(next(f for f in dataclasses.fields(cfg) if f.name == name))
@@ -144,13 +156,7 @@ def config_command(app: typer.Typer, name: str, *classes, help: str | None = Non
         def command(**kwargs):
             data_root: Optional[Path] = kwargs.pop("data_root", None)
             for key, (field_name, old, option, default) in aliases.items():
-                value = kwargs.pop(key)
-                if value is None:
-                    continue
-                if kwargs[field_name] != default:
-                    raise typer.BadParameter(f"give {option} or its old spelling {old}, not both")
-                _err.print(f"note: {old} is deprecated; use {option}", highlight=False)
-                kwargs[field_name] = value
+                kwargs[field_name] = old_spelling(kwargs[field_name], kwargs.pop(key), option, old, default)
             built = []
             for cls in classes:
                 values = {}
