@@ -62,9 +62,9 @@ class AcquireConfig:
     backend: str = field(default="transformers", metadata={
         "flag": "rollout-backend", "aliases": ("backend",), "choices": rollout_backends,
         "help": "what samples the answers: transformers (in this process), vllm-server (vLLM's server from "
-                ".venv-vllm, or the one at --rollout-url; every answer in flight at once) or openai (any OpenAI-compatible "
-                "server at --rollout-url serving --model); token probabilities and hidden states, when the strategy reads "
-                "them, come from one teacher-forced pass of --model in this process"})
+                ".venv-vllm, or the one at --rollout-url; every answer in flight at once) or openai (any "
+                "OpenAI-compatible server at --rollout-url serving --model); token probabilities and hidden "
+                "states, when the strategy reads them, come from one teacher-forced pass of --model in this process"})
     url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
                                            "help": "vllm-server / openai: the server's address (http://host:port)"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
@@ -96,10 +96,8 @@ class AcquireConfig:
         self.labels_dataset()
         get_strategy(self.strategy)
         check_option(self.tools)
-        from train.evaluate import BACKEND_KINDS
-
-        if self.backend not in BACKEND_KINDS:
-            raise ValueError(f"--rollout-backend must be one of {', '.join(BACKEND_KINDS)}, not {self.backend!r}")
+        if self.backend not in rollout_backends():
+            raise ValueError(f"--rollout-backend must be one of {', '.join(rollout_backends())}, not {self.backend!r}")
         if self.backend == "openai" and not self.url:
             raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
         if self.source not in SOURCES:
