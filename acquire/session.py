@@ -30,6 +30,7 @@ from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
 from acquire.sources import QUEUE_FORMATS, SOURCES
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
+from generators.llm.openai_http import URL_FORM
 from generators.llm.toolcalls import TOOL_STYLES
 from generators.tools.banks import HELP as BANK_HELP
 from train.configs import TRIPLE_SETS, TRIPLES_HELP
@@ -47,7 +48,7 @@ class AcquireConfig:
     """What one acquisition run does (every field is a CLI option)."""
 
     dataset: str = field(default="", metadata={"required": True, "help": "dataset whose triples are the prompts (their answers held back)"})
-    out: str = field(default="", metadata={"help": "dataset that receives rollouts and labels (default: <dataset>_labels)"})
+    out: str = field(default="", metadata={"flag": "out-dataset", "aliases": ("out",), "help": "dataset that receives rollouts and labels (default: <dataset>_labels)"})
     strategy: str = field(default="care", metadata={"choices": lambda: tuple(STRATEGIES),
                                                     "help": "how the prompts to buy labels for are chosen"})
     budget: float = field(default=200.0, metadata={"help": "what labels may cost in all, in --label-cost units (the ledger's total; raise it to buy more)"})
@@ -56,7 +57,7 @@ class AcquireConfig:
     queue_format: str = field(default="csv", metadata={"choices": QUEUE_FORMATS, "help": "queue: file format of the prompts to label, csv or parquet"})
     annotator_backend: str = field(default="openai", metadata={"help": "llm: the annotator's backend, transformers, vllm or openai"})
     annotator_model: str | None = field(default=None, metadata={"help": "llm: the annotator's model folder or name (openai: default the server's first model)"})
-    annotator_url: str | None = field(default=None, metadata={"help": "llm with the openai backend: the server URL ending in /v1"})
+    annotator_url: str | None = field(default=None, metadata={"help": f"llm with the openai backend: the server's URL, {URL_FORM}"})
     annotator_max_tokens: int = field(default=64, metadata={"help": "llm: tokens per annotator reply at most"})
     model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
     backend: str = field(default="transformers", metadata={
@@ -66,7 +67,7 @@ class AcquireConfig:
                 "OpenAI-compatible server at --rollout-url serving --model); token probabilities and hidden "
                 "states, when the strategy reads them, come from one teacher-forced pass of --model in this process"})
     url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
-                                           "help": "vllm-server / openai: the server's address (http://host:port)"})
+                                           "help": f"vllm-server / openai: the server's URL, {URL_FORM}"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
     p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})

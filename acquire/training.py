@@ -47,7 +47,7 @@ def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, f
 
 
 def ledger_path(root, cfg):
-    """The ledger of label-aware GRPO's labels dataset (`--labels-out`, default <data>_labels)."""
+    """The ledger of label-aware GRPO's labels dataset (`--out-dataset`, default <data>_labels)."""
     from storage.manifest import dataset_dir
 
     return dataset_dir(root, cfg.labels_out or f"{cfg.data}_labels") / "_ledger.sqlite"

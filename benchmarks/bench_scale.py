@@ -232,7 +232,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-out-"))
     try:
         if not (root / "world").exists():
-            world = run(CLI + ["corpus", "world", "--out", "world", "--entities", str(a.entities)], root)
+            world = run(CLI + ["corpus", "world", "--dataset", "world", "--entities", str(a.entities)], root)
             print(json.dumps({"stage": "corpus world", "entities": a.entities, "seconds": world["seconds"]}), flush=True)
         triples = a.entities // 2
         rows = []

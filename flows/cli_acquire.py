@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         policy, take the majority vote as pseudo-label, score the prompts with --strategy and
         buy true labels for the top --p of each batch from --source without spending past
         --budget (a persisted ledger: a rerun or a concurrent run never pays twice). Writes
-        rollouts and labels (bought and pseudo) to --out. --source queue writes the chosen
+        rollouts and labels (bought and pseudo) to --out-dataset. --source queue writes the chosen
         prompts to a file for people to fill in (then forgeplay labels ingest); --source llm
         asks an annotator model (--annotator-*)."""
         from flows.acquire import run_acquire
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(labels, name="labels")
 
     @labels.command("ingest")
-    def ingest(dataset: str = typer.Option(..., help="labels dataset (acquire-labels --out)"),
+    def ingest(dataset: str = typer.Option(..., help="labels dataset (acquire-labels --out-dataset)"),
                file: list[Path] = typer.Option(..., "--file",
                                                help="a filled-in queue file, .csv or .parquet (repeatable)"),
                data_root: DataRoot = None) -> None:
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         console.print(_ledger_line(r["ledger"]), soft_wrap=True)
 
     @labels.command("report")
-    def report(dataset: str = typer.Option(..., help="labels dataset (acquire-labels --out)"),
+    def report(dataset: str = typer.Option(..., help="labels dataset (acquire-labels --out-dataset)"),
                data_root: DataRoot = None) -> None:
         """Spend and budget left, and per strategy and per source the labels bought and how
         often one corrected the majority vote."""

@@ -5,9 +5,9 @@ write `documents` and `triples` shards (documents alone: passages, no triples). 
 corpus questions` builds multi-hop triples from a dataset's documents by a model, each
 checked before it is kept (validators/chain_run.py).
 
-    forgeplay corpus world --seed 7 --entities 2000 --out world7
-    forgeplay corpus import hotpot_dev_distractor_v1.json --out hotpot
-    forgeplay corpus import pages/ --out mine --passage-words 200 --passage-overlap 40
+    forgeplay corpus world --seed 7 --entities 2000 --dataset world7
+    forgeplay corpus import hotpot_dev_distractor_v1.json --dataset hotpot
+    forgeplay corpus import pages/ --dataset mine --passage-words 200 --passage-overlap 40
     forgeplay corpus questions --dataset mine --max-chains 100 --backend openai --base-url http://127.0.0.1:8000/v1
     forgeplay sql "SELECT qtype, hop_count, count(*) FROM world7_triples GROUP BY ALL"
 """
@@ -26,13 +26,26 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from storage.configcli import USER_ERRORS, DataRoot, config_command, fail
+from storage.configcli import USER_ERRORS, DataRoot, config_command, fail, old_spelling
 from storage.manifest import resolve_root
 from storage import manifest
 
 console = Console()
 err = Console(stderr=True)
 corpus_app = typer.Typer(no_args_is_help=True, help="Build or import corpora: documents plus (question, golden context, answer) triples.")
+
+
+# the dataset a corpus command writes: --dataset, as in every command (--out until this release)
+Dataset = Annotated[Optional[str], typer.Option("--dataset", help="Dataset to write (documents and triples). \\[required]")]
+OldOut = Annotated[Optional[str], typer.Option("--out", hidden=True, help="deprecated: use --dataset")]
+
+
+def _dataset(dataset: Optional[str], old: Optional[str]) -> str:
+    """--dataset, or its old spelling --out (with a one-line deprecation note); required."""
+    dataset = old_spelling(dataset, old, "--dataset", "--out")
+    if not dataset:
+        fail("--dataset is required (the dataset to write)")
+    return dataset
 
 
 def _help(name: str) -> str:
@@ -55,7 +68,7 @@ def _progress() -> Progress:
                     console=err, transient=False)
 
 
-def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (documents and triples).")],
+def world(dataset: Dataset = None,
           seed: Annotated[int, typer.Option(help=_help("seed"))] = 7,
           entities: Annotated[int, typer.Option(help=_help("entities"))] = 2000,
           triples: Annotated[Optional[int], typer.Option(help=_help("triples"))] = None,
@@ -63,7 +76,7 @@ def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (docu
                                               "(shares are normalised).")] = "bridge=0.4,comparison=0.2,compositional=0.2,inference=0.2",
           verify: Annotated[bool, typer.Option(help=_help("verify"))] = True,
           run_id: Annotated[Optional[str], typer.Option(help="Run id (default: world-<config hash>).")] = None,
-          data_root: DataRoot = None) -> None:
+          data_root: DataRoot = None, out: OldOut = None) -> None:
     """Generate the fictional world encyclopedia and its multi-hop questions.
 
     One document per entity (people, places, organisations, works, events, science concepts) and questions of four types: bridge (2-4 hops), comparison, compositional and inference, each with golden documents, supporting sentences, hop count and answer aliases. The same seed always gives the same corpus.
@@ -71,6 +84,7 @@ def world(out: Annotated[str, typer.Option("--out", help="Dataset to write (docu
     from generators.corpus.build import WorldConfig, parse_mix, write
     from generators.corpus.world import MIN_ENTITIES
 
+    out = _dataset(dataset, out)
     _check_names(out, run_id)
     if entities < MIN_ENTITIES:
         fail(f"--entities must be at least {MIN_ENTITIES}, got {entities}")
@@ -126,7 +140,7 @@ def _split_help(name: str) -> str:
 
 def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JSON Lines, plain JSONL, Parquet, "
                                               "documents ({title, text} rows), or a folder of .txt/.md/.html pages.")],
-            out: Annotated[str, typer.Option("--out", help="Dataset to write (documents and triples).")],
+            dataset: Dataset = None,
             format: Annotated[ImportFormat, typer.Option(
                 "--format", help="auto: detect the file type and each record's layout; hotpot: JSON/JSONL "
                 "records with context and supporting_facts; jsonl: plain records (all context is golden); "
@@ -138,7 +152,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
             source: Annotated[Optional[str], typer.Option(help="Source label stored on every row (default: import:<file name>).")] = None,
             run_id: Annotated[Optional[str], typer.Option(help="Run id (default: import-<hash of file and options>).")] = None,
             show: Annotated[int, typer.Option(help="Rejected records listed at most.")] = 50,
-            data_root: DataRoot = None) -> None:
+            data_root: DataRoot = None, out: OldOut = None) -> None:
     """Import a multi-hop QA file as documents and triples, or documents alone as passages.
 
     Documents (records with title and text but no question, or the .txt, .md and .html files of a folder) are split into passages of at most --passage-words words; passage ids come from the document id, the passage index and the passage text, so a rerun makes the same ids. Bad records (a broken file of a folder: by its path) are skipped and listed with their line number (JSON Lines), array index (JSON) or row (Parquet), their _id and the reason; all of them are also written to <root>/<DATASET>/_runs/<run_id>.rejects.jsonl. Re-importing the same file into the same run writes nothing twice.
@@ -148,6 +162,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
     from generators.corpus.passages import Split
     from storage.userfiles import detect_container
 
+    out = _dataset(dataset, out)
     _check_names(out, run_id)
     split = Split(passage_words, passage_overlap)
     try:

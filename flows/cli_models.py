@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from generators.llm.openai_http import URL_FORM
 from generators.llm.base import BackendError, ChatRequest
 from generators.llm.model_store import ModelNotFoundError, list_models, prepare_model
 from storage.files import atomic_path, write_json
@@ -107,7 +108,7 @@ def generate(prompts: Annotated[Path, typer.Argument(help="JSONL file, one {\"me
              backend: Annotated[BackendName, typer.Option(help="Which backend generates.")] = BackendName.transformers,
              model: Annotated[Optional[str], typer.Option(
                  help="Model folder or prepared name (default: the embedded model); for openai, the served name.")] = None,
-             base_url: Annotated[Optional[str], typer.Option(help="openai: server URL ending in /v1.")] = None,
+             base_url: Annotated[Optional[str], typer.Option(help=f"openai: the server's URL, {URL_FORM}.")] = None,
              n: Annotated[int, typer.Option("--n", min=1, help="Completions per prompt.")] = 1,
              temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy.")] = 0.7,
              top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,

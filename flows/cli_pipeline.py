@@ -1,5 +1,5 @@
-"""`forgeplay pipeline`: the main job (`make run`) — world corpus, then synthesis, on the
-embedded default model unless a backend is named."""
+"""`forgeplay pipeline`: world corpus, synthesis and validation in one flow (the data half of
+`forgeplay run`), on the embedded default model unless a backend is named."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         each task --attempts times, then the examiner is updated from how hard its tasks were
         (HRPO) and the student from exact match plus its EMA teacher, which also reads each
         task's question construction path. Writes tasks, rollouts of both roles and verdicts
-        per iteration to --out and models to --checkpoints; --no-train only writes the data;
+        per iteration to --out-dataset and models to --checkpoints; --no-train only writes the data;
         --resume continues a killed run."""
         from flows.selfplay import run_selfplay
 

@@ -4,7 +4,7 @@ as a Prefect flow. Options come from ValidateConfig and BackendConfig (the judge
 
     forgeplay validate --dataset demo --workers 2
     forgeplay validate --dataset demo --task-runner dask --workers 2
-    forgeplay validate --input theirs.jsonl --out theirs --corpus demo --strict
+    forgeplay validate --input theirs.jsonl --out-dataset theirs --corpus demo --strict
     forgeplay validate --list-checks
 """
 
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
                  data_root=None) -> None:
         """Validate trajectories, tasks or triples (a Prefect flow): schema, rules, LLM judge,
         answerability and dedup layers; writes `verdicts` (every check, with a reason code)
-        and the accepted records to <dataset>_valid (or --out), and prints the funnel.
+        and the accepted records to <dataset>_valid (or --out-dataset), and prints the funnel.
         `--workers N` runs the schema and rule layers in N processes (`--task-runner dask|ray`:
         on a Dask or Ray cluster, local unless `--address`); `--list-checks` lists
         the checks. `forgeplay sql "SELECT * FROM <dataset>_verdicts"` shows each verdict."""

@@ -76,7 +76,7 @@ def require_world(root, dataset: str, option: str = "--dataset") -> None:
             require_rows(root, dataset, kind, option)
         except ValueError as e:
             raise ValueError(f"{e}; {option} needs documents and triples: build them with `forgeplay corpus "
-                             f"world --out {dataset}` or `forgeplay corpus import FILE --out {dataset}`") from None
+                             f"world --dataset {dataset}` or `forgeplay corpus import FILE --dataset {dataset}`") from None
 
 
 class Stages(runs.Stages):

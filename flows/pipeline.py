@@ -1,7 +1,8 @@
-"""The `pipeline` Prefect flow, the main job of `make run`: on the embedded default model,
-build the fictional world corpus, synthesize tool-use trajectories, validate them (schema,
-rules with tool-call replay, dedup), and show what was made. Each stage is idempotent (content-hash ids, committed shards are skipped), so a
-rerun resumes where a killed run stopped.
+"""The `pipeline` Prefect flow, the data half of the loop (`forgeplay run` adds evaluation and
+training): on the embedded default model, build the fictional world corpus, synthesize tool-use
+trajectories, validate them (schema, rules with tool-call replay, dedup), and show what was
+made. Each stage is idempotent (content-hash ids, committed shards are skipped), so a rerun
+resumes where a killed run stopped. An option it shares with `synthesize` has its default.
 
     forgeplay pipeline --dataset demo --entities 1000 --n 16
 """

@@ -1,8 +1,8 @@
 """The `validate` Prefect flow: records (a dataset's trajectories/tasks/triples, or a user's
 JSONL/Parquet file) -> `verdicts` rows for every check + the accepted records as shards.
 
-Accepted records go to dataset `<dataset>_valid` (or --out) under kind `<kind>`, keeping
-their original id; verdicts go to the input dataset (with --input: to --out).
+Accepted records go to dataset `<dataset>_valid` (or --out-dataset) under kind `<kind>`, keeping
+their original id; verdicts go to the input dataset (with --input: to --out-dataset).
 
 Orchestration only; the run itself (reading chunks, resuming, the shared checks, commits)
 is validators/run.py. Per chunk: the per-record checks (schema, rules) run as a
@@ -17,7 +17,7 @@ duplicates, and results depend neither on N nor on the task runner.
 
     forgeplay validate --dataset demo --layers schema,rules,dedup --workers 2
     forgeplay validate --dataset demo --task-runner dask --workers 2
-    forgeplay validate --input other.jsonl --kind trajectories --out theirs
+    forgeplay validate --input other.jsonl --kind trajectories --out-dataset theirs
     forgeplay validate --list-checks
 """
 

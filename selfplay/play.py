@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from generators.llm.openai_http import URL_FORM
 from generators.llm.toolcalls import TOOL_STYLES, final_answer, render_tools_block
 from generators.tools.banks import HELP as BANK_HELP
 from generators.tools.retriever import option as retriever_option
@@ -57,7 +58,7 @@ class PlayConfig:
     """What one self-play run makes (every field is a CLI option)."""
 
     dataset: str = field(default="", metadata={"required": True, "help": "world dataset whose documents the examiner starts from"})
-    out: str = field(default="", metadata={"help": "dataset that receives tasks, rollouts and verdicts (default: <dataset>_selfplay)"})
+    out: str = field(default="", metadata={"flag": "out-dataset", "aliases": ("out",), "help": "dataset that receives tasks, rollouts and verdicts (default: <dataset>_selfplay)"})
     examiner: str | None = field(default=None, metadata={"help": "examiner model folder or prepared name (default: embedded)"})
     student: str | None = field(default=None, metadata={"help": "student model folder or prepared name (default: embedded)"})
     iterations: int = field(default=1, metadata={"help": "self-play iterations"})
@@ -103,12 +104,12 @@ class PlayConfig:
                 "role's current weights are published to before it samples; the roles must share the "
                 "architecture, as checkpoints of one model do). The updates and the teacher run here either way"})
     rollout_url: str = field(default="", metadata={
-        "help": "vllm-server: a running server (default: start one on a free port of 127.0.0.1)"})
+        "help": f"vllm-server: a running server's URL, {URL_FORM} (default: start one on a free port of 127.0.0.1)"})
     resume: bool = field(default=False, metadata={"help": "continue a killed run at its last completed phase"})
 
     def out_dataset(self) -> str:
         if not self.dataset:
-            raise ValueError("--dataset is required (a world dataset: forgeplay corpus world --out NAME)")
+            raise ValueError("--dataset is required (a world dataset: forgeplay corpus world --dataset NAME)")
         return self.out or f"{self.dataset}_selfplay"
 
     def check(self) -> None:
@@ -167,7 +168,7 @@ PATHS = ("examiner", "student", "reader", "checkpoints")  # fields that may name
 
 
 def run_id(cfg: PlayConfig, root: str | Path) -> str:
-    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out,
+    """A self-play run's id: a hash of what decides its rows (not --resume, --iterations, --out-dataset,
     nor what samples the rollouts), so a longer run continues a shorter one. A model or
     checkpoint folder inside `root` counts by its path relative to `root`, so the same run in
     another data root (a copied or moved one) has the same id, and so have its rows."""

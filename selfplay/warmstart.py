@@ -45,7 +45,7 @@ class WarmstartConfig:
     """What `forgeplay selfplay warmstart` builds and trains (every field is a CLI option)."""
 
     dataset: str = field(default="", metadata={"required": True, "help": "world dataset with documents and triples"})
-    demos: str = field(default="", metadata={"help": "dataset that receives the demonstrations (trajectories and tasks; default: <dataset>_examiner, or <dataset>_examiner_topK with --top-k K)"})
+    demos: str = field(default="", metadata={"flag": "out-dataset", "aliases": ("demos",), "help": "dataset that receives the demonstrations (trajectories and tasks; default: <dataset>_examiner, or <dataset>_examiner_topK with --top-k K)"})
     n: int = field(default=0, metadata={"help": "demonstrations at most (0 = every triple that makes one)"})
     hop_mix: str = field(default="4:3:2:1", metadata={"help": "weights of target hop counts 1:2:3:..., over the hop counts the triples have"})
     draw_seed: int = field(default=0, metadata={"help": "seed of which triples become demonstrations"})
@@ -57,7 +57,7 @@ class WarmstartConfig:
 
     def demos_dataset(self) -> str:
         if not self.dataset:
-            raise ValueError("--dataset is required (a world dataset: forgeplay corpus world --out NAME)")
+            raise ValueError("--dataset is required (a world dataset: forgeplay corpus world --dataset NAME)")
         return self.demos or f"{self.dataset}_examiner" + (f"_top{self.top_k}" if self.top_k else "")  # SFT reads it all
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from generators.llm.openai_http import URL_FORM
 from generators.tools.retriever import option as retriever_option
 from train.memory import CHECKPOINTING, SHARDS
 
@@ -120,8 +121,8 @@ class GRPOConfig(RolloutConfig):
                 "vllm-server (vLLM's server from .venv-vllm, or --rollout-url; weights published after every "
                 "optimizer step, every rollout in flight at once)"})
     rollout_url: str = field(default="", metadata={
-        "help": "vllm-server: a running server started with `python -m generators.llm.vllm_server` "
-                "(default: start one on a free port of 127.0.0.1)"})
+        "help": f"vllm-server: a running server's URL, {URL_FORM}, one started with `python -m "
+                "generators.llm.vllm_server` (default: start one on a free port of 127.0.0.1)"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "vllm: share of GPU memory for the engine's weights and KV cache (the trainer uses the rest; "
                 "on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB)"})
@@ -141,7 +142,7 @@ class GRPOConfig(RolloutConfig):
     budget: float = field(default=0.0, metadata={
         "help": "--labels: labels to buy at most (the labels dataset's ledger total; a label bought before is free)"})
     labels_out: str = field(default="", metadata={
-        "help": "--labels: dataset that keeps the bought labels and the ledger (default: <data>_labels)"})
+        "flag": "out-dataset", "aliases": ("labels-out",), "help": "--labels: dataset that keeps the bought labels and the ledger (default: <data>_labels)"})
     label_p: float = field(default=0.2, metadata={"help": "--labels: fraction of each step's prompts to buy labels for"})
     label_gate: float = field(default=0.1, metadata={
         "help": "--labels care: fraction of each step's prompts most likely voted right, trained on their "

@@ -29,6 +29,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 
+from generators.llm.openai_http import URL_FORM
 from train.configs import RolloutConfig
 
 
@@ -51,7 +52,7 @@ class EvalConfig(RolloutConfig):
                 "from .venv-vllm, or the one at --rollout-url; every conversation in flight at once) or openai "
                 "(any OpenAI-compatible server at --rollout-url)"})
     url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
-                                           "help": "vllm-server / openai: the server's address (http://host:port)"})
+                                           "help": f"vllm-server / openai: the server's URL, {URL_FORM}"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
 
 

@@ -71,7 +71,7 @@ class Commit:
 
 def check_inputs(cfg: ValidateConfig, bcfg: BackendConfig, root) -> None:
     """What a run reads and the options that name it, checked before anything is loaded or
-    started (one-line ValueError): the layers, --chunk and --workers, --input with --out and
+    started (one-line ValueError): the layers, --chunk and --workers, --input with --out-dataset and
     an existing file, or a --dataset with rows of --kind, a --corpus with documents, and the
     backend when a layer uses a model."""
     layers = cfg.layer_list()
@@ -82,7 +82,7 @@ def check_inputs(cfg: ValidateConfig, bcfg: BackendConfig, root) -> None:
         raise ValueError(f"--chunk and --workers must be >= 1, got {cfg.chunk} and {cfg.workers}")
     if cfg.input:
         if not cfg.out:
-            raise ValueError("--input needs --out (the dataset that receives verdicts and accepted records)")
+            raise ValueError("--input needs --out-dataset (the dataset that receives verdicts and accepted records)")
         if not Path(cfg.input).is_file():
             raise ValueError(f"no such input file: {cfg.input}")
     elif not cfg.dataset:

@@ -38,8 +38,8 @@ class ValidateConfig:
 
     dataset: str | None = field(default=None, metadata={"help": "Dataset whose records are validated (verdicts go there too)."})
     kind: str = field(default="trajectories", metadata={"help": "Record kind: trajectories, tasks or triples."})
-    input: str | None = field(default=None, metadata={"help": "Validate a FILE.jsonl or FILE.parquet instead of a dataset (needs --out)."})
-    out: str | None = field(default=None, metadata={"help": "Dataset for accepted records (default <dataset>_valid); with --input also for verdicts."})
+    input: str | None = field(default=None, metadata={"help": "Validate a FILE.jsonl or FILE.parquet instead of a dataset (needs --out-dataset)."})
+    out: str | None = field(default=None, metadata={"flag": "out-dataset", "aliases": ("out",), "help": "Dataset for accepted records (default <dataset>_valid); with --input also for verdicts."})
     layers: str = field(default="schema,rules,dedup", metadata={"help": "Comma list of layers to run: schema,rules,judge,answerability,dedup."})
     all_layers: bool = field(default=False, metadata={"help": "Run every layer on every record instead of stopping at the first failing layer."})
     answer_min_f1: float = field(default=1.0, metadata={"help": "rules: accept a final answer with token F1 >= this even without exact match."})

@@ -3,8 +3,8 @@ importer for HotpotQA / 2WikiMultihopQA / plain JSONL and Parquet question sets.
 
 Both write `documents` and `triples` records (storage/schemas/*.json). From the shell:
 
-    forgeplay corpus world --seed 7 --entities 2000 --out world7
-    forgeplay corpus import hotpot_dev.json --out hotpot
+    forgeplay corpus world --seed 7 --entities 2000 --dataset world7
+    forgeplay corpus import hotpot_dev.json --dataset hotpot
 
 Modules: names (syllable names), relations (vocabulary, question phrasing), templates
 (sentence templates shared by renderer and parser), world (entities), render (documents),

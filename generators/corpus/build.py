@@ -9,7 +9,7 @@ answerable from its golden documents alone.
 
     from generators.corpus.build import WorldConfig, write
     write(WorldConfig(seed=7, entities=2000), "data", "world7")
-    # or: forgeplay corpus world --seed 7 --entities 2000 --out world7
+    # or: forgeplay corpus world --seed 7 --entities 2000 --dataset world7
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ these rules is rejected with its place in the file and `_id`, never dropped sile
 
     from generators.corpus.importer import import_file
     report = import_file(Path("hotpot_dev.json"), root="data", dataset="hotpot")
-    # or: forgeplay corpus import hotpot_dev.json --out hotpot
+    # or: forgeplay corpus import hotpot_dev.json --dataset hotpot
 """
 
 from __future__ import annotations

@@ -41,14 +41,20 @@ def split_urls(base_url: str) -> list[str]:
     return urls
 
 
+# how every --*-url option reads a server's address (one form, said once in the help texts)
+URL_FORM = "http://host:port (a /v1 ending is accepted)"
+
+
+def api_url(url: str) -> str:
+    """A server's address in any of the accepted forms (`http://h:p`, `http://h:p/v1`, the full
+    chat completions endpoint) -> its OpenAI API root `http://h:p/v1`."""
+    url = url.strip().rstrip("/").removesuffix("/chat/completions")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
 def chat_url(base_url: str) -> str:
     """`http://h:p`, `http://h:p/v1` or the full endpoint -> the chat completions URL."""
-    url = base_url.rstrip("/")
-    if url.endswith("/chat/completions"):
-        return url
-    if not url.endswith("/v1"):
-        url += "/v1"
-    return url + "/chat/completions"
+    return api_url(base_url) + "/chat/completions"
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from generators.llm.base import Backend
+from generators.llm.openai_http import URL_FORM
 from storage.runs import config_hash
 
 @dataclass
@@ -27,8 +28,7 @@ class BackendConfig:
         "help": "Model folder or prepared name; None = the embedded SmolLM2-135M-Instruct. "
                 "For openai: the model name the server knows (default: the server's first model)."})
     base_url: str | None = field(default=None, metadata={
-        "help": "openai only: server URL ending in /v1, e.g. http://127.0.0.1:8000/v1; several, comma-separated, "
-                "share the requests."})
+        "help": f"openai only: the server's URL, {URL_FORM}; several, comma-separated, share the requests."})
     api_key: str | None = field(default=None, metadata={
         "help": "openai only: API key (default: $OPENAI_API_KEY if the backend reads it)."})
     batch_size: int = field(default=16, metadata={
@@ -68,7 +68,9 @@ def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.
     """The first model id an OpenAI-compatible server lists at GET {base_url}/models."""
     import urllib.request
 
-    url = base_url.split(",")[0].strip().rstrip("/") + "/models"
+    from generators.llm.openai_http import api_url
+
+    url = api_url(base_url.split(",")[0]) + "/models"
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:

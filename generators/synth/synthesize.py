@@ -138,7 +138,7 @@ def load_inputs(root, dataset: str) -> Inputs:
     triples = load_table(dataset, "triples", root).to_pylist()
     if not docs or not triples:
         raise ValueError(f"dataset {dataset!r} needs documents and triples; build them with "
-                         f"`forgeplay corpus world --out {dataset}` or `forgeplay corpus import FILE --out {dataset}`")
+                         f"`forgeplay corpus world --dataset {dataset}` or `forgeplay corpus import FILE --dataset {dataset}`")
     return Inputs(docs, triples)
 
 

@@ -139,7 +139,7 @@ def test_python_m_train_runs_label_aware_grpo_without_flows(root, tiny_llama_dir
     env = {**os.environ, "PYTHONPATH": str(repo)}
     args = ["grpo", "--dataset", "w", "--model", str(tiny_llama_dir), "--out", str(tmp_path / "g"), "--limit", "4",
             "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--tool-style", "compact",
-            "--labels", "care", "--budget", "2", "--labels-out", "w_cli", "--max-steps", "1", "--batch-size", "2",
+            "--labels", "care", "--budget", "2", "--out-dataset", "w_cli", "--max-steps", "1", "--batch-size", "2",
             "--data-root", str(root)]
     subprocess.run([sys.executable, "-c", RUN, str(out), json.dumps(args)], cwd=repo, env=env, check=True, timeout=600)
     got = json.loads(out.read_text())

@@ -111,6 +111,7 @@ def test_choices_are_shown_but_the_configs_own_check_decides():
 @pytest.mark.parametrize("path, options", [
     (("train", "sft"), ("--dataset", "--out")), (("train", "grpo"), ("--dataset", "--out")), (("train", "eval"), ("--dataset",)),
     (("acquire-labels",), ("--dataset",)), (("selfplay", "run"), ("--dataset",)), (("corpus", "questions"), ("--dataset",)),
+    (("corpus", "world"), ("--dataset",)),
 ])
 def test_options_a_command_cannot_run_without_are_marked_required(path, options):
     cmd = dict(ALL)[path]
@@ -138,17 +139,42 @@ def test_every_command_names_the_dataset_it_reads_dataset():
         assert any("--dataset" in o.opts for o in dict(ALL)[path].params), path
 
 
-@pytest.mark.parametrize("args, new, says", [
-    (["train", "sft", "--data", "nope", "--out", "x"], "--dataset", "--dataset 'nope' has no trajectories rows"),
-    (["train", "eval", "--data", "nope"], "--dataset", "--dataset 'nope' has no triples rows"),
-    (["export", "verl", "--data", "nope", "--out", "x"], "--dataset", "--dataset 'nope' has no"),
-    (["acquire-labels", "--dataset", "w", "--backend", "nope"], "--rollout-backend", "--rollout-backend must be one of"),
-    (["train", "eval", "--dataset", "w", "--backend", "nope"], "--rollout-backend", "train eval failed: --dataset"),
+def test_out_is_a_path_and_out_dataset_the_dataset_a_command_writes_besides_its_own():
+    """One name per concept: `--out` is a file or folder everywhere (corpus and validate used it
+    for a dataset); a second dataset a command writes is `--out-dataset`."""
+    for path, cmd in ALL:
+        for o in cmd.params:
+            if o.param_type_name == "option" and "--out" in o.opts and not o.hidden:
+                assert not o.help.lower().startswith("dataset"), (path, o.help)
+    writers = {path for path, cmd in ALL for o in cmd.params if "--out-dataset" in getattr(o, "opts", ())}
+    assert writers == {("validate",), ("acquire-labels",), ("selfplay",), ("selfplay", "run"), ("selfplay", "warmstart"),
+                       ("train", "grpo")}  # `forgeplay selfplay` alone is `selfplay run`
+
+
+def test_an_option_two_commands_share_has_one_default():
+    """`pipeline` runs synthesis: its options that `synthesize` also has default alike (they
+    said --n 16 and 500, --chunk 16 and 32)."""
+    def defaults(path):
+        return {o.opts[0]: o.default for o in dict(ALL)[path].params if o.param_type_name == "option"}
+
+    pipeline, synthesize = defaults(("pipeline",)), defaults(("synthesize",))
+    shared = pipeline.keys() & synthesize.keys()
+    assert {"--n", "--chunk", "--max-think-tokens", "--seed", "--texts"} <= shared
+    assert {o: pipeline[o] for o in shared} == {o: synthesize[o] for o in shared}
+
+
+@pytest.mark.parametrize("args, old, new, says", [
+    (["train", "sft", "--data", "nope", "--out", "x"], "--data", "--dataset", "--dataset 'nope' has no trajectories rows"),
+    (["train", "eval", "--data", "nope"], "--data", "--dataset", "--dataset 'nope' has no triples rows"),
+    (["export", "verl", "--data", "nope", "--out", "x"], "--data", "--dataset", "--dataset 'nope' has no"),
+    (["acquire-labels", "--dataset", "w", "--backend", "nope"], "--backend", "--rollout-backend", "--rollout-backend must be one of"),
+    (["train", "eval", "--dataset", "w", "--backend", "nope"], "--backend", "--rollout-backend", "train eval failed: --dataset"),
+    (["corpus", "world", "--out", "w", "--entities", "1"], "--out", "--dataset", "--entities must be at least"),
+    (["validate", "--dataset", "nope", "--out", "v"], "--out", "--out-dataset", "--dataset 'nope' has no trajectories rows"),
 ])
-def test_an_old_spelling_still_works_with_a_one_line_note(args, new, says, tmp_path):
-    """Renamed options (one name per concept): the old spelling is the first option of `args`
-    other than --dataset and --out; it works, says so once, and is refused beside the new one."""
-    old = next(a for a in args if a.startswith("--") and a not in ("--dataset", "--out"))
+def test_an_old_spelling_still_works_with_a_one_line_note(args, old, new, says, tmp_path):
+    """Renamed options (one name per concept): the old spelling `old` works, says so once, and
+    is refused beside the new one."""
     res = runner.invoke(app, [*args, "--data-root", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and says in res.output, res.output
     assert res.output.count(f"note: {old} is deprecated; use {new}") == 1, res.output

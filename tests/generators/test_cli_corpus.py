@@ -35,8 +35,8 @@ def app():
 
 @pytest.mark.parametrize("args,expect", [
     (["corpus", "--help"], ["world", "import"]),
-    (["corpus", "world", "--help"], ["--seed", "--entities", "--triples", "--qtypes", "--out", "--run-id"]),
-    (["corpus", "import", "--help"], ["--format", "--out", "hotpot", "parquet", "rejects"]),
+    (["corpus", "world", "--help"], ["--seed", "--entities", "--triples", "--qtypes", "--dataset", "--run-id"]),
+    (["corpus", "import", "--help"], ["--format", "--dataset", "hotpot", "parquet", "rejects"]),
 ])
 def test_help(app, args, expect):
     res = runner.invoke(app, args, env={"COLUMNS": "200"})
@@ -48,7 +48,7 @@ def test_help(app, args, expect):
 def test_world_end_to_end(app, tmp_path):
     root = tmp_path / "data"
     res = runner.invoke(app, ["corpus", "world", "--seed", "3", "--entities", "200", "--triples", "60",
-                              "--qtypes", "bridge=2,comparison=1,inference=1", "--out", "w3",
+                              "--qtypes", "bridge=2,comparison=1,inference=1", "--dataset", "w3",
                               "--run-id", "r1", "--data-root", str(root)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "200 documents, 60 triples" in res.output and "bridge" in res.output
@@ -69,7 +69,7 @@ def test_world_end_to_end(app, tmp_path):
     assert saved["config"]["qtypes"] == {"bridge": 0.5, "comparison": 0.25, "inference": 0.25}
     # same command again: nothing new is written
     res = runner.invoke(app, ["corpus", "world", "--seed", "3", "--entities", "200", "--triples", "60",
-                              "--qtypes", "bridge=2,comparison=1,inference=1", "--out", "w3",
+                              "--qtypes", "bridge=2,comparison=1,inference=1", "--dataset", "w3",
                               "--run-id", "r1", "--data-root", str(root)], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "wrote 0 documents and 0 triples" in " ".join(res.output.split())
     assert load_table("w3", "triples", root).num_rows == 60
@@ -83,7 +83,7 @@ def test_world_end_to_end(app, tmp_path):
     (["--run-id", "bad id!"], "invalid run id"),
 ])
 def test_world_bad_input(app, tmp_path, args, message):
-    res = runner.invoke(app, ["corpus", "world", "--out", "w", "--data-root", str(tmp_path), *args],
+    res = runner.invoke(app, ["corpus", "world", "--dataset", "w", "--data-root", str(tmp_path), *args],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 2
     assert message in " ".join(res.output.split())
@@ -96,7 +96,7 @@ def test_import_cli(app, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "_id": "a2", "answer": ""}) + "\n{oops\n")
     root = tmp_path / "data"
-    res = runner.invoke(app, ["corpus", "import", str(path), "--out", "imp", "--data-root", str(root)],
+    res = runner.invoke(app, ["corpus", "import", str(path), "--dataset", "imp", "--data-root", str(root)],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
@@ -104,14 +104,14 @@ def test_import_cli(app, tmp_path):
     assert "line 3" in out and "invalid JSON" in out
     assert load_table("imp", "triples", root).num_rows == 1
 
-    res = runner.invoke(app, ["corpus", "import", str(path), "--out", "imp", "--format", "parquet",
+    res = runner.invoke(app, ["corpus", "import", str(path), "--dataset", "imp", "--format", "parquet",
                               "--data-root", str(root)], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "parquet" in res.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{oops\n[1]\n")
-    res = runner.invoke(app, ["corpus", "import", str(bad), "--out", "imp", "--data-root", str(root)],
+    res = runner.invoke(app, ["corpus", "import", str(bad), "--dataset", "imp", "--data-root", str(root)],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "no record could be imported" in " ".join(res.output.split())
-    res = runner.invoke(app, ["corpus", "import", str(tmp_path / "missing.json"), "--out", "imp",
+    res = runner.invoke(app, ["corpus", "import", str(tmp_path / "missing.json"), "--dataset", "imp",
                               "--data-root", str(root)])
     assert res.exit_code == 2 and "no such file" in res.output

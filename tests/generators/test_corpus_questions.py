@@ -224,7 +224,7 @@ def test_an_imported_documents_links_field_reaches_the_chain_finder(tmp_path):
             {"title": "Oske", "text": "The Oske is a river that rises in the Brannoch hills."}]
     (tmp_path / "docs.jsonl").write_text("".join(_json.dumps(d) + "\n" for d in docs))
     res = CliRunner().invoke(app, ["--data-root", str(tmp_path), "corpus", "import", str(tmp_path / "docs.jsonl"),
-                                   "--out", "linked"])
+                                   "--dataset", "linked"])
     assert res.exit_code == 0, res.output
     got = {p.title: p.links for p in load_passages(tmp_path, "linked")}
     assert got == {"Arden Vale": ("Oske",), "Oske": ()}

@@ -140,14 +140,14 @@ def test_cli_imports_a_folder_and_rejects_bad_split_options_early(tmp_path):
 
     pages = _folder(tmp_path)
     root = str(tmp_path / "data")
-    res = CliRunner().invoke(app, ["--data-root", root, "corpus", "import", str(pages), "--out", "pages",
+    res = CliRunner().invoke(app, ["--data-root", root, "corpus", "import", str(pages), "--dataset", "pages",
                                    "--passage-words", "60", "--passage-overlap", "12"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "places/broken.txt" in res.output and "not UTF-8 text" in res.output
-    res = CliRunner().invoke(app, ["--data-root", root, "corpus", "import", str(pages), "--out", "pages",
+    res = CliRunner().invoke(app, ["--data-root", root, "corpus", "import", str(pages), "--dataset", "pages",
                                    "--passage-words", "60", "--passage-overlap", "40"], env={"COLUMNS": "200"})
     assert res.exit_code != 0 and "--passage-overlap" in res.output
-    res = CliRunner().invoke(app, ["--data-root", root, "corpus", "import", str(pages), "--out", "pages",
+    res = CliRunner().invoke(app, ["--data-root", root, "corpus", "import", str(pages), "--dataset", "pages",
                                    "--format", "hotpot"], env={"COLUMNS": "200"})
     assert res.exit_code != 0 and "folder" in res.output
 

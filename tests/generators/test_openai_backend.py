@@ -46,6 +46,29 @@ def test_url_and_retry_after_helpers():
     assert parse_retry_after("soon") is None and parse_retry_after(None) is None
 
 
+def test_every_url_option_reads_a_server_with_or_without_v1():
+    """One form for --base-url, --rollout-url and --annotator-url: `http://host:port`, with or
+    without /v1; the model list of a real HTTP server is read either way, and each URL option's
+    help says the same form."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from generators.llm.openai_http import URL_FORM, api_url
+    from generators.llm.registry import server_model
+    from generators.llm.standin_engine import StandinEngine
+
+    assert {api_url(u) for u in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/chat/completions")} \
+        == {"http://h:1/v1"}
+    with StandinEngine(slots=1, latency=0.0, model="m7") as engine:
+        root = engine.url.removesuffix("/v1")
+        assert server_model(root) == server_model(engine.url) == server_model(f"{root}/,{engine.url}") == "m7"
+    for args, option in ((["synthesize"], "--base-url"), (["acquire-labels"], "--annotator-url"),
+                         (["train", "eval"], "--rollout-url"), (["selfplay", "run"], "--rollout-url")):
+        out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "400"}).output
+        line = next(x for x in out.splitlines() if x.split()[1:2] == [option])
+        assert URL_FORM in " ".join(line.split()), line
+
+
 @pytest.mark.parametrize("body", [
     "not json", "[1, 2]", '{"object": "error"}', '{"choices": [1]}', '{"choices": []}',
     '{"choices": [{"index": 0, "message": {"content": 5}}]}',
