@@ -28,12 +28,12 @@ from typing import Callable
 
 from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
-from acquire.sources import QUEUE_FORMATS, SOURCES
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
 from generators.llm.openai_http import URL_FORM
 from generators.llm.toolcalls import TOOL_STYLES
 from generators.tools.banks import HELP as BANK_HELP
 from train.configs import TRIPLE_SETS, TRIPLES_HELP
+from train.labelled import LabelConfig
 
 
 def rollout_backends() -> tuple[str, ...]:
@@ -44,7 +44,7 @@ def rollout_backends() -> tuple[str, ...]:
 
 
 @dataclass
-class AcquireConfig:
+class AcquireConfig(LabelConfig):
     """What one acquisition run does (every field is a CLI option)."""
 
     dataset: str = field(default="", metadata={"required": True, "help": "dataset whose triples are the prompts (their answers held back)"})
@@ -52,13 +52,6 @@ class AcquireConfig:
     strategy: str = field(default="care", metadata={"choices": lambda: tuple(STRATEGIES),
                                                     "help": "how the prompts to buy labels for are chosen"})
     budget: float = field(default=200.0, metadata={"help": "what labels may cost in all, in --label-cost units (the ledger's total; raise it to buy more)"})
-    source: str = field(default="column", metadata={"choices": SOURCES, "help": "where bought labels come from: column (the held-back answers), queue (a file people fill in, then forgeplay labels ingest) or llm (an annotator model)"})
-    label_cost: float = field(default=1.0, metadata={"help": "price of one label from --source (reserved, settled and recorded per label)"})
-    queue_format: str = field(default="csv", metadata={"choices": QUEUE_FORMATS, "help": "queue: file format of the prompts to label, csv or parquet"})
-    annotator_backend: str = field(default="openai", metadata={"help": "llm: the annotator's backend, transformers, vllm or openai"})
-    annotator_model: str | None = field(default=None, metadata={"help": "llm: the annotator's model folder or name (openai: default the server's first model)"})
-    annotator_url: str | None = field(default=None, metadata={"help": f"llm with the openai backend: the server's URL, {URL_FORM}"})
-    annotator_max_tokens: int = field(default=64, metadata={"help": "llm: tokens per annotator reply at most"})
     model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
     backend: str = field(default="transformers", metadata={
         "flag": "rollout-backend", "aliases": ("backend",), "choices": rollout_backends,
@@ -70,9 +63,6 @@ class AcquireConfig:
                                            "help": f"vllm-server / openai: the server's URL, {URL_FORM}"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
-    p: float = field(default=0.2, metadata={"help": "fraction of each batch to buy labels for"})
-    gate: float = field(default=0.1, metadata={"help": "care: fraction of each batch most likely voted right left out (p2)"})
-    warmup: int = field(default=20, metadata={"help": "care: batches before stage 1 gates (the probes rank from the first batch, as CARE's code)"})
     batch: int = field(default=16, metadata={"flag": "batch-size", "aliases": ("batch",), "help": "prompts per batch"})
     limit: int = field(default=0, metadata={"help": "prompts at most (0 = all)"})
     triples: str = field(default="all", metadata={"choices": TRIPLE_SETS, "help": TRIPLES_HELP})
@@ -101,21 +91,9 @@ class AcquireConfig:
             raise ValueError(f"--rollout-backend must be one of {', '.join(rollout_backends())}, not {self.backend!r}")
         if self.backend == "openai" and not self.url:
             raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
-        if self.source not in SOURCES:
-            raise ValueError(f"--source must be one of {', '.join(SOURCES)}, not {self.source!r}")
-        if self.queue_format not in QUEUE_FORMATS:
-            raise ValueError(f"--queue-format must be one of {', '.join(QUEUE_FORMATS)}, not {self.queue_format!r}")
-        if self.label_cost < 0 or self.annotator_max_tokens < 1:
-            raise ValueError("need --label-cost >= 0 and --annotator-max-tokens >= 1")
-        if self.source == "llm":
-            from generators.llm.registry import BACKENDS
-
-            if self.annotator_backend not in BACKENDS:
-                raise ValueError(f"--annotator-backend must be one of {', '.join(BACKENDS)}, not {self.annotator_backend!r}")
-            if self.annotator_backend == "openai" and not self.annotator_url:
-                raise ValueError("--source llm with the openai annotator backend needs --annotator-url")
-        if self.n < 2 or self.batch < 1 or not 0 <= self.p <= 1 or not 0 <= self.gate < 1 or self.budget < 0:
-            raise ValueError("need --n >= 2, --batch-size >= 1, 0 <= --p <= 1, 0 <= --gate < 1 and --budget >= 0")
+        self.check_labelling()
+        if self.n < 2 or self.batch < 1 or self.budget < 0:
+            raise ValueError("need --n >= 2, --batch-size >= 1 and --budget >= 0")
 
 
 def _id(*parts) -> str:
@@ -185,10 +163,10 @@ class Session:
         """Sample, vote, score, buy, teach the probes, commit; counts of the batch. `learned` is
         called once the probes have learned, before the commits (the flow saves them there)."""
         groups, rows = self.sample(prompts, step)
-        ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.warmup, gate=self.cfg.gate)
+        ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.label_warmup, gate=self.cfg.label_gate)
         scores = self.strategy.score(groups, ctx)
         ledger = self.ledger.summary()  # what is queued for people is held for their labels
-        chosen = choose(groups, scores, self.cfg.p, ledger["left"] - ledger["held"], self.source.cost)
+        chosen = choose(groups, scores, self.cfg.label_p, ledger["left"] - ledger["held"], self.source.cost)
         bought = buy(self.ledger, self.source, [g.prompt_id for g in chosen], self.writer, self.out, self.cfg.strategy,
                      scores={g.prompt_id: s for g, s in zip(groups, scores)})
         if self.probes is not None and bought["labels"]:

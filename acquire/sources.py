@@ -26,8 +26,8 @@ import hashlib
 
 from generators.llm.base import BackendError, ChatRequest
 from generators.llm.toolcalls import final_answer
+from train.labelled import QUEUE_FORMATS
 
-QUEUE_FORMATS = ("csv", "parquet")
 QUEUE_COLUMNS = ("prompt_id", "question", "label")
 ANNOTATOR_SYSTEM = ("You label questions with their correct answer. Reply with the answer only, inside "
                     "<answer>...</answer>, for example <answer>Paris</answer>.")
@@ -102,7 +102,7 @@ class QueueSource(Source):
         from storage.manifest import dataset_dir
 
         return cls(dataset_dir(root, cfg.labels_dataset()) / "_queue", {p.prompt_id: p.question for p in prompts},
-                   ledger, cfg.label_cost, cfg.strategy, cfg.queue_format)
+                   ledger, cfg.label_cost, getattr(cfg, "strategy", None) or cfg.labels, cfg.queue_format)
 
     def buy(self, prompt_ids: list[str]) -> dict[str, str]:
         known = self.ledger.queued()

@@ -6,7 +6,9 @@ After each step's rollouts (a group of `group_size` per prompt), the labeller:
 2. takes the label of a prompt already paid for from the ledger, free (an earlier step, run or
    `acquire-labels` bought it);
 3. scores the other prompts with the strategy and buys true labels for the top `label_p` of
-   them from the held-back answers (the `column` source), never past the budget (the ledger
+   them from `--source` (acquire/sources.py: the held-back answers by default, an annotator
+   model, or a queue file people fill in, whose labels later steps and runs find in the
+   ledger), never past the budget (the ledger
    at `<labels_out>/_ledger.sqlite`, the bought labels in its `labels` shard, with the vote
    they replaced as a pseudo row);
 4. lets CARE's probes learn from what was just bought (checkpointed with the policy);
@@ -27,16 +29,19 @@ held-back column and for these simulation metrics.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import asdict, replace
 
-from acquire.buy import ColumnSource, buy, labelled_ids, pseudo_rows
+from acquire.buy import buy, labelled_ids, pseudo_rows
 from acquire.group import group_of
 from acquire.ledger import Ledger
+from acquire.session import Prompted
+from acquire.sources import SOURCES, make_source
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
 from acquire.cag import step_rewards
 from generators.answers import match
 from generators.vote import rewards
-from train.labelled import register_labeller
+from train.labelled import register_labeller, register_sources
 
 
 def advantage_weights(prompt_ids: list[str], known: set[str], gated: dict[str, float], soft_adv: float) -> list[float]:
@@ -50,7 +55,7 @@ def ledger_path(root, cfg):
     """The ledger of label-aware GRPO's labels dataset (`--out-dataset`, default <data>_labels)."""
     from storage.manifest import dataset_dir
 
-    return dataset_dir(root, cfg.labels_out or f"{cfg.data}_labels") / "_ledger.sqlite"
+    return dataset_dir(root, cfg.labels_dataset()) / "_ledger.sqlite"
 
 
 def bought_labels(root, cfg) -> dict[str, str]:
@@ -62,17 +67,19 @@ def bought_labels(root, cfg) -> dict[str, str]:
 class Labeller:
     """Labels, rewards and weights for each GRPO step (module docstring)."""
 
-    def __init__(self, cfg, root, model) -> None:
+    def __init__(self, cfg, root, model, prompts: list) -> None:
         from storage.resumable import RunWriter
         from storage.runs import config_hash
 
         self.cfg, self.model = cfg, model
         self.strategy = get_strategy(cfg.labels)
-        self.out = cfg.labels_out or f"{cfg.data}_labels"
+        self.out = cfg.labels_dataset()
         self.ledger = Ledger(ledger_path(root, cfg), budget=cfg.budget)
         self.recovered = self.ledger.recover(labelled_ids(root, self.out))  # a killed run's reservations
         run = f"grpo-labels-{config_hash({k: v for k, v in asdict(cfg).items() if k != 'budget'})}"
         self.writer = RunWriter(root, run, {"config_hash": run})
+        self.source = make_source(cfg, root, [_prompted(p) for p in prompts], self.ledger)
+        weakref.finalize(self, self.source.close)
         self.probes = None
         if self.strategy.needs == "states":
             from acquire.probes import Probes
@@ -92,12 +99,11 @@ class Labeller:
         open_ = [g for g in groups if g.prompt_id not in labels]
         scores = self.strategy.score(open_, Context(step=step, seed=cfg.tool_seed, probes=self.probes,
                                                     warmup=cfg.label_warmup, gate=cfg.label_gate)) if open_ else []
-        chosen = choose(open_, scores, cfg.label_p, self.ledger.summary()["left"]) if open_ else []
+        chosen = choose(open_, scores, cfg.label_p, self.ledger.summary()["left"], self.source.cost) if open_ else []
         stats = {"labels_known": float(len(labels)), "labels_bought": 0.0}
         if chosen:
             self.writer.commit(self.out, "labels", pseudo_rows(self.out, chosen, step=step))
-            source = ColumnSource({p.key: p.answer for p in firsts})
-            got = buy(self.ledger, source, [g.prompt_id for g in chosen], self.writer, self.out, cfg.labels,
+            got = buy(self.ledger, self.source, [g.prompt_id for g in chosen], self.writer, self.out, cfg.labels,
                       scores={g.prompt_id: s for g, s in zip(open_, scores)})
             labels.update(got["labels"])
             stats["labels_bought"] = float(got["bought"])
@@ -133,9 +139,16 @@ class Labeller:
             self.probes.load_state_dict(state["probes"])
 
 
+def _prompted(prompt) -> Prompted:
+    """A GRPO prompt as a label source reads it: its id, question and held-back answer."""
+    question = next((m["content"] for m in reversed(prompt.messages) if m["role"] == "user"), "")
+    return Prompted(prompt.key, question, prompt.answer, list(prompt.aliases))
+
+
 def _factory(cfg, root, session) -> Labeller:
-    return Labeller(cfg, root, session.model)
+    return Labeller(cfg, root, session.model, session.prompts)
 
 
 for _name in STRATEGIES:
     register_labeller(_name, _factory)
+register_sources(SOURCES)

@@ -137,7 +137,5 @@ def run_acquire(cfg: AcquireConfig, data_root=None, progress: bool = True) -> di
     policy and an in-process annotator model) before a model loads or a server starts."""
     cfg.check()
     require_world(resolve_root(data_root), cfg.dataset)
-    check_model(cfg.model)
-    if cfg.source == "llm" and cfg.annotator_backend != "openai":
-        check_model(cfg.annotator_model, "--annotator-model")
+    check_model(cfg.model)  # the annotator's model: cfg.check (LabelConfig.check_labelling)
     return acquire_flow(asdict(cfg), str(data_root) if data_root else None, progress)

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     def acquire_labels(cfg: AcquireConfig, data_root=None) -> None:
         """Active label acquisition (a Prefect flow): sample --n answers per prompt from the
         policy, take the majority vote as pseudo-label, score the prompts with --strategy and
-        buy true labels for the top --p of each batch from --source without spending past
+        buy true labels for the top --label-p of each batch from --source without spending past
         --budget (a persisted ledger: a rerun or a concurrent run never pays twice). Writes
         rollouts and labels (bought and pseudo) to --out-dataset. --source queue writes the chosen
         prompts to a file for people to fill in (then forgeplay labels ingest); --source llm

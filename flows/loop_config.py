@@ -77,7 +77,7 @@ SECTIONS: dict[str, Section] = {
                                         "update_batch": 2, "train_layers": 10},
                         ("dataset", "out", "examiner", "student", "checkpoints", "resume", "tool_style")),
     "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 4,
-                                          "max_new_tokens": 160, "warmup": 1,
+                                          "max_new_tokens": 160, "label_warmup": 1,
                                           "triples": "trained"}, ("dataset", "out", "model", "tool_style")),
     # one step of one group: a GRPO step of two groups took 4.6 minutes on two cores
     "grpo": Section((GRPOConfig, TrainConfig), {"labels": "care", "budget": 8.0, "max_steps": 1, "batch_size": 1,
@@ -117,10 +117,27 @@ def _unknown(path: list, field: str) -> str | None:
     return None
 
 
+def renamed(doc: dict) -> dict:
+    """`doc` with a section's old option names (a field's `aliases`, e.g. acquire's `p` for
+    `label_p`) read as the new ones, each with a one-line note on stderr, for one release."""
+    import sys
+
+    for name, sec in SECTIONS.items():
+        opts = doc.get(name) if isinstance(doc, dict) else None
+        if not isinstance(opts, dict):
+            continue
+        for f in (f for cls in sec.configs for f in dataclasses.fields(cls)):
+            for old in (a.replace("-", "_") for a in f.metadata.get("aliases", ())):
+                if old != f.name and old in opts and f.name not in opts:
+                    opts[f.name] = opts.pop(old)
+                    print(f"note: {name}.{old} is deprecated; use {name}.{f.name}", file=sys.stderr)
+    return doc
+
+
 def check(doc: dict) -> dict:
     """`doc` (a parsed config file, or {}) checked whole; the resolved loop config: every
     section's options with the loop's defaults filled in. ConfigFileError naming the field."""
-    doc = {} if doc is None else doc
+    doc = renamed({} if doc is None else doc)
     configfile.check(doc, file_schema(), _unknown)
     out = {"dataset": doc.get("dataset", "demo"), "model": doc.get("model"), "tool_style": doc.get("tool_style", "compact"),
            "skip": list(doc.get("skip", []))}

@@ -106,12 +106,19 @@ def option_of(cfg, name: str) -> str:
 
 
 def _fields(cls) -> list[dataclasses.Field]:
+    """`cls`'s fields with their types resolved, its own first, then those of each base in
+    method resolution order (a config that extends a shared one, e.g. LabelConfig, lists
+    what it is about before what it shares)."""
     hints = typing.get_type_hints(cls)
+    owner = {}
+    for depth, base in enumerate(cls.__mro__):
+        for name in base.__dict__.get("__annotations__", {}):
+            owner.setdefault(name, depth)
     out = []
     for f in dataclasses.fields(cls):
         f.type = hints[f.name]
         out.append(f)
-    return out
+    return sorted(out, key=lambda f: owner.get(f.name, 0))
 
 
 def config_command(app: typer.Typer, name: str, *classes, help: str | None = None,

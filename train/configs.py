@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from generators.llm.openai_http import URL_FORM
 from generators.tools.retriever import option as retriever_option
+from train.labelled import LabelConfig
 from train.memory import CHECKPOINTING, SHARDS
 
 TRIPLE_SETS = ("all", "trained")
@@ -96,7 +97,7 @@ class RolloutConfig:
 
 
 @dataclass
-class GRPOConfig(RolloutConfig):
+class GRPOConfig(LabelConfig, RolloutConfig):
     """GRPO settings (every field is a CLI option)."""
 
     data: str = field(default="", metadata={"required": True, "flag": "dataset", "aliases": ("data",), "help": "dataset whose triples give the questions"})
@@ -143,12 +144,6 @@ class GRPOConfig(RolloutConfig):
         "help": "--labels: labels to buy at most (the labels dataset's ledger total; a label bought before is free)"})
     labels_out: str = field(default="", metadata={
         "flag": "out-dataset", "aliases": ("labels-out",), "help": "--labels: dataset that keeps the bought labels and the ledger (default: <data>_labels)"})
-    label_p: float = field(default=0.2, metadata={"help": "--labels: fraction of each step's prompts to buy labels for"})
-    label_gate: float = field(default=0.1, metadata={
-        "help": "--labels care: fraction of each step's prompts most likely voted right, trained on their "
-                "pseudo-label and never bought (p2)"})
-    label_warmup: int = field(default=20, metadata={
-        "help": "--labels care: steps before stage 1 gates (the probes rank from the first step, as CARE's code)"})
     label_reward: str = field(default="binary", metadata={
         "help": "--labels: each rollout's reward against its prompt's label: binary (1 for an exact match, else 0, "
                 "no format bonus: the rewards CARE's CAG assumes) or partial (1 for an exact match, else 0.5 x F1, "
@@ -164,3 +159,7 @@ class GRPOConfig(RolloutConfig):
     dry_run: bool = field(default=False, metadata={
         "help": "--engine verl: write OUT/verl (data, reward, objective, overrides.txt, run.sh) and print the "
                 "command without running it"})
+
+    def labels_dataset(self) -> str:
+        """--labels: the dataset of the bought labels and their ledger."""
+        return self.labels_out or f"{self.data}_labels"

@@ -27,8 +27,8 @@ def root(tmp_path_factory):
 
 def _cfg(model, strategy: str, **kw) -> AcquireConfig:
     kw = {"limit": 8, "budget": 3, "out": f"w_{strategy}", **kw}
-    return AcquireConfig(dataset="w", strategy=strategy, model=str(model), n=4, batch=4, p=0.5,
-                         max_turns=2, max_new_tokens=12, warmup=1, **kw)
+    return AcquireConfig(dataset="w", strategy=strategy, model=str(model), n=4, batch=4, label_p=0.5,
+                         max_turns=2, max_new_tokens=12, label_warmup=1, **kw)
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))

@@ -34,7 +34,7 @@ def _cli(*args):
 
 def _export(root, model, **kw):
     opts = {"dataset": "w", "out-dataset": OUT, "strategy": "random", "source": "queue", "budget": 3, "limit": 8, "n": 4,
-            "batch": 4, "p": 0.5, "max-turns": 2, "max-new-tokens": 12, "model": model, "data-root": root, **kw}
+            "batch-size": 4, "label-p": 0.5, "max-turns": 2, "max-new-tokens": 12, "model": model, "data-root": root, **kw}
     return _cli("acquire-labels", *[x for k, v in opts.items() for x in (f"--{k}", v)])
 
 

@@ -150,7 +150,7 @@ def test_the_flow_buys_from_the_annotator_through_the_command_line(tmp_path, tin
     with UvicornThread(create_app(backend, model_name="annotator", batch_wait=0)) as srv:
         args = ["acquire-labels", "--dataset", "w", "--out-dataset", "w_llm", "--strategy", "random", "--source", "llm",
                 "--annotator-url", srv.url, "--label-cost", "0.5", "--budget", "1.5", "--limit", "8", "--n", "4",
-                "--batch-size", "4", "--p", "0.5", "--max-turns", "2", "--max-new-tokens", "12", "--model",
+                "--batch-size", "4", "--label-p", "0.5", "--max-turns", "2", "--max-new-tokens", "12", "--model",
                 str(tiny_llama_dir), "--data-root", str(tmp_path)]
         res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output

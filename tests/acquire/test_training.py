@@ -53,7 +53,7 @@ def test_labeller_buys_within_the_budget_and_reuses_paid_labels(root):
     rollouts = [_rollout(a, truth[k]) for k in answers for a in answers[k]]
     cfg = GRPOConfig(data="w", labels="random", budget=2, label_p=0.5, group_size=3, format_weight=0.1,
                      labels_out="w_unit")
-    lab = Labeller(cfg, root, model=None)
+    lab = Labeller(cfg, root, model=None, prompts=prompts)
     out, rewards, stats = lab(prompts, rollouts, step=0)
     weights = {p.key: p.meta["weight"] for p in out}
     bought = {k for k, w in weights.items() if w == 1.0}
@@ -67,7 +67,7 @@ def test_labeller_buys_within_the_budget_and_reuses_paid_labels(root):
     assert {r["prompt_id"]: r["label"] for r in labels if r["source"] == "column"} == {k: truth[k] for k in bought}
     assert {r["prompt_id"] for r in labels if r["source"] == "pseudo"} == bought  # the vote each label replaced
 
-    again = Labeller(cfg, root, model=None)  # a later run on the same labels dataset: paid labels are free
+    again = Labeller(cfg, root, model=None, prompts=prompts)  # a later run on the same labels dataset: paid labels are free
     out2, _, stats2 = again(prompts, rollouts, step=1)
     assert stats2["labels_known"] == 2 and stats2["labels_bought"] == 0
     assert {p.key for p in out2 if p.meta["weight"] == 1.0} == bought
@@ -75,11 +75,61 @@ def test_labeller_buys_within_the_budget_and_reuses_paid_labels(root):
 
     partial = GRPOConfig(data="w", labels="random", budget=2, label_p=0.5, group_size=3, format_weight=0.1,
                          labels_out="w_unit", label_reward="partial")  # the same paid labels, partial credit
-    out3, rewards3, _ = Labeller(partial, root, model=None)(prompts, rollouts, step=2)
+    out3, rewards3, _ = Labeller(partial, root, model=None, prompts=prompts)(prompts, rollouts, step=2)
     for i, p in enumerate(out3):
         a = answers[p.key][i % 3]
         label = truth[p.key] if p.key in bought else max(set(answers[p.key]) - {None}, key=answers[p.key].count)
         assert rewards3[i] == pytest.approx(float(a == label) + (0.1 if a else 0.0)), (p.key, a)  # no near misses here
+
+
+def test_label_aware_grpo_buys_from_any_label_source(root, monkeypatch):
+    """GRPO shares acquisition's LabelConfig: `--source llm` asks the annotator model over real
+    HTTP for the prompts it buys (answers only, the rest released), `--source queue` writes them
+    to a file for people and trains on the votes meanwhile, and a toy source, one class plus one
+    registry entry, is offered and used by both commands."""
+    from acquire.sources import SOURCES, ColumnSource
+    from flows.cli import app
+    from generators.llm.server import create_app
+    from tests.acquire.test_sources import Annotator
+    from tests.generators.servers import UvicornThread
+
+    truth = {f"q{i}": f"City {i}" for i in range(4)}
+    prompts = [Prompt([{"role": "user", "content": f"Which city is number {i}?"}], truth[k], [], [], k, {})
+               for i, k in enumerate(truth) for _ in range(2)]
+    rollouts = [_rollout(a, truth[p.key]) for p, a in zip(prompts, ["x", "y"] * 4)]
+    annotator = Annotator({f"Which city is number {i}?": truth[k] for i, k in enumerate(truth)})
+    with UvicornThread(create_app(annotator, model_name="annotator", batch_wait=0)) as srv:
+        cfg = GRPOConfig(data="w", labels="random", budget=4, label_p=1.0, group_size=2, labels_out="w_llm",
+                         source="llm", annotator_url=srv.url, label_cost=0.5)
+        _, _, stats = Labeller(cfg, root, model=None, prompts=prompts)(prompts, rollouts, step=0)
+    rows = load_table("w_llm", "labels", root).to_pylist()
+    bought = {r["prompt_id"]: r["label"] for r in rows if r["source"] == "llm"}
+    assert bought and len(bought) == stats["labels_bought"] == len(annotator.answered) < 4
+    assert all(truth[k] == v for k, v in bought.items())
+    assert Ledger(dataset_dir(root, "w_llm") / "_ledger.sqlite").summary()["spent"] == 0.5 * len(bought)
+
+    cfg = GRPOConfig(data="w", labels="random", budget=4, label_p=1.0, group_size=2, labels_out="w_queue",
+                     source="queue")
+    _, _, stats = Labeller(cfg, root, model=None, prompts=prompts)(prompts, rollouts, step=0)
+    queued = list((dataset_dir(root, "w_queue") / "_queue").glob("random-*.csv"))
+    assert stats["labels_bought"] == 0 and len(queued) == 1 and len(queued[0].read_text().splitlines()) == 5
+
+    class Oracle(ColumnSource):  # the toy source: the held-back answers, at a tenth of the price
+        name = "oracle"
+
+        @classmethod
+        def from_config(cls, cfg, root, prompts, ledger):
+            return cls({p.prompt_id: p.answer for p in prompts}, cfg.label_cost / 10)
+
+    monkeypatch.setitem(SOURCES, "oracle", Oracle)
+    cfg = GRPOConfig(data="w", labels="random", budget=0.4, label_p=1.0, group_size=2, labels_out="w_oracle",
+                     source="oracle")
+    cfg.check_labelling()
+    _, _, stats = Labeller(cfg, root, model=None, prompts=prompts)(prompts, rollouts, step=0)
+    assert stats["labels_bought"] == 4  # four labels for 0.4
+    for args in (["train", "grpo"], ["acquire-labels"]):
+        out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "300"}).output
+        assert "column, queue, llm, oracle" in out, out
 
 
 def test_train_grpo_with_care_labels_checkpoints_the_probes(root, tiny_llama_dir, tmp_path):  # noqa: F811

@@ -118,7 +118,7 @@ def test_selfplay_and_acquisition_offer_the_corpus_tools(tmp_path, tiny_llama_di
     rows = [r for r in load_table("h_selfplay", "rollouts", root).to_pylist() if json.loads(r["meta"])["role"] == "student"]
     assert rows and _offered(rows) == bank  # every tool of the corpus's bank, none of the world's
 
-    acq = AcquireConfig(dataset="h", strategy="random", model=str(tiny_llama_dir), n=2, batch=2, p=0.5, limit=2,
+    acq = AcquireConfig(dataset="h", strategy="random", model=str(tiny_llama_dir), n=2, batch=2, label_p=0.5, limit=2,
                         budget=1, max_turns=2, max_new_tokens=12)
     run_acquire(acq, root, progress=False)
     assert _offered(load_table("h_labels", "rollouts", root).to_pylist()) == bank

@@ -171,6 +171,7 @@ def test_an_option_two_commands_share_has_one_default():
     (["train", "eval", "--dataset", "w", "--backend", "nope"], "--backend", "--rollout-backend", "train eval failed: --dataset"),
     (["corpus", "world", "--out", "w", "--entities", "1"], "--out", "--dataset", "--entities must be at least"),
     (["validate", "--dataset", "nope", "--out", "v"], "--out", "--out-dataset", "--dataset 'nope' has no trajectories rows"),
+    (["acquire-labels", "--dataset", "nope", "--p", "0.5"], "--p", "--label-p", "--dataset 'nope' has no triples rows"),
 ])
 def test_an_old_spelling_still_works_with_a_one_line_note(args, old, new, says, tmp_path):
     """Renamed options (one name per concept): the old spelling `old` works, says so once, and

@@ -22,6 +22,18 @@ def test_a_bad_field_is_named(doc, message):
         loop_config.check(doc)
 
 
+def test_an_old_option_name_in_a_section_is_read_as_the_new_one_with_a_note(capsys):
+    """acquire's p, gate and warmup are LabelConfig's label_p, label_gate and label_warmup, as in
+    grpo; a config file that says the old names still works, saying so once per name."""
+    config = loop_config.check({"acquire": {"p": 0.5, "warmup": 2}, "grpo": {"label_p": 0.25}})
+    assert (config["acquire"]["label_p"], config["acquire"]["label_warmup"], config["grpo"]["label_p"]) == (0.5, 2, 0.25)
+    assert "p" not in config["acquire"] and "warmup" not in config["acquire"]
+    err = capsys.readouterr().err
+    assert err.count("note: acquire.p is deprecated; use acquire.label_p") == 1 and "acquire.warmup" in err
+    with pytest.raises(ConfigFileError, match="acquire: need 0 <= --label-p <= 1"):
+        loop_config.check({"acquire": {"p": 2.0}})
+
+
 def test_every_stage_that_prompts_the_policy_gets_the_loops_tool_style():
     config = loop_config.check({"tool_style": "full"})
     for name in ("eval", "selfplay", "acquire", "grpo"):

@@ -69,7 +69,7 @@ def labelled(tmp_path_factory):
         parts = score_answer(text, p.answer, p.aliases)
         rollouts.append(Rollout(p.messages + [{"role": "assistant", "content": text}], [0], [1], [], 0.0,
                                 {"em": parts["em"], "format": parts["format"]}))
-    out_prompts, rewards, stats = Labeller(cfg, root, None)(group, rollouts, 0)
+    out_prompts, rewards, stats = Labeller(cfg, root, None, prompts)(group, rollouts, 0)
     return root, cfg, triples, texts, out_prompts, rewards, stats
 
 
