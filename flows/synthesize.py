@@ -4,10 +4,11 @@ Tasks: load the inputs, check that the triples allow --n (before the bank is gat
 loads), build the gated tool bank (written as `tools`; the tools `forgeplay tools import` put in
 the dataset join it), plan the run (Session.picks: the triples' plans, then their variants past
 the number of triples), then the chunks: each chunk's requests for the reasoning texts are
-handed to the backend as a stream (`streamed`: an HTTP backend gets the next chunks' requests
+handed to the backend as a stream (generators/synth/run.py `streamed`: an HTTP backend gets the next chunks' requests
 while it answers the earlier ones, so the engine never waits on a chunk's end or a commit),
 and one task per chunk commits its trajectories once its own answers are in, in order
-(model texts: a shard per chunk; template texts: shards of TEMPLATE_SHARD rows, `committer`).
+(model texts: a shard per chunk; template texts: shards of TEMPLATE_SHARD rows, `committer`);
+the run's id, lineage and tool bank are generators/synth/run.py's too.
 Every answer is journaled as it arrives (`<dataset>/_journal/<run_id>.jsonl`, removed when the
 run ends). A rerun of the same config resumes: trajectories whose id is already committed are
 skipped and answers in the journal are not asked again, so nothing is paid for or written twice. The flow ends
@@ -31,8 +32,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout  # (the builtin TimeoutError only from Python 3.11)
 from dataclasses import asdict
 from functools import partial
 from itertools import islice
@@ -43,22 +42,21 @@ from tqdm.auto import tqdm
 from flows.common import Stages, require_world, tie_temporary_server
 from flows.engine import flow, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
-from generators.llm.base import Streaming, Usage, submit
+from generators.llm.base import Usage
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.assemble import traj_id_for
-from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig, load_inputs
-from generators.tools.retriever import check_reachable, index_dir
-from generators.synth.tally import Tally, mix_report
+from generators.synth.run import build_bank, chunk_rows, committer, lineage_of, run_id_of, run_summary, streamed
+from generators.synth.synthesize import Session, SynthConfig, load_inputs
+from generators.synth.tally import Tally
 from generators.tools.imported import imported_rows
+from generators.tools.retriever import check_reachable, index_dir
 from storage import ShardWriter, load_table, resolve_root, write_rows
 from storage.idset import IdSet
 from storage.journal import Journal, journal_path
-from storage.resumable import RunWriter
-from storage.runs import config_hash, save_run_config, without_later_defaults
+from storage.runs import save_run_config
 
 
 SHIPPED_BACKENDS = ("openai",)  # backends whose object a worker process can receive (an HTTP client's settings)
-TEMPLATE_SHARD = 5000  # trajectories a shard of template texts holds (committer)
 
 
 @task(name="load-inputs", retries=1)
@@ -66,29 +64,7 @@ def load_task(root: str, dataset: str):
     return load_inputs(root, dataset)
 
 
-@task(name="build-tool-bank", retries=1)
-def bank_task(root: str, dataset: str, run_id: str, seed: int, variants: int, lineage: dict, imported: list,
-              backend=None, calculator: bool = False, choice: str = "world", documents: list | None = None):
-    """The bank `choice` names (generators/tools/banks.py; world: gated), written as this run's
-    `tools`, plus the dataset's imported tools."""
-    from generators.tools.bank import generate_bank
-    from generators.tools.compute import calculator_row
-
-    if choice == "world":
-        build = generate_bank(seed=seed, variants_per_tool=variants, backend=backend,
-                              reserved_names=[t["name"] for t in imported], calculator=calculator)
-        rows, reasons = build.tools, build.reasons()
-    else:
-        from pathlib import Path
-
-        from generators.tools.banks import file_bank
-        from generators.tools.corpus_bank import corpus_bank
-
-        rows = corpus_bank(documents or []) if choice == "corpus" else file_bank(Path(choice))
-        rows = rows + ([calculator_row()] if calculator else [])
-        reasons = {f"{choice if choice == 'corpus' else 'file'} tools": len(rows)}
-    write_rows(root, dataset, "tools", run_id, rows, lineage=lineage)
-    return rows + imported, reasons
+bank_task = task(name="build-tool-bank", retries=1)(build_bank)
 
 
 @task(name="synthesize-chunk", retries=2, retry_delay_seconds=5)
@@ -102,15 +78,8 @@ def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id
     rows, stats = session.trajectories(plans, backend, run_id)
     if used is not None:
         stats["usage"] = {k: v - before[k] for k, v in asdict(backend.usage).items()}
-    t = time.perf_counter()
-    rows = [{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows]
-    if commit is not None:
-        commit(rows)
-    else:
-        write_rows(root, dataset, "trajectories", run_id, rows, lineage=lineage)
-    stats["write_s"] = time.perf_counter() - t
-    stats["mix"] = mix_report(rows)
-    return stats
+    commit = commit or partial(write_rows, root, dataset, "trajectories", run_id, lineage=lineage)
+    return chunk_rows(rows, lineage, triple_ids, stats, commit)
 
 
 @task(name="commit-chunk", retries=2, retry_delay_seconds=5)
@@ -119,60 +88,7 @@ def commit_task(session: Session, prep, outs, llm_s: float, run_id: str, lineage
     """A chunk's rows from its answers (`outs`; None: template texts), committed with the
     run's writer; its stats."""
     rows, stats = session.finish(prep, outs, run_id, llm_s)
-    t = time.perf_counter()
-    commit([{**r, "lineage": {**lineage, "parent_ids": [triple_ids[r["triple_id"]]]}} for r in rows])
-    stats["write_s"] = time.perf_counter() - t
-    stats["mix"] = mix_report(rows)
-    return stats
-
-
-def streamed(session: Session, todo, backend, size: int):
-    """(chunk size, prepared chunk, its answers, seconds waited for them), chunk by chunk in
-    order. A streaming backend gets the next chunks' requests while it answers the earlier
-    ones (up to twice its concurrency queued), so the engine never waits on a chunk's end or
-    a commit; any other backend answers one chunk at a time."""
-    depth = (lambda: 2 * backend.max_concurrency) if isinstance(backend, Streaming) else (lambda: 0)
-    in_flight, queued, more, waited = deque(), 0, True, 0.0
-    try:
-        while True:
-            while more and (not in_flight or queued < depth()):
-                chunk = list(islice(todo, size))
-                if not chunk:
-                    more = False
-                    break
-                prep = session.prepare(chunk)
-                if backend is None or not prep.requests:
-                    fut = Future()
-                    fut.set_result(None if backend is None else [])
-                else:
-                    fut = submit(backend, prep.requests)
-                in_flight.append((len(chunk), prep, fut))
-                queued += len(prep.requests)
-            if not in_flight:
-                return
-            n, prep, fut = in_flight[0]
-            t = time.perf_counter()
-            try:  # not for long: the backend's concurrency may grow meanwhile, and more may be queued
-                outs = fut.result(timeout=0.25)
-            except FutureTimeout:
-                waited += time.perf_counter() - t
-                continue
-            in_flight.popleft()
-            queued -= len(prep.requests)
-            yield n, prep, outs, waited + time.perf_counter() - t
-            waited = 0.0
-    finally:
-        for _, _, fut in in_flight:
-            fut.cancel()
-
-
-def committer(root: str, dataset: str, run_id: str, lineage: dict, texts: str) -> ShardWriter | RunWriter:
-    """The flow process's writer of a run's trajectories: model-written texts are committed chunk
-    by chunk (paid work is kept at once); template texts, cheap to make again, in shards of
-    TEMPLATE_SHARD rows (a few commits for a large run; a kill redoes at most one shard)."""
-    if texts == "template":
-        return ShardWriter(root, dataset, "trajectories", run_id, lineage=lineage, rows_per_shard=TEMPLATE_SHARD)
-    return RunWriter(root, run_id, lineage)
+    return chunk_rows(rows, lineage, triple_ids, stats, commit)
 
 
 @flow(name="synthesize", log_prints=True)
@@ -186,20 +102,11 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
-    keyed = {"synth": without_later_defaults({k: v for k, v in asdict(cfg).items() if k != "allow_fewer"},
-                                             LATER_DEFAULTS),
-             "backend": bcfg.config_hash()}
-    if imported:  # new imports make a new run; without any, run ids stay what they were
-        keyed["imported_tools"] = [t["tool_id"] for t in imported]
-    from generators.tools.banks import choice_key, resolve_choice
+    from generators.tools.banks import resolve_choice
 
     bank = resolve_choice(cfg.tools, load_table(cfg.dataset, "documents", root, columns=["source"])
                           .column("source").unique().to_pylist())
-    if bank != "world":  # the bank a run offered before --tools existed keeps its run ids
-        keyed["tools"] = choice_key(bank)
-    if cfg.hold_out:  # the ids make the run too: the same file with other ids is another split
-        keyed["held_out"] = sorted(cfg.held_out())
-    run_id = cfg.run_id or f"synth-{config_hash(keyed)}"
+    run_id = run_id_of(cfg, bcfg, imported, bank)
     stages, t0 = Stages(), time.perf_counter()
     with stages.stage("load") as st:
         inputs = load_task(root, cfg.dataset)
@@ -213,8 +120,7 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     # every answer paid for is journaled as it arrives, so a killed run asks nothing twice
     journal = Journal(journal_path(root, cfg.dataset, run_id)) if cfg.texts == "llm" and not fan_out else None
     be = make_backend(bcfg, journal=journal) if cfg.texts == "llm" else None
-    lineage = {"model": str(getattr(be, "model", bcfg.model)) if be else None, "backend": bcfg.backend if be else None,
-               "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
+    lineage = lineage_of(cfg, bcfg, be)
     with stages.stage("tool bank") as st:
         tools, gate_reasons = bank_task(root, cfg.dataset, run_id, cfg.seed, cfg.variants_per_tool, lineage,
                                         imported, be if cfg.llm_variants else None, cfg.calculator, bank,
@@ -288,15 +194,7 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     stages.add("synthesize", written, written, tally.llm_s + tally.program_s,
                f"LLM {tally.llm_s:.1f}s, program {tally.program_s:.2f}s, {tally.slots} texts")
     stages.add("write", rows_out=written, seconds=tally.write_s)
-    summary = {"run_id": run_id, "dataset": cfg.dataset, "asked": cfg.n, "planned": planned, "written": written,
-               "skipped_committed": planned - written, "capacity": session.capacity(),
-               "triples_in_use": session.triples_in_use(), "per_triple": cfg.per_triple,
-               "case": dict(tally.case), "route": dict(tally.route),
-               "text_sources": dict(tally.sources), "fallbacks": dict(tally.fallbacks),
-               "texts_by_slot": tally.slot_report(), "usage": usage,
-               "seconds": wall, "llm_seconds": tally.llm_s,
-               "program_fraction": (wall - tally.llm_s) / wall if wall else 0.0,
-               "unplannable": dict(session.rejected)}
+    summary = run_summary(cfg, run_id, session, tally, planned, written, usage, wall)
     save_run_config(root, cfg.dataset, run_id, {"synth": asdict(cfg), "backend": bcfg.to_dict()},
                     extra={"summary": summary})
     summary["report"] = stages.publish("synthesize-report", f"synthesize {cfg.dataset} ({run_id})",
