@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from generators.llm.openai_http import URL_FORM
 from generators.tools.retriever import option as retriever_option
-from train.labelled import LabelConfig
+from train.labelled import LabelConfig, labellers
 from train.memory import CHECKPOINTING, SHARDS
 
 TRIPLE_SETS = ("all", "trained")
@@ -136,10 +136,11 @@ class GRPOConfig(LabelConfig, RolloutConfig):
                 "gradients; faster on long prompts in isolation, slower in full steps so far: see bench_train)"})
     # label-aware GRPO (train/labelled.py; the labellers are acquire/training.py's)
     labels: str = field(default="", metadata={
+        "choices": labellers,
         "help": "label-aware GRPO: the triples' answers are held back; each step takes the majority vote of a "
                 "prompt's rollouts as its pseudo-label and buys true labels for the prompts this acquisition "
-                "strategy chooses (random, vote_entropy, token_prob, self_certainty, oracle_cag, care) within "
-                "--budget; advantages are weighted per prompt as CARE's (empty = train on the answers)"})
+                "strategy chooses within --budget; advantages are weighted per prompt as CARE's (empty = train "
+                "on the answers)"})
     budget: float = field(default=0.0, metadata={
         "help": "--labels: labels to buy at most (the labels dataset's ledger total; a label bought before is free)"})
     labels_out: str = field(default="", metadata={

@@ -83,6 +83,12 @@ def register_labeller(name: str, factory: Callable[[Any, Any, Any], Any]) -> Non
     LABELLERS[name] = factory
 
 
+def labellers() -> tuple[str, ...]:
+    """The names `--labels` takes (the plugins' labellers, one per acquisition strategy)."""
+    plugins.load()
+    return tuple(LABELLERS)
+
+
 def register_sources(registry: Mapping[str, Any]) -> None:
     """A plugin's registry of label sources (read live: a source added to it later counts)."""
     if not any(r is registry for r in _SOURCES):

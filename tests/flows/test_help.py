@@ -59,6 +59,8 @@ def test_help_exits_0_and_documents_every_option(path):
     (("acquire-labels",), "--source", "column, queue, llm"),
     (("selfplay", "run"), "--rollout-backend", "transformers, vllm-server"),
     (("acquire-labels",), "--rollout-backend", "transformers, vllm-server, openai"),
+    (("train", "grpo"), "--labels", "random, vote_entropy, token_prob, self_certainty, oracle_cag, care"),
+    (("train", "grpo"), "--source", "column, queue, llm"),
 ])
 def test_closed_sets_of_values_are_listed(path, option, names):
     cmd = dict(ALL)[path]
