@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from generators.llm.base import Backend
-from generators.llm.openai_http import URL_FORM
+from generators.llm.openai_http import URL_FORM, api_url
 from storage.runs import config_hash
 
 @dataclass
@@ -67,8 +67,6 @@ PACE = {"max_concurrency": 8, "max_retries": 4, "timeout": 60.0}
 def server_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
     """The first model id an OpenAI-compatible server lists at GET {base_url}/models."""
     import urllib.request
-
-    from generators.llm.openai_http import api_url
 
     url = api_url(base_url.split(",")[0]) + "/models"
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
