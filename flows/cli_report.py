@@ -29,10 +29,11 @@ def register(app: typer.Typer) -> None:
         curves, held-out exact match, label spend and examiner task difficulty, as one HTML page with its
         plots embedded (no other files, no scripts). A part the run has no data for says so in one line.
         Prints the page's path."""
+        from flows.loop_stages import report_parts
         from reports import write_report
 
         try:
-            path = write_report(resolve_root(data_root), run_id, out, tokenizer)
+            path = write_report(resolve_root(data_root), run_id, out, tokenizer, report_parts())
         except (FileNotFoundError, ValueError) as e:
             fail(str(e))
         typer.echo(str(path))

@@ -5,7 +5,7 @@ it is rewritten with
 
     python -m flows.config_reference docs/loop-config.md
 
-A default is the loop's own (flows/loop_config.py, sized for two cores) where it sets one,
+A default is the loop's own (flows/loop_stages.py, sized for two cores) where it sets one,
 else the stage command's.
 """
 
@@ -16,28 +16,23 @@ import json
 import sys
 from pathlib import Path
 
-from flows.loop_config import SECTIONS, STAGES, file_schema
+from flows.loop_config import file_schema
+from flows.loop_stages import sections, stage_names
 
-# where each section's options come from (their names are that command's options without dashes)
-COMMAND = {"backend": "the LLM backend of every stage that generates (`forgeplay synthesize --help`: --backend, ...)",
-           "corpus": "`forgeplay corpus world`, or `file` to import a corpus as `forgeplay corpus import` does",
-           "synthesize": "`forgeplay synthesize`", "validate": "`forgeplay validate`",
-           "eval": "`forgeplay train eval` (every eval stage: eval-base, eval-sft, eval-grpo)",
-           "sft": "`forgeplay train sft`", "selfplay": "`forgeplay selfplay run`",
-           "acquire": "`forgeplay acquire-labels`", "grpo": "`forgeplay train grpo`"}
 TOP_DEFAULTS = {"dataset": "demo", "model": None, "tool_style": "compact", "skip": []}
 
 
 def _defaults(name: str) -> dict:
     """Section `name`'s defaults: its configs' own, then the loop's."""
     out = {}
-    for cls in SECTIONS[name].configs:
+    sec = sections()[name]
+    for cls in sec.configs:
         for f in dataclasses.fields(cls):
             if f.default is not dataclasses.MISSING:
                 out.setdefault(f.name, f.default)
             elif f.default_factory is not dataclasses.MISSING:
                 out.setdefault(f.name, f.default_factory())
-    return {**out, **SECTIONS[name].defaults}
+    return {**out, **sec.defaults}
 
 
 def schema() -> dict:
@@ -46,10 +41,10 @@ def schema() -> dict:
     doc = file_schema()
     for key, default in TOP_DEFAULTS.items():
         doc["properties"][key]["default"] = default
-    for name, sec in SECTIONS.items():
+    for name, sec in sections().items():
         section, defaults = doc["properties"][name], _defaults(name)
         wired = f"; the loop sets {', '.join(sec.wired)}" if sec.wired else ""
-        section["description"] = f"options of {COMMAND[name]}, named without dashes{wired}"
+        section["description"] = f"options of {sec.command}, named without dashes{wired}"
         for key, prop in section["properties"].items():
             if key in defaults:
                 prop["default"] = defaults[key]
@@ -75,11 +70,11 @@ def markdown(doc: dict | None = None) -> str:
              "Generated from `forgeplay run --print-config-schema` by `python -m flows.config_reference "
              "docs/loop-config.md`; `tests/flows/test_config_reference.py` fails when it is out of date. A YAML or "
              "JSON file sets any of these; an option left out takes the default shown (the loop's own where it "
-             f"sets one, sized for two cores, else the command's). The stages run in this order: {', '.join(STAGES)}.",
+             f"sets one, sized for two cores, else the command's). The stages run in this order: {', '.join(stage_names())}.",
              "", "## Top level", "", "| key | type | default | what it is |", "|---|---|---|---|"]
     lines += [f"| `{k}` | {_cell(_type(p))} | `{json.dumps(p.get('default'), default=str)}` | {_cell(p.get('description', ''))} |"
-              for k, p in props.items() if k not in SECTIONS]
-    for name in SECTIONS:
+              for k, p in props.items() if k not in sections()]
+    for name in sections():
         section = props[name]
         lines += ["", f"## `{name}`", "", _cell(section["description"][0].upper() + section["description"][1:]) + ".",
                   "", "| option | type | default | what it does |", "|---|---|---|---|"]

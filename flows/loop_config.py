@@ -1,5 +1,5 @@
 """The config of `forgeplay run`, the whole loop (flows/run.py): a few top-level settings and
-one section per stage, each section the stage command's own options named without dashes
+one section per stage (flows/loop_stages.py declares each), each section the stage command's own options named without dashes
 (`forgeplay sft`'s are `forgeplay train sft --help`'s, and so on). Unset options take the
 loop's defaults below (sized so `make run` ends in minutes on two cores), then the command's.
 The options that wire stages together (which dataset a stage reads, which model it starts
@@ -8,7 +8,7 @@ from, where it writes) are the loop's: setting one in a section is refused.
     dataset: demo                 # the world dataset every producer writes beside
     model: null                   # the base model (default: the embedded SmolLM2-135M-Instruct)
     tool_style: compact           # tools in every prompt: compact signatures or full JSON schemas
-    skip: [selfplay]              # stages left out (STAGES)
+    skip: [selfplay]              # stages left out (flows/loop_stages.py STAGES)
     corpus: {entities: 1000}      # forgeplay corpus world; or {file: my.jsonl} to import a corpus
     synthesize: {n: 64, texts: llm}
     sft: {max_steps: 40, lr: 5e-5}
@@ -21,88 +21,30 @@ A file is checked whole before anything runs; a bad field is one line naming it
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
-from acquire.session import AcquireConfig
-from generators.corpus.build import WorldConfig
-from generators.llm.registry import BackendConfig
-from generators.synth.synthesize import SynthConfig
-from selfplay.play import PlayConfig
+from flows import loop_stages
+from flows.loop_stages import sections
 from storage import configfile
 from storage.configcli import json_schema
 from storage.runs import config_hash
-from train.configs import GRPOConfig, SFTConfig, TrainConfig
-from train.evaluate import EvalConfig
-from validators.runner import ValidateConfig
 
 
-@dataclass(frozen=True)
-class Section:
-    """A stage's options: its config classes, the loop's defaults, the fields the loop wires."""
-
-    configs: tuple[type, ...]
-    defaults: dict = field(default_factory=dict)
-    wired: tuple[str, ...] = ()
-    extra: dict = field(default_factory=dict)  # options of the loop's own (JSON Schema of each)
-
-
-_TRAIN_WIRED = ("data", "model", "out", "resume", "nproc")
-SECTIONS: dict[str, Section] = {
-    "backend": Section((BackendConfig,)),
-    "corpus": Section((WorldConfig,), {"entities": 1000},
-                      extra={"file": {"type": ["string", "null"],
-                                      "description": "import this corpus file instead of building the world "
-                                                     "(forgeplay corpus import: HotpotQA, 2Wiki, JSONL, Parquet)"}}),
-    "synthesize": Section((SynthConfig,), {"n": 32, "texts": "template", "chunk": 16, "top_k": "1", "top_k_rate": 1.0,
-                                          "variants_per_tool": 0, "distractors_min": 6, "distractors_max": 6}, ("dataset", "run_id", "tool_style")),
-    # the judge (the backend section's model) reads a sample of 16 records; its verdicts join the funnel
-    "validate": Section((ValidateConfig,), {"layers": "schema,rules,judge,dedup", "judge_sample": 16},
-                        ("dataset", "input", "out", "corpus", "run_id", "kind")),
-    # a turn may take 160 new tokens: at 96 the thinks of a fine-tuned model were cut before the answer;
-    # the SFT data of the loop's defaults has assistant turns of up to 136 to 142 tokens (synthesis
-    # seeds 7, 1 and 2), so the stages that sample the SFT model (acquire, grpo) take 160 too
-    "eval": Section((EvalConfig,), {"limit": 8, "batch_size": 8, "max_new_tokens": 160, "max_turns": 5},
-                    ("data", "model", "tool_style")),
-    # what experiments/sft_tool_use.py found teaches the answer format in a few steps (at 5e-5 and
-    # 8 layers, 10 steps changed nothing the evaluation sees)
-    "sft": Section((SFTConfig, TrainConfig), {"max_steps": 6, "lr": 3e-4, "batch_size": 2, "train_layers": 10,
-                                              "checkpoint_every": 3}, _TRAIN_WIRED),
-    # the base examiner poses no task yet (experiments/selfplay_yield.py): iteration 0 takes the
-    # world's demonstrations (its examiner update trains on them as demonstrations, so there is no
-    # separate warm-start), the student learns from reward and its EMA teacher; iteration 1 samples
-    # the examiner, its tasks filtered for answerability by the student. Both updates are short.
-    "selfplay": Section((PlayConfig,), {"tasks": 4, "attempts": 2, "max_new_tokens": 96, "demo_tasks": True,
-                                        "train": True, "answerability": True, "warmstart": False, "iterations": 2,
-                                        "examiner_turns": 3, "examiner_steps": 1, "student_steps": 2,
-                                        "update_batch": 2, "train_layers": 10},
-                        ("dataset", "out", "examiner", "student", "checkpoints", "resume", "tool_style")),
-    "acquire": Section((AcquireConfig,), {"strategy": "care", "budget": 4.0, "n": 4, "batch": 4, "limit": 4,
-                                          "max_new_tokens": 160, "label_warmup": 1,
-                                          "triples": "trained"}, ("dataset", "out", "model", "tool_style")),
-    # one step of one group: a GRPO step of two groups took 4.6 minutes on two cores
-    "grpo": Section((GRPOConfig, TrainConfig), {"labels": "care", "budget": 8.0, "max_steps": 1, "batch_size": 1,
-                                                "group_size": 4, "limit": 8, "max_new_tokens": 160, "lr": 1e-5,
-                                                "label_warmup": 1, "checkpoint_every": 1,
-                                                "triples": "trained"},
-                    _TRAIN_WIRED + ("labels_out", "tool_style")),
-}
-# the stages in the order they run; an eval stage measures the model the stage before made
-STAGES = ("corpus", "synthesize", "validate", "eval-base", "sft", "eval-sft", "selfplay", "acquire", "grpo",
-          "eval-grpo")
-TOP = {"dataset": {"type": "string", "description": "the world dataset; the producers write <dataset>_selfplay "
-                                                      "and <dataset>_labels beside it"},
-       "model": {"type": ["string", "null"], "description": "base model folder or prepared name (default: embedded)"},
-       "tool_style": {"enum": ["compact", "full"], "description": "tools in every prompt the loop writes or asks "
-                      "(synthesis, evaluation, acquisition, GRPO): compact one-line signatures, about 5x fewer tokens "
-                      "than full JSON schemas"},
-       "skip": {"type": "array", "items": {"enum": list(STAGES)}, "description": "stages to leave out"}}
+def _top() -> dict:
+    """The top-level settings' schemas."""
+    return {"dataset": {"type": "string", "description": "the world dataset; the producers write <dataset>_selfplay "
+                                                          "and <dataset>_labels beside it"},
+            "model": {"type": ["string", "null"], "description": "base model folder or prepared name (default: embedded)"},
+            "tool_style": {"enum": ["compact", "full"], "description": "tools in every prompt the loop writes or asks "
+                           "(synthesis, evaluation, acquisition, GRPO): compact one-line signatures, about 5x fewer "
+                           "tokens than full JSON schemas"},
+            "skip": {"type": "array", "items": {"enum": list(loop_stages.stage_names())}, "description": "stages to leave out"}}
 
 
 def file_schema() -> dict:
     """The JSON Schema of a loop config file: the top-level settings and a section per stage,
     its options the fields of its configs minus those the loop wires."""
-    props = dict(TOP)
-    for name, sec in SECTIONS.items():
+    props = _top()
+    for name, sec in sections().items():
         schema = json_schema(*sec.configs)
         schema["properties"] = {k: v for k, v in schema["properties"].items() if k not in sec.wired}
         schema["properties"].update(sec.extra)
@@ -112,8 +54,9 @@ def file_schema() -> dict:
 
 def _unknown(path: list, field: str) -> str | None:
     """A wired option is the loop's to set; other unknown names get the schema's list."""
-    if len(path) == 1 and path[0] in SECTIONS and field in SECTIONS[path[0]].wired:
-        return f"set by the loop (it wires {', '.join(SECTIONS[path[0]].wired)} from the stages before)"
+    secs = sections()
+    if len(path) == 1 and path[0] in secs and field in secs[path[0]].wired:
+        return f"set by the loop (it wires {', '.join(secs[path[0]].wired)} from the stages before)"
     return None
 
 
@@ -122,7 +65,7 @@ def renamed(doc: dict) -> dict:
     `label_p`) read as the new ones, each with a one-line note on stderr, for one release."""
     import sys
 
-    for name, sec in SECTIONS.items():
+    for name, sec in sections().items():
         opts = doc.get(name) if isinstance(doc, dict) else None
         if not isinstance(opts, dict):
             continue
@@ -141,9 +84,9 @@ def check(doc: dict) -> dict:
     configfile.check(doc, file_schema(), _unknown)
     out = {"dataset": doc.get("dataset", "demo"), "model": doc.get("model"), "tool_style": doc.get("tool_style", "compact"),
            "skip": list(doc.get("skip", []))}
-    for name, sec in SECTIONS.items():
+    for name, sec in sections().items():
         out[name] = {**sec.defaults, **(doc.get(name) or {})}
-    for name in SECTIONS:  # each stage's own checks (a bad value, not only a bad name)
+    for name in sections():  # each stage's own checks (a bad value, not only a bad name)
         try:
             build(out, name, **wiring(name, out, "<run>", policy=out["model"], base=out["model"]))
         except (TypeError, ValueError, KeyError) as e:
@@ -186,7 +129,7 @@ def build(config: dict, name: str, **wired) -> list:
     """The config instances of section `name` from the resolved loop config, with the loop's
     wiring `wired` (dataset, model, out, ...) set."""
     opts, out = {**config[name], **wired}, []
-    for cls in SECTIONS[name].configs:  # each class takes its own fields (the loop's extras, e.g. file, none)
+    for cls in sections()[name].configs:  # each class takes its own fields (the loop's extras, e.g. file, none)
         names = {f.name for f in dataclasses.fields(cls)}
         out.append(cls(**{k: v for k, v in opts.items() if k in names}))
     for c in out:
@@ -196,22 +139,12 @@ def build(config: dict, name: str, **wired) -> list:
 
 
 def wiring(name: str, config: dict, run_dir, policy: str | None, base: str | None) -> dict:
-    """The options of stage `name` that the loop sets: the datasets it reads and writes, the
-    model it starts from (`policy`: the latest trained one; `base`: the loop's base model),
-    its run folder under `run_dir` and the tool style of its prompts; training stages always
-    resume (a rerun continues)."""
-    dataset, folder, style = config["dataset"], f"{run_dir}/{name}", config["tool_style"]
-    return {
-        "synthesize": {"dataset": dataset, "tool_style": style},
-        "validate": {"dataset": dataset},
-        "eval": {"data": dataset, "model": policy, "tool_style": style},
-        "sft": {"data": dataset, "model": base, "out": folder, "resume": True},
-        "selfplay": {"dataset": dataset, "out": f"{dataset}_selfplay", "examiner": base, "student": policy,
-                     "checkpoints": folder, "resume": True, "tool_style": style},
-        "acquire": {"dataset": dataset, "out": f"{dataset}_labels", "model": policy, "tool_style": style},
-        "grpo": {"data": dataset, "model": policy, "out": folder, "labels_out": f"{dataset}_labels", "resume": True,
-                 "tool_style": style},
-    }.get(name, {})
+    """The options of section `name` that the loop sets (its `wire`, flows/loop_stages.py): the
+    datasets it reads and writes, the model it starts from (`policy`: the latest trained one;
+    `base`: the loop's base model), its run folder `<run_dir>/<name>` and the tool style of its
+    prompts; training stages always resume (a rerun continues)."""
+    wires = loop_stages.Wires(config["dataset"], f"{run_dir}/{name}", config["tool_style"], policy, base)
+    return sections()[name].wire(wires)
 
 
 def run_id(config: dict) -> str:

@@ -12,63 +12,31 @@ A file is checked whole before anything is served (the file's JSON Schema is bui
 flows' config dataclasses, storage/configcli.py), and a malformed one is one error line
 naming the field: `schedules.yaml: schedules[1].cron: Invalid cron string: "61 * * * *"`.
 Unset parameters take the command's defaults; every deployment gets the full config, so the
-Prefect UI shows what a run will use. `SERVABLE` lists the flows; a new one is an entry.
+Prefect UI shows what a run will use. A loop stage declares the flows it can be scheduled as
+(flows/loop_stages.py `Servable`); `servable()` lists them, with `pipeline`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from acquire.session import AcquireConfig
-from flows.engine import Flow
+from flows import loop_stages
 from flows.configs import PipelineConfig
-from flows.runners import RunnerConfig
+from flows.loop_stages import Servable
 from generators.llm.registry import BackendConfig
-from generators.synth.synthesize import SynthConfig
-from selfplay.play import PlayConfig
-from selfplay.warmstart import WarmstartConfig
 from storage import configfile
 from storage.configcli import json_schema
-from train.configs import TrainConfig
-from validators.runner import ValidateConfig
 
 
-@dataclass(frozen=True)
-class Servable:
-    """A flow `forgeplay serve` can schedule: `target` ("module:attribute", a flow of
-    flows/engine.py or a function of the configs that returns one) and the config dataclasses
-    whose fields are its parameters, each passed as a dict to the flow parameter named beside
-    it in `params`; `check(*configs)` raises ValueError on values the command would refuse
-    before running."""
-
-    target: str
-    configs: tuple[type, ...]
-    params: tuple[str, ...]
-    check: Callable | None = None
-
-    def flow(self, configs: list):
-        """The Prefect flow to deploy (flows/engine.py `Flow.prefect`)."""
-        module, attr = self.target.split(":")
-        obj = getattr(importlib.import_module(module), attr)
-        return (obj if isinstance(obj, Flow) else obj(*configs)).prefect()
-
-
-SERVABLE = {
-    "synthesize": Servable("flows.synthesize:synthesize_flow", (SynthConfig, BackendConfig), ("config", "backend")),
-    "validate": Servable("flows.validate:flow_for", (ValidateConfig, BackendConfig, RunnerConfig),
-                         ("config", "backend", "runner"), check=lambda cfg, _, runner: (cfg.layer_list(), runner.kind())),
-    "selfplay": Servable("flows.selfplay:selfplay_flow", (PlayConfig,), ("config",)),
-    "selfplay-warmstart": Servable("flows.selfplay:warmstart_flow", (WarmstartConfig, TrainConfig),
-                                   ("config", "train")),
-    "acquire-labels": Servable("flows.acquire:acquire_flow", (AcquireConfig,), ("config",)),
-    "pipeline": Servable("flows.pipeline:pipeline_flow", (PipelineConfig, BackendConfig), ("config", "backend")),
-}
-COMMANDS = {"selfplay": "selfplay run", "selfplay-warmstart": "selfplay warmstart"}  # else the flow's name
+def servable() -> dict[str, Servable]:
+    """The flows `forgeplay serve` schedules: those the loop's stages declare (flows/loop_stages.py),
+    then `pipeline`."""
+    return {**loop_stages.servables(),
+            "pipeline": Servable("flows.pipeline:pipeline_flow", (PipelineConfig, BackendConfig), ("config", "backend"))}
 
 
 class ScheduleError(ValueError):
@@ -80,7 +48,7 @@ def file_schema() -> dict:
     entry = {
         "type": "object", "required": ["flow", "name"], "additionalProperties": False,
         "properties": {
-            "flow": {"enum": list(SERVABLE)},
+            "flow": {"enum": list(servable())},
             "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9 _.-]*$"},
             "cron": {"type": "string"},
             "interval": {"type": "number", "exclusiveMinimum": 0},
@@ -89,7 +57,7 @@ def file_schema() -> dict:
             "parameters": {"type": "object"},
         },
         "allOf": [{"if": {"properties": {"flow": {"const": name}}, "required": ["flow"]},
-                   "then": {"properties": {"parameters": json_schema(*s.configs)}}} for name, s in SERVABLE.items()],
+                   "then": {"properties": {"parameters": json_schema(*s.configs)}}} for name, s in servable().items()],
     }
     return {"type": "object", "required": ["schedules"], "additionalProperties": False,
             "properties": {"schedules": {"type": "array", "minItems": 1, "items": entry}}}
@@ -109,8 +77,7 @@ class Schedule:
 
     def parameters(self, root: Path) -> dict:
         """The flow's parameters: each config as a dict, and the data root."""
-        servable = SERVABLE[self.flow]
-        params = {p: dataclasses.asdict(c) for p, c in zip(servable.params, self.configs)}
+        params = {p: dataclasses.asdict(c) for p, c in zip(servable()[self.flow].params, self.configs)}
         params["data_root"] = str(root)
         return params
 
@@ -123,7 +90,7 @@ class Schedule:
         from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
         from prefect.schedules import Cron, Interval
 
-        flow = SERVABLE[self.flow].flow(self.configs)
+        flow = servable()[self.flow].flow(self.configs)
         params = self.parameters(root)
         if "progress" in inspect.signature(flow.fn).parameters:
             params["progress"] = False
@@ -139,7 +106,8 @@ def _unknown(doc) -> Callable[[list, str], str | None]:
     def word(path: list, field: str) -> str | None:
         if path and path[-1] == "parameters":
             flow = doc["schedules"][path[1]]["flow"]
-            return f"not a parameter of {flow} (the options of `forgeplay {COMMANDS.get(flow, flow)} --help`, without dashes)"
+            command = servable()[flow].command or flow
+            return f"not a parameter of {flow} (the options of `forgeplay {command} --help`, without dashes)"
         return None
     return word
 
@@ -166,12 +134,12 @@ def _check_when(entry: dict, at: str) -> None:
 
 def _configs(entry: dict, at: str) -> list:
     """The flow's config instances from the entry's parameters (their own checks included)."""
-    params, servable = entry.get("parameters") or {}, SERVABLE[entry["flow"]]
+    params, target = entry.get("parameters") or {}, servable()[entry["flow"]]
     try:
         out = [cls(**{k: v for k, v in params.items() if k in {f.name for f in dataclasses.fields(cls)}})
-               for cls in servable.configs]
-        if servable.check is not None:
-            servable.check(*out)
+               for cls in target.configs]
+        if target.check is not None:
+            target.check(*out)
     except (ValueError, TypeError, KeyError) as e:
         raise ScheduleError(f"{at}.parameters: {e}") from None
     return out

@@ -6,6 +6,6 @@ self-contained HTML page (plots embedded as PNG data URIs) beside it.
     write_report("data", "run-3f2a")        # data/runs/run-3f2a/report.html
 """
 
-from reports.report import SECTIONS, write_report
+from reports.report import PARTS, Part, write_report
 
-__all__ = ["SECTIONS", "write_report"]
+__all__ = ["PARTS", "Part", "write_report"]

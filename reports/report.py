@@ -1,10 +1,12 @@
-"""The run report: every section of SECTIONS built from the loop run's record and data, the
-page rendered (reports/html.py) and written atomically to `<root>/runs/<run_id>/report.html`.
+"""The run report: the sections asked for (by default every one of PARTS) built from the loop
+run's record and data, the page rendered (reports/html.py) and written atomically to
+`<root>/runs/<run_id>/report.html`. The loop asks for the sections its stages declare
+(flows/loop_stages.py `report_parts`).
 
-A section is a key, a title and `build(ctx) -> Section` (reports/run_sections.py,
-reports/data_sections.py); add one to SECTIONS. A section whose data the run lacks raises
-`Absent` and shows as one "not in this run" line; one whose data cannot be read shows the
-error in one line; neither stops the others.
+A section is a `Part`: a key, a title and `build(ctx) -> Section` (reports/run_sections.py,
+reports/data_sections.py). A section whose data the run lacks raises `Absent` and shows as
+one "not in this run" line; one whose data cannot be read shows the error in one line;
+neither stops the others.
 
     write_report("data", "run-3f2a")                        # -> data/runs/run-3f2a/report.html
     write_report("data", "run-3f2a", out="r.html", tokenizer="models/base")
@@ -15,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import duckdb
 
@@ -35,7 +37,7 @@ class Part:
     build: Callable[[RunContext], Section]
 
 
-SECTIONS = [
+PARTS = {p.key: p for p in (
     Part("stages", "Stages", run_sections.stages),
     Part("funnel", "Validation funnel", run_sections.funnel),
     Part("mixes", "Case, route and hop mix of the trajectories", data_sections.mixes),
@@ -45,12 +47,12 @@ SECTIONS = [
     Part("labels", "Label spend per strategy", run_sections.label_spend),
     Part("examiner", "Examiner task difficulty by hop count", data_sections.examiner_difficulty),
     Part("shards", "Shard integrity", run_sections.shards),
-]
+)}
 
 UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, OSError, duckdb.Error)
 
 
-def build(ctx: RunContext, parts: list[Part] = SECTIONS) -> list[Section]:
+def build(ctx: RunContext, parts: Sequence[Part]) -> list[Section]:
     """Every part's section (an absent or unreadable one as its one-line note)."""
     out = []
     for part in parts:
@@ -73,14 +75,15 @@ def _intro(record: dict) -> list[str]:
             f"Datasets: {datasets or '-'}.", f"Models: {models or '-'}."]
 
 
-def write_report(root, run_id: str, out: str | Path | None = None, tokenizer: str | None = None) -> Path:
-    """Write the report of loop run `run_id` (FileNotFoundError naming the runs there are when
-    it has no record); its path."""
+def write_report(root, run_id: str, out: str | Path | None = None, tokenizer: str | None = None,
+                 parts: Sequence[Part] | None = None) -> Path:
+    """Write the report of loop run `run_id` with the sections `parts` (default: all PARTS);
+    FileNotFoundError naming the runs there are when it has no record; its path."""
     root = manifest.resolve_root(root)
     record = loop_runs.read(root, run_id)
     ctx = RunContext(root, run_id, record, tokenizer)
     try:
-        sections = build(ctx)
+        sections = build(ctx, list(PARTS.values()) if parts is None else parts)
     finally:
         ctx.close()
     page = render(f"forgeplay run {run_id}", sections, _intro(record))

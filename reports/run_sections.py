@@ -10,8 +10,6 @@ from reports import plots
 from reports.context import Absent, RunContext
 from reports.html import Image, Section, Table
 
-STAGE_ORDER = ("corpus", "synthesize", "validate", "eval-base", "sft", "eval-sft", "selfplay", "acquire", "grpo",
-               "eval-grpo")
 CURVE_KEYS = ("loss", "reward")
 EVAL_COLUMNS = ("rollouts", "em", "f1", "answered", "well_formed")
 
@@ -20,7 +18,7 @@ def stages(ctx: RunContext) -> Section:
     recorded = ctx.record.get("stages") or {}
     if not recorded:
         raise Absent("no stage recorded")
-    names = [n for n in STAGE_ORDER if n in recorded] + [n for n in recorded if n not in STAGE_ORDER]
+    names = list(recorded)  # the order the loop ran them in
     rows = [[n, recorded[n].get("status"), recorded[n].get("seconds"), recorded[n].get("rows_in"),
              recorded[n].get("rows_out"), recorded[n].get("notes", "")] for n in names]
     seconds = {n: recorded[n].get("seconds") or 0 for n in names}

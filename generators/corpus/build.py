@@ -48,6 +48,12 @@ class WorldConfig:
     verify: bool = field(default=True, metadata={
         "help": "Re-derive every answer from its golden documents' text and drop questions that fail."})
 
+    def check(self) -> None:
+        """ValueError on a size or mix the world cannot be built with, before anything runs."""
+        if self.entities < MIN_ENTITIES:
+            raise ValueError(f"need at least {MIN_ENTITIES} entities, got {self.entities}")
+        normalise_mix(self.qtypes)
+
     def resolved(self) -> dict:
         """The config with defaults filled in and the mix normalised (what is saved)."""
         d = asdict(self)

@@ -259,10 +259,10 @@ def test_selfplay_trains_the_examiner_and_the_student_with_its_teacher_and_the_j
     assert any(not torch.equal(start[k], teacher[k]) for k in start), "the teacher did not move"
     config = json.loads((Path(rec["train_runs"]["selfplay"]) / "it0" / "student" / "config.json").read_text())
     assert config["selfplay-student"]["distill_coef"] > 0 and config["selfplay-student"]["teacher"] is None
-    from flows.loop_config import SECTIONS  # the test's config leaves these switches to the loop's defaults
+    from flows.loop_stages import sections  # the test's config leaves these switches to the loop's defaults
 
     assert not {"train", "answerability", "demo_tasks", "warmstart"} & set(config_of(clean[1])["selfplay"])
-    assert {k: SECTIONS["selfplay"].defaults[k] for k in ("train", "answerability", "demo_tasks")} == \
+    assert {k: sections()["selfplay"].defaults[k] for k in ("train", "answerability", "demo_tasks")} == \
         {"train": True, "answerability": True, "demo_tasks": True}
     judged = [f for f in rec["stages"]["validate"]["summary"]["funnel"] if f["layer"] == "judge"]
     assert sum(f["rejected"] for f in judged) == 4  # the 4 records of the sample, each unreadable

@@ -15,7 +15,8 @@ import typer
 from PIL import Image
 from typer.testing import CliRunner
 
-from reports import SECTIONS, write_report
+from flows.loop_stages import report_parts
+from reports import write_report
 from tests.reports.conftest import ATTEMPTS, BOUGHT, BROKEN, RUN
 
 
@@ -81,13 +82,13 @@ def decode_png(src: str) -> Image.Image:
 @pytest.fixture(scope="module")
 def page(loop_run, embedded_tokenizer_dir):
     root, _ = loop_run
-    path = write_report(root, RUN, tokenizer=str(embedded_tokenizer_dir))
+    path = write_report(root, RUN, tokenizer=str(embedded_tokenizer_dir), parts=report_parts())
     assert path == root / "runs" / RUN / "report.html"
     return Page(path.read_text())
 
 
 def test_every_section_is_rendered_with_decodable_plots_and_nothing_external(page):
-    assert list(page.sections) == [p.key for p in SECTIONS]
+    assert list(page.sections) == [p.key for p in report_parts()]
     assert {k: s["absent"] for k, s in page.sections.items() if s["absent"]} == {}
     assert page.scripts == 0 and page.external == []
     for key, s in page.sections.items():
@@ -161,7 +162,7 @@ def test_cli_writes_the_page_and_refuses_an_unknown_run(tmp_path):
     out = tmp_path / "page.html"
     res = CliRunner().invoke(app, ["report", "r2", "--out", str(out), "--data-root", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert res.output.strip() == str(out) and list(Page(out.read_text()).sections) == [p.key for p in SECTIONS]
+    assert res.output.strip() == str(out) and list(Page(out.read_text()).sections) == [p.key for p in report_parts()]
     res = CliRunner().invoke(app, ["report", "run-nope", "--data-root", str(tmp_path)])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [f"error: no run 'run-nope' in {tmp_path / 'runs'} (runs there: r2)"]
