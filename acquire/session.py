@@ -76,6 +76,9 @@ class AcquireConfig(LabelConfig):
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     seed: int = field(default=0, metadata={"help": "sampling and strategy seed"})
 
+    def label_strategy(self) -> str:
+        return self.strategy
+
     def labels_dataset(self) -> str:
         if not self.dataset:
             raise ValueError("--dataset is required")

@@ -102,7 +102,7 @@ class QueueSource(Source):
         from storage.manifest import dataset_dir
 
         return cls(dataset_dir(root, cfg.labels_dataset()) / "_queue", {p.prompt_id: p.question for p in prompts},
-                   ledger, cfg.label_cost, getattr(cfg, "strategy", None) or cfg.labels, cfg.queue_format)
+                   ledger, cfg.label_cost, cfg.label_strategy(), cfg.queue_format)
 
     def buy(self, prompt_ids: list[str]) -> dict[str, str]:
         known = self.ledger.queued()

@@ -140,7 +140,7 @@ def flow_bench(root: str, n: int, workers: int, one_process: float, chunk: int, 
     and the cluster's start), and seconds per phase."""
     from flows.runners import RunnerConfig
     from flows.validate import run
-    from validators.runner import ValidateConfig
+    from validators.validator import ValidateConfig
 
     copy = tempfile.mkdtemp()
     shutil.copytree(root, copy, dirs_exist_ok=True)

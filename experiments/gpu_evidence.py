@@ -90,7 +90,7 @@ def sft(root: Path, model: str | None, z: Sizes, seed: int) -> str:
     from generators.llm.registry import BackendConfig
     from generators.synth.synthesize import SynthConfig
     from train.configs import SFTConfig, TrainConfig
-    from validators.runner import ValidateConfig
+    from validators.validator import ValidateConfig
 
     write(WorldConfig(seed=seed, entities=z.entities), root, "w")
     synthesize(SynthConfig(dataset="w", n=z.trajectories, seed=seed, tool_style="compact", variants_per_tool=0,

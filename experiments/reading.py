@@ -31,16 +31,16 @@ from generators.tools.compute import NAME as CALCULATOR
 from generators.tools.fill import roles_of
 
 # the kinds as the thinks say them, one ("a place") and many ("both places"), to their domain
-KINDS = {one: domain for domain, (one, _) in KIND.items() if domain != GENERAL}
+DOMAIN_OF_WORD = {one: domain for domain, (one, _) in KIND.items() if domain != GENERAL}
 MANY = {many: domain for domain, (_, many) in KIND.items() if domain != GENERAL}
-_ONE = re.compile(r'"([^"]+)",? \(?(' + "|".join(KINDS) + r")\b")
+_ONE = re.compile(r'"([^"]+)",? \(?(' + "|".join(DOMAIN_OF_WORD) + r")\b")
 _ALL = re.compile(r'((?:"[^"]+"(?:, | and ))+"[^"]+"), (?:both|all) (' + "|".join(MANY) + r")\b")
 
 
 def announced(think: str) -> list[tuple[str, str]]:
     """(name, kind) of every lookup a think announces with its kind, in the forms the thinks
     use: '"A", a place', '"A" (a person) and "B" (a place)', '"A" and "B", both places'."""
-    out = [(name, KINDS[said]) for name, said in _ONE.findall(think)]
+    out = [(name, DOMAIN_OF_WORD[said]) for name, said in _ONE.findall(think)]
     for names, said in _ALL.findall(think):
         out += [(name, MANY[said]) for name in re.findall(r'"([^"]+)"', names)]
     return out

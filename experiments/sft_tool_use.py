@@ -105,7 +105,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
     from experiments.reading import chains, kinds, searches
     from generators.tools.simulator import Simulator
     from train.evaluate import EvalConfig, base_tools, eval_backend, evaluate, held_out_triples
-    from validators.runner import ValidateConfig
+    from validators.validator import ValidateConfig
 
     data, seconds = root / "data", {}
     started = time.perf_counter()

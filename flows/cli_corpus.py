@@ -76,7 +76,7 @@ def world(dataset: Dataset = None,
                                               "(shares are normalised).")] = "bridge=0.4,comparison=0.2,compositional=0.2,inference=0.2",
           verify: Annotated[bool, typer.Option(help=_help("verify"))] = True,
           run_id: Annotated[Optional[str], typer.Option(help="Run id (default: world-<config hash>).")] = None,
-          data_root: DataRoot = None, out: OldOut = None) -> None:
+          data_root: DataRoot = None, old_out: OldOut = None) -> None:
     """Generate the fictional world encyclopedia and its multi-hop questions.
 
     One document per entity (people, places, organisations, works, events, science concepts) and questions of four types: bridge (2-4 hops), comparison, compositional and inference, each with golden documents, supporting sentences, hop count and answer aliases. The same seed always gives the same corpus.
@@ -84,8 +84,8 @@ def world(dataset: Dataset = None,
     from generators.corpus.build import WorldConfig, parse_mix, write
     from generators.corpus.world import MIN_ENTITIES
 
-    out = _dataset(dataset, out)
-    _check_names(out, run_id)
+    dataset = _dataset(dataset, old_out)
+    _check_names(dataset, run_id)
     if entities < MIN_ENTITIES:
         fail(f"--entities must be at least {MIN_ENTITIES}, got {entities}")
     if triples is not None and triples < 0:
@@ -101,13 +101,13 @@ def world(dataset: Dataset = None,
         tasks = {"documents": bar.add_task("documents", total=entities),
                  "triples": bar.add_task("triples", total=total_triples),
                  "write": bar.add_task("write", total=None)}
-        corpus, rid, written = write(cfg, resolve_root(data_root), out, run_id,
+        corpus, rid, written = write(cfg, resolve_root(data_root), dataset, run_id,
                                      progress=lambda phase, n: bar.advance(tasks[phase], n))
         bar.update(tasks["write"], total=bar.tasks[tasks["write"]].completed)
     elapsed = time.perf_counter() - start
     by_type = Counter((r["qtype"], r["hop_count"]) for r in corpus.triple_rows)
     hops = sorted({h for _, h in by_type})
-    t = Table(title=f"{out}: {len(corpus.document_rows)} documents, {len(corpus.triple_rows)} triples")
+    t = Table(title=f"{dataset}: {len(corpus.document_rows)} documents, {len(corpus.triple_rows)} triples")
     t.add_column("qtype")
     for h in hops:
         t.add_column(f"{h} hops", justify="right")
@@ -119,7 +119,7 @@ def world(dataset: Dataset = None,
     short = {k: v for k, v in corpus.rejected.items() if k.endswith("short of target by")}
     for k, v in short.items():
         err.print(f"[yellow]{k} {v}[/yellow] (the world has too few distinct questions of this type)")
-    console.print(f"run [bold]{rid}[/bold] in {resolve_root(data_root) / out}: wrote {written.get('documents', 0)} "
+    console.print(f"run [bold]{rid}[/bold] in {resolve_root(data_root) / dataset}: wrote {written.get('documents', 0)} "
                   f"documents and {written.get('triples', 0)} triples (new rows) in {elapsed:.1f}s; "
                   f"config in _runs/{rid}.json")
 
@@ -152,7 +152,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
             source: Annotated[Optional[str], typer.Option(help="Source label stored on every row (default: import:<file name>).")] = None,
             run_id: Annotated[Optional[str], typer.Option(help="Run id (default: import-<hash of file and options>).")] = None,
             show: Annotated[int, typer.Option(help="Rejected records listed at most.")] = 50,
-            data_root: DataRoot = None, out: OldOut = None) -> None:
+            data_root: DataRoot = None, old_out: OldOut = None) -> None:
     """Import a multi-hop QA file as documents and triples, or documents alone as passages.
 
     Documents (records with title and text but no question, or the .txt, .md and .html files of a folder) are split into passages of at most --passage-words words; passage ids come from the document id, the passage index and the passage text, so a rerun makes the same ids. Bad records (a broken file of a folder: by its path) are skipped and listed with their line number (JSON Lines), array index (JSON) or row (Parquet), their _id and the reason; all of them are also written to <root>/<DATASET>/_runs/<run_id>.rejects.jsonl. Re-importing the same file into the same run writes nothing twice.
@@ -162,8 +162,8 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
     from generators.corpus.passages import Split
     from storage.userfiles import detect_container
 
-    out = _dataset(dataset, out)
-    _check_names(out, run_id)
+    dataset = _dataset(dataset, old_out)
+    _check_names(dataset, run_id)
     split = Split(passage_words, passage_overlap)
     try:
         split.check()
@@ -192,8 +192,8 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
     try:
         with _progress() as bar:
             task = bar.add_task("records", total=None)
-            report = import_file(file, resolve_root(data_root), out, style=style, container=container, source=source,
-                                 run_id=run_id, split=split, progress=lambda n: bar.advance(task, n))
+            report = import_file(file, resolve_root(data_root), dataset, style=style, container=container,
+                                 source=source, run_id=run_id, split=split, progress=lambda n: bar.advance(task, n))
     except (OSError, UnicodeDecodeError) as e:
         fail(f"cannot read {file}: {e}")
     except Exception as e:  # pyarrow errors on a broken Parquet file
@@ -201,7 +201,7 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
             fail(f"cannot read {file} as Parquet: {e}")
         raise
     elapsed = time.perf_counter() - start
-    t = Table(title=f"{file.name} -> {out} (run {report.run_id}, {report.container})")
+    t = Table(title=f"{file.name} -> {dataset} (run {report.run_id}, {report.container})")
     t.add_column("")
     t.add_column("count", justify="right")
     for label, n in [("records read", report.records), ("imported", report.imported),
@@ -228,7 +228,8 @@ def import_(file: Annotated[Path, typer.Argument(help="HotpotQA/2Wiki JSON or JS
         console.print(r)
         if len(report.rejects) > show:
             console.print(f"... and {len(report.rejects) - show} more")
-        console.print(f"all rejects: {resolve_root(data_root) / out / '_runs' / (report.run_id + '.rejects.jsonl')}")
+        rejects = resolve_root(data_root) / dataset / "_runs" / f"{report.run_id}.rejects.jsonl"
+        console.print(f"all rejects: {rejects}")
     console.print(f"done in {elapsed:.1f}s")
     if report.records and not report.imported:
         fail("no record could be imported")

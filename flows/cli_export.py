@@ -44,12 +44,12 @@ def dataset_option(data: Optional[str], old: Optional[str]) -> str:
 
 def _run(fn: Callable, target: str, data: str, out: Path, kinds: Optional[list[str]], test_fraction: float,
          keep_rejected: bool, data_root: Optional[Path], **options) -> dict[str, int]:
-    from train.export import KINDS
+    from train.export import EXPORT_KINDS
 
-    chosen = tuple(kinds) if kinds else KINDS
-    bad = [k for k in chosen if k not in KINDS]
+    chosen = tuple(kinds) if kinds else EXPORT_KINDS
+    bad = [k for k in chosen if k not in EXPORT_KINDS]
     if bad:
-        err.print(f"[red]unknown kind(s) {', '.join(bad)}[/red]; choose from {', '.join(KINDS)}")
+        err.print(f"[red]unknown kind(s) {', '.join(bad)}[/red]; choose from {', '.join(EXPORT_KINDS)}")
         raise typer.Exit(2)
     try:  # what the options name, before a tokenizer loads
         require_rows(resolve_root(data_root), data, chosen, "--dataset")

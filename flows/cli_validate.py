@@ -23,7 +23,7 @@ from generators.tools.retriever import RetrieverError
 from generators.llm.registry import BackendConfig
 from validators.reasons import describe
 from validators.registry import listing
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 @dataclass

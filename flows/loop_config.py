@@ -1,7 +1,8 @@
 """The config of `forgeplay run`, the whole loop (flows/run.py): a few top-level settings and
-one section per stage (flows/loop_stages.py declares each), each section the stage command's own options named without dashes
-(`forgeplay sft`'s are `forgeplay train sft --help`'s, and so on). Unset options take the
-loop's defaults below (sized so `make run` ends in minutes on two cores), then the command's.
+one section per stage (flows/loop_stages.py declares each), each section the stage command's
+own options named without dashes (`forgeplay sft`'s are `forgeplay train sft --help`'s, and so
+on). Unset options take the loop's defaults (flows/loop_stages.py, sized so `make run` ends in
+minutes on two cores), then the command's.
 The options that wire stages together (which dataset a stage reads, which model it starts
 from, where it writes) are the loop's: setting one in a section is refused.
 

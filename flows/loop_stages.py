@@ -31,7 +31,7 @@ from selfplay.play import PlayConfig
 from selfplay.warmstart import WarmstartConfig
 from train.configs import GRPOConfig, SFTConfig, TrainConfig
 from train.evaluate import EvalConfig
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 class Wires(NamedTuple):

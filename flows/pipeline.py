@@ -39,7 +39,7 @@ def pipeline_flow(config: dict, backend: dict, data_root: str | None = None) -> 
     from flows.synthesize import synthesize_flow
     from flows.validate import validate_flow
     from generators.synth.synthesize import SynthConfig
-    from validators.runner import ValidateConfig
+    from validators.validator import ValidateConfig
 
     cfg, bcfg = PipelineConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))

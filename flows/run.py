@@ -4,7 +4,7 @@ evaluation -> self-play tasks and attempts -> label acquisition -> label-aware G
 evaluation, the stages flows/loop_stages.py declares, each the project's own flow run as a
 subflow with the options of its section of the loop config (flows/loop_config.py), wired to the
 datasets and models the stages before made. The record `<root>/runs/<run_id>/run.json`
-(storage/looprun.py) marks each stage done when it ends; a rerun of the same config, or
+(storage/loop_runs.py) marks each stage done when it ends; a rerun of the same config, or
 `--resume RUN_ID`, skips the stages done and the others resume inside (committed shards are
 skipped, the label ledger recovers, training continues from its checkpoint), so a killed run
 loses nothing and duplicates nothing. Each start and the end verify the checksums of every
@@ -31,7 +31,7 @@ from flows.common import publish_artifact, tie_temporary_server
 from flows.engine import flow
 from flows.interrupt import resume_with
 from storage import resolve_root
-from storage.looprun import LoopRecord
+from storage.loop_runs import LoopRecord
 
 
 class StageFailed(RuntimeError):

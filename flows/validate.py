@@ -36,7 +36,7 @@ from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.registry import BackendConfig
 from storage import resolve_root
 from validators.run import ValidationRun, check_inputs
-from validators.runner import ValidateConfig, check_chunk
+from validators.validator import ValidateConfig, check_chunk
 
 
 class Opaque:

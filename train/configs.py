@@ -161,6 +161,9 @@ class GRPOConfig(LabelConfig, RolloutConfig):
         "help": "--engine verl: write OUT/verl (data, reward, objective, overrides.txt, run.sh) and print the "
                 "command without running it"})
 
+    def label_strategy(self) -> str:
+        return self.labels
+
     def labels_dataset(self) -> str:
         """--labels: the dataset of the bought labels and their ledger."""
         return self.labels_out or f"{self.data}_labels"

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from storage import manifest, reader
 from storage.files import atomic_path
 
-KINDS = ("triples", "tasks", "trajectories")
+EXPORT_KINDS = ("triples", "tasks", "trajectories")
 CHUNK = 2000  # rows read, and rows written, at a time
 GROUP_BYTES = 4 << 20  # an output row group is written once its rows take this much memory as Arrow
 QA_SYSTEM = ("Answer the user's question. Reason step by step inside <think></think>, then give only the "
@@ -109,7 +109,7 @@ def _item(kind: str, r: dict) -> Item | None:
                     tools=list(r.get("tools") or []), golden_doc_ids=list(meta.get("golden_doc_ids") or []),
                     meta=r.get("meta") or "", messages=msgs, route=r.get("route") or "", case=r.get("case") or "",
                     triple_id=r.get("triple_id") or "")
-    raise ValueError(f"cannot export kind {kind!r}; choose from {', '.join(KINDS)}")
+    raise ValueError(f"cannot export kind {kind!r}; choose from {', '.join(EXPORT_KINDS)}")
 
 
 class Source:
@@ -118,13 +118,13 @@ class Source:
     `head`, a trajectory's Item carries only its first two messages: what the prompt is made
     of (an exporter's first pass reads less)."""
 
-    def __init__(self, dataset: str, root=None, kinds=KINDS, skip_rejected: bool = True):
+    def __init__(self, dataset: str, root=None, kinds=EXPORT_KINDS, skip_rejected: bool = True):
         self.root = manifest.resolve_root(root)
         if dataset not in manifest.datasets(self.root):
             raise ValueError(f"no dataset {dataset!r} under {self.root}")
-        bad = [k for k in kinds if k not in KINDS]
+        bad = [k for k in kinds if k not in EXPORT_KINDS]
         if bad:
-            raise ValueError(f"cannot export kind {bad[0]!r}; choose from {', '.join(KINDS)}")
+            raise ValueError(f"cannot export kind {bad[0]!r}; choose from {', '.join(EXPORT_KINDS)}")
         present = set(reader.kinds(self.root, dataset))
         self.dataset, self.kinds = dataset, [k for k in dict.fromkeys(kinds) if k in present]
         self.skip_rejected = skip_rejected
@@ -286,7 +286,7 @@ class ParquetRows:
         return self._atomic.__exit__(*exc)
 
 
-def export_trl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
+def export_trl(dataset: str, out_dir, root=None, kinds=EXPORT_KINDS, test_fraction: float = 0.05,
                skip_rejected: bool = True) -> dict[str, int]:
     """Write grpo_{train,test}.parquet (all kinds) and sft_{train,test}.parquet (trajectories).
     Streams: one pass decides the splits (train/test by id hash; see split_items), a second

@@ -54,6 +54,14 @@ class LabelConfig:
     annotator_url: str | None = field(default=None, metadata={"help": f"llm with the openai backend: the server's URL, {URL_FORM}"})
     annotator_max_tokens: int = field(default=64, metadata={"help": "llm: tokens per annotator reply at most"})
 
+    def labels_dataset(self) -> str:
+        """The dataset that keeps the bought labels and their ledger (each command names it)."""
+        raise NotImplementedError
+
+    def label_strategy(self) -> str:
+        """The acquisition strategy that picks what to buy (each command names it)."""
+        raise NotImplementedError
+
     def check_labelling(self) -> None:
         """One-line ValueErrors for bad label options, before anything loads."""
         from generators.llm.model_store import check_model

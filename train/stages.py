@@ -71,26 +71,26 @@ class StageKind:
     reads: tuple[str, ...] = ()  # record kinds of --dataset it trains on (any of them): checked before a model loads
 
 
-KINDS: dict[str, StageKind] = {}
+TRAINING_KINDS: dict[str, StageKind] = {}
 
 
 def register(kind: StageKind) -> StageKind:
-    KINDS[kind.name] = kind
+    TRAINING_KINDS[kind.name] = kind
     return kind
 
 
 def get_kind(name: str) -> StageKind:
     plugins.load()
-    if name not in KINDS:
-        raise ValueError(f"unknown training stage {name!r}; known: {', '.join(KINDS)}")
-    return KINDS[name]
+    if name not in TRAINING_KINDS:
+        raise ValueError(f"unknown training stage {name!r}; known: {', '.join(TRAINING_KINDS)}")
+    return TRAINING_KINDS[name]
 
 
 def add_stage_commands(app, call: Callable[[str, Any, TrainConfig, Any], None]) -> None:
     """Add one command per registered kind to the Typer `app`: options from the kind's config
     and TrainConfig, then `call(kind_name, cfg, train_cfg, data_root)`."""
     plugins.load()
-    for kind in KINDS.values():
+    for kind in TRAINING_KINDS.values():
         _add_command(app, kind, call)
 
 

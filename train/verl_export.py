@@ -50,7 +50,7 @@ from storage.files import write_text
 from storage.runs import runs_dir
 from storage.schema import SHARED_COLUMNS
 from train import prompt_lengths, verl_bundle, verl_readme
-from train.export import CHAT, CHUNK, KINDS, Item, ParquetRows, Places, Prompts, Source, Split, openai_tools
+from train.export import CHAT, CHUNK, EXPORT_KINDS, Item, ParquetRows, Places, Prompts, Source, Split, openai_tools
 
 _TOOLS_BLOCK = re.compile(r"(?:[^\n]*\n)?<tools>\n.*?</tools>", re.DOTALL)  # the block and the line that introduces it
 
@@ -180,7 +180,7 @@ def verl_row(i: Item, dataset: str, split: str, index: int, tool_names: list[str
             "agent_name": "tool_agent" if tool_use else "single_turn_agent"}
 
 
-def export_verl(dataset: str, out_dir, root=None, kinds=KINDS, test_fraction: float = 0.05,
+def export_verl(dataset: str, out_dir, root=None, kinds=EXPORT_KINDS, test_fraction: float = 0.05,
                 skip_rejected: bool = True, tool_agent: bool = False, tokenizer: str | Path | None = None,
                 corpus: str | None = None, labels: Labels | None = None) -> VerlExport:
     """Write the files of the module docstring to out_dir; see VerlExport for what is returned.

@@ -47,7 +47,7 @@ from validators.judge import JUDGED
 from validators.reasons import SKIPPED
 from validators.records import Records, gc_paused, read_input
 from validators.registry import CHECKS, uses_backend
-from validators.runner import LATER_DEFAULTS, Checked, ValidateConfig, Validator
+from validators.validator import LATER_DEFAULTS, Checked, ValidateConfig, Validator
 
 
 @dataclass

@@ -20,7 +20,7 @@ import jsonschema
 from generators.tools.base import parameters_of
 from generators.tools.fill import roles_of
 
-KINDS = ("missing_query", "unknown_parameter", "wrong_type", "out_of_range", "bad_enum")
+MISTAKES = ("missing_query", "unknown_parameter", "wrong_type", "out_of_range", "bad_enum")
 _EXTRA_NAMES = ["name", "date", "sort", "q", "keywords", "filter", "limit", "category"]
 
 
@@ -44,9 +44,9 @@ def corrupt_arguments(tool: dict, arguments: dict, kind: str | None, rng: random
     props = params.get("properties", {})
     lookup = roles_of(params).lookup or "query"
     if kind is None:
-        kind = rng.choice([k for k in KINDS if _applicable(k, params, lookup)])
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}")
+        kind = rng.choice([k for k in MISTAKES if _applicable(k, params, lookup)])
+    if kind not in MISTAKES:
+        raise ValueError(f"kind must be one of {MISTAKES}")
     if not _applicable(kind, params, lookup):
         kind = "wrong_type"
     bad = copy.deepcopy(arguments)

@@ -21,7 +21,7 @@ from generators.synth.synthesize import SynthConfig
 from generators.tools.simulator import Simulator, split_sentences
 from storage import load_table
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 def _hotpot_file(root, path, n: int = 40):

@@ -15,7 +15,7 @@ from generators.synth.synthesize import SynthConfig
 from generators.tools import retriever
 from generators.tools.dense import DenseIndex
 from storage import load_table
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 pytestmark = pytest.mark.slow
 

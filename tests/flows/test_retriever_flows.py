@@ -19,7 +19,7 @@ from generators.tools.remote import RemoteRetriever
 from storage import load_table, write_rows
 from storage.reader import entries
 from tests.generators.test_retrievers import serve
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 def replay_codes(root, dataset: str) -> Counter:

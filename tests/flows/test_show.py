@@ -25,7 +25,7 @@ def root(tmp_path_factory):
     from generators.corpus.build import WorldConfig, write
     from generators.llm.registry import BackendConfig
     from generators.synth.synthesize import SynthConfig
-    from validators.runner import ValidateConfig
+    from validators.validator import ValidateConfig
 
     root = tmp_path_factory.mktemp("show")
     write(WorldConfig(seed=3, entities=150), root, "w")

@@ -12,7 +12,7 @@ from generators.synth.cases import CASES, Case, SlotText
 from generators.synth.synthesize import SynthConfig
 from generators.tools.base import GENERAL
 from storage import load_table
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 CHECK = SlotText("double_check", lambda f: f'Next step: make sure of "{f["query"]}" with the general search {f["general"]}.',
                  lambda f: [f["query"], f["general"]],

@@ -16,7 +16,7 @@ from generators.tools.retriever import Corpus, RetrieverError, build, check_spec
 from generators.tools.sim_call import SimCall
 from generators.tools.simulator import Simulator
 from storage import load_table
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 from validators.run import check_inputs
 
 REPO = Path(__file__).resolve().parents[2]

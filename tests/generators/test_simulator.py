@@ -204,13 +204,13 @@ def test_split_sentences_keeps_wording():
 def test_corrupted_arguments_always_get_the_error(sim):
     import random
 
-    from generators.tools.arguments import KINDS, corrupt_arguments
+    from generators.tools.arguments import MISTAKES, corrupt_arguments
 
     rng = random.Random(0)
     for row in base_rows():
-        for kind in KINDS + (None,):
+        for kind in MISTAKES + (None,):
             bad, used = corrupt_arguments(row, {"query": "Alira Venmoth", "top_k": 3}, kind, rng)
-            assert used in KINDS and (kind is None or used in (kind, "wrong_type"))
+            assert used in MISTAKES and (kind is None or used in (kind, "wrong_type"))
             err = json.loads(sim.call(row["name"], bad, golden_doc_ids=["p1"], mode="good"))
             assert err["error"] == "invalid_arguments", (row["name"], kind, bad)
     # the same rng state gives the same corruption

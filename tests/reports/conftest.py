@@ -39,7 +39,7 @@ def _trajectories(root):
 def _validate(root) -> dict:
     from generators.llm.registry import BackendConfig
     from validators.run import ValidationRun
-    from validators.runner import ValidateConfig, check_chunk
+    from validators.validator import ValidateConfig, check_chunk
 
     run = ValidationRun(ValidateConfig(dataset="demo", layers="schema,rules,dedup"), BackendConfig(), str(root))
     for chunk in run.chunks():

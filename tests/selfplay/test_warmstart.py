@@ -69,7 +69,7 @@ def test_the_hop_mix_decides_the_hop_counts(world):
 def test_flow_commits_once_the_filter_accepts_all_and_sft_trains_an_examiner(world, tiny_llama_dir):  # noqa: F811
     from flows.selfplay import run_warmstart
     from flows.validate import run as validate
-    from validators.runner import ValidateConfig
+    from validators.validator import ValidateConfig
 
     root = world[0]
     cfg = WarmstartConfig(dataset="w", n=12, out=str(root / "examiner"), model=str(tiny_llama_dir))

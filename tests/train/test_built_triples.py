@@ -19,7 +19,7 @@ from train.evaluate import EvalConfig, run_eval
 from train.export import export_trl
 from train.verl_export import export_verl
 from validators.chain_run import QuestionsConfig, run_questions
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 def test_eval_and_exports_read_triples_built_from_documents(tmp_path, tiny_llama_dir, embedded_tokenizer_dir):  # noqa: F811

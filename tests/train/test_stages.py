@@ -14,7 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from tests.train.test_rollout import world  # noqa: F401 (module fixture: a small world dataset)
-from train.stages import KINDS, Built, StageKind, add_stage_commands, get_kind, load_model
+from train.stages import TRAINING_KINDS, Built, StageKind, add_stage_commands, get_kind, load_model
 from train.trainer import read_metrics
 
 
@@ -48,7 +48,7 @@ TOY = StageKind("toy", ToyConfig, build_toy, help="Fit random token sequences (a
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setitem(KINDS, "toy", TOY)
+    monkeypatch.setitem(TRAINING_KINDS, "toy", TOY)
     return TOY
 
 

@@ -18,7 +18,7 @@ from validators.check import CheckContext, PerRecordCheck
 from validators.reasons import REASONS
 from validators.records import Records
 from validators.registry import CHECKS, LAYERS, checks_for, listing
-from validators.runner import ValidateConfig, Validator
+from validators.validator import ValidateConfig, Validator
 from validators.verdict import fail, ok
 
 ALL = ",".join(LAYERS)

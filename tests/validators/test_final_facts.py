@@ -23,7 +23,7 @@ import flows.validate as fv
 from generators.synth.grounding import Sources
 from storage import load_table
 from validators.final_facts import check_final_facts
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 from validators.trajectory_rules import RuleContext, check_trajectory
 from validators.verdict import Reject
 

@@ -13,7 +13,7 @@ from storage.schema import SHARED_COLUMNS
 from storage.shards import stamp
 from validators.context import corpus_fingerprint, rule_context
 from validators.records import raw_id
-from validators.runner import ValidateConfig, Validator
+from validators.validator import ValidateConfig, Validator
 
 VERDICT_COLS = ("id", "record_id", "record_kind", "layer", "check", "passed", "reason", "score", "detail")
 

@@ -10,7 +10,7 @@ import pytest
 
 import flows.validate as fv
 from storage import load_table
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 def _corrupt(row: dict) -> dict | None:

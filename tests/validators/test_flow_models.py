@@ -14,7 +14,7 @@ import flows.validate as fv
 from generators.llm.registry import BackendConfig, make_backend
 from storage import Catalog, load_table, resumable
 from storage.funnel import funnel_sql
-from validators.runner import ValidateConfig, Validator
+from validators.validator import ValidateConfig, Validator
 
 REPO = Path(__file__).resolve().parents[2]
 

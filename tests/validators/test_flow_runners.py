@@ -17,7 +17,7 @@ import pytest
 from flows.runners import RunnerConfig, make_task_runner
 from flows.validate import run
 from tests.validators.test_flow_workers import REPO, mixed_dataset, results
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 
 @pytest.fixture(scope="module")

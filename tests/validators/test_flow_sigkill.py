@@ -14,7 +14,7 @@ from pathlib import Path
 from flows.validate import run
 from storage import load_table
 from storage.reader import entries
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 VERDICT_COLS = ("record_id", "record_kind", "layer", "check", "passed", "reason", "score", "detail")

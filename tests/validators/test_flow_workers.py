@@ -15,7 +15,7 @@ from flows.runners import make_task_runner
 from flows.validate import run
 from storage import load_table, write_rows
 from storage.schema import SHARED_COLUMNS
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 VERDICT_COLS = ("record_id", "record_kind", "layer", "check", "passed", "reason", "score", "detail")

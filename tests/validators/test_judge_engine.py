@@ -20,7 +20,7 @@ from generators.llm.registry import BackendConfig
 from generators.llm.standin_engine import StandinEngine
 from storage import load_table
 from storage.journal import journal_path
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from storage import load_table
 from validators.reasons import REASONS
 from validators.trajectory_rules import RuleContext, check_record
-from validators.runner import ValidateConfig, Validator
+from validators.validator import ValidateConfig, Validator
 from validators.schema_layer import check_schema
 
 

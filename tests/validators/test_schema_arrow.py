@@ -16,7 +16,7 @@ from storage.samples import SAMPLES
 from storage.schema import SHARED_COLUMNS, load
 from validators.check import CheckContext
 from validators.records import Records
-from validators.runner import ValidateConfig
+from validators.validator import ValidateConfig
 from validators.schema_arrow import surely_valid
 from validators.schema_layer import SchemaCheck, _is_json, check_schema, content_schema
 
