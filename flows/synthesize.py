@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from itertools import islice
 from typing import Callable
@@ -91,23 +91,30 @@ def commit_task(session: Session, prep, outs, llm_s: float, run_id: str, lineage
     return chunk_rows(rows, lineage, triple_ids, stats, commit)
 
 
-@flow(name="synthesize", log_prints=True)
-def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True,
-                    runner: dict | None = None, workers: int = 1) -> dict:
-    """Synthesize trajectories for `config` (SynthConfig fields) with `backend` (BackendConfig
-    fields); the chunks fan out when `runner` (RunnerConfig fields) and `workers` say so
-    (`run` puts the flow on that task runner)."""
-    tie_temporary_server()
-    fan_out = RunnerConfig(**(runner or {})).fans_out(workers)
-    cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
-    root = str(resolve_root(data_root))
+@dataclass
+class Prepared:
+    """What a run's chunks need, made before the first one: the plan and its context."""
+
+    session: Session
+    run_id: str
+    lineage: dict
+    backend: object
+    journal: Journal | None
+    triple_ids: dict
+    planned: int
+    done: IdSet
+
+
+def prepare(cfg: SynthConfig, bcfg: BackendConfig, root: str, fan_out: bool, stages: Stages) -> Prepared:
+    """Load the inputs, check that the triples allow --n (before the bank is gated and any
+    model loads), open the backend and its journal, build the tool bank and plan the run; each
+    step a row of `stages`."""
     imported = imported_rows(load_table(cfg.dataset, "tools", root).to_pylist())  # `forgeplay tools import`
     from generators.tools.banks import resolve_choice
 
     bank = resolve_choice(cfg.tools, load_table(cfg.dataset, "documents", root, columns=["source"])
                           .column("source").unique().to_pylist())
     run_id = run_id_of(cfg, bcfg, imported, bank)
-    stages, t0 = Stages(), time.perf_counter()
     with stages.stage("load") as st:
         inputs = load_task(root, cfg.dataset)
         st.rows_in = st.rows_out = len(inputs.triples)
@@ -136,54 +143,80 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
         st.rows_out = planned
         st.notes = (f"{len(done)} already committed; {session.triples_in_use()} triples in use, up to "
                     f"{cfg.per_triple} each; held out: {len(session.held_out)}; unplannable: {dict(session.rejected)}")
+    return Prepared(session, run_id, lineage, be, journal, {tr["triple_id"]: tr["id"] for tr in inputs.triples},
+                    planned, done)
 
-    triple_ids = {tr["triple_id"]: tr["id"] for tr in inputs.triples}
-    todo = (p for p in session.picks() if traj_id_for(run_id, p.triple_id, p.case, p.variant) not in done)
-    writer = None if fan_out else committer(root, cfg.dataset, run_id, lineage, cfg.texts)
+
+def run_chunks(cfg: SynthConfig, root: str, p: Prepared, fan_out: bool, workers: int, tally: Tally, bar) -> int:
+    """The chunks of the plans not committed yet: fanned out to `workers` (at most two each in
+    flight, memory bounded) or streamed through the backend and committed in order; each
+    chunk's stats added to `tally` in order. The trajectories handed out."""
+    be = p.backend
+    todo = (x for x in p.session.picks() if traj_id_for(p.run_id, x.triple_id, x.case, x.variant) not in p.done)
+    writer = None if fan_out else committer(root, cfg.dataset, p.run_id, p.lineage, cfg.texts)
     if writer is None:
         commit = None
     elif isinstance(writer, ShardWriter):
         commit = writer.write
     else:
         commit = partial(writer.commit, cfg.dataset, "trajectories")
-    tally, in_flight, written = Tally(), deque(), 0  # (size, stats or their future) of chunks not added yet
-    with tqdm(total=max(0, planned - len(done)), desc="synthesize", unit="traj", disable=not progress) as bar:
-        def add_oldest() -> None:
-            size, out = in_flight.popleft()
-            stats = out.result() if fan_out else out
-            tally.add(stats)
-            if fan_out and "usage" in stats:  # the flow's backend did not see a worker's calls
-                be.usage.add(Usage(**stats["usage"]))
-            bar.update(size)
-            if getattr(be, "usage", None) is not None and be.usage.seconds:
-                bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
+    in_flight, written = deque(), 0  # (size, stats or their future) of chunks not added yet
 
-        try:
-            if fan_out:
-                while chunk := list(islice(todo, cfg.chunk)):
-                    written += len(chunk)
-                    args = (session, chunk, be, root, cfg.dataset, run_id, lineage, triple_ids)
-                    in_flight.append((len(chunk), chunk_task.submit(*args)))
-                    while len(in_flight) >= 2 * workers:  # workers stay busy, memory bounded
-                        add_oldest()
-            else:
-                for n, prep, outs, waited in streamed(session, todo, be, cfg.chunk):
-                    written += n
-                    in_flight.append((n, commit_task(session, prep, outs, waited, run_id, lineage, triple_ids,
-                                                     commit)))
+    def add_oldest() -> None:
+        size, out = in_flight.popleft()
+        stats = out.result() if fan_out else out
+        tally.add(stats)
+        if fan_out and "usage" in stats:  # the flow's backend did not see a worker's calls
+            be.usage.add(Usage(**stats["usage"]))
+        bar.update(size)
+        if getattr(be, "usage", None) is not None and be.usage.seconds:
+            bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
+
+    try:
+        if fan_out:
+            while chunk := list(islice(todo, cfg.chunk)):
+                written += len(chunk)
+                args = (p.session, chunk, be, root, cfg.dataset, p.run_id, p.lineage, p.triple_ids)
+                in_flight.append((len(chunk), chunk_task.submit(*args)))
+                while len(in_flight) >= 2 * workers:  # workers stay busy, memory bounded
                     add_oldest()
-            while in_flight:
+        else:
+            for n, prep, outs, waited in streamed(p.session, todo, be, cfg.chunk):
+                written += n
+                in_flight.append((n, commit_task(p.session, prep, outs, waited, p.run_id, p.lineage, p.triple_ids,
+                                                 commit)))
                 add_oldest()
-            if isinstance(writer, ShardWriter):
-                writer.close()  # the last template shard
+        while in_flight:
+            add_oldest()
+        if isinstance(writer, ShardWriter):
+            writer.close()  # the last template shard
+    finally:
+        cancel([out for _, out in in_flight] if fan_out else [])
+    return written
+
+
+@flow(name="synthesize", log_prints=True)
+def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, progress: bool = True,
+                    runner: dict | None = None, workers: int = 1) -> dict:
+    """Synthesize trajectories for `config` (SynthConfig fields) with `backend` (BackendConfig
+    fields); the chunks fan out when `runner` (RunnerConfig fields) and `workers` say so
+    (`run` puts the flow on that task runner)."""
+    tie_temporary_server()
+    fan_out = RunnerConfig(**(runner or {})).fans_out(workers)
+    cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
+    root = str(resolve_root(data_root))
+    stages, t0, tally = Stages(), time.perf_counter(), Tally()
+    p = prepare(cfg, bcfg, root, fan_out, stages)
+    be, journal = p.backend, p.journal
+    with tqdm(total=max(0, p.planned - len(p.done)), desc="synthesize", unit="traj", disable=not progress) as bar:
+        try:
+            written = run_chunks(cfg, root, p, fan_out, workers, tally, bar)
         except BaseException:
             if be is not None:
                 be.close()
             if journal is not None:
                 journal.close()  # kept: a rerun reads its answers back
             raise
-        finally:
-            cancel([out for _, out in in_flight] if fan_out else [])
     usage = be.usage.to_dict() if getattr(be, "usage", None) else {}
     if be is not None:
         be.close()
@@ -194,10 +227,10 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     stages.add("synthesize", written, written, tally.llm_s + tally.program_s,
                f"LLM {tally.llm_s:.1f}s, program {tally.program_s:.2f}s, {tally.slots} texts")
     stages.add("write", rows_out=written, seconds=tally.write_s)
-    summary = run_summary(cfg, run_id, session, tally, planned, written, usage, wall)
-    save_run_config(root, cfg.dataset, run_id, {"synth": asdict(cfg), "backend": bcfg.to_dict()},
+    summary = run_summary(cfg, p.run_id, p.session, tally, p.planned, written, usage, wall)
+    save_run_config(root, cfg.dataset, p.run_id, {"synth": asdict(cfg), "backend": bcfg.to_dict()},
                     extra={"summary": summary})
-    summary["report"] = stages.publish("synthesize-report", f"synthesize {cfg.dataset} ({run_id})",
+    summary["report"] = stages.publish("synthesize-report", f"synthesize {cfg.dataset} ({p.run_id})",
                                        {"case": summary["case"], "route": summary["route"],
                                         "text source": summary["text_sources"],
                                         "text source by slot kind": {f"{kind}: {src}": n for kind, c in
