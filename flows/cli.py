@@ -18,13 +18,15 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from flows.engine import PREFECT_ENV
+
+if TYPE_CHECKING:  # typer carries its own click; the real one is not imported to start faster
+    import click
 
 # command -> the module that registers it, in the order --help lists them
 COMMANDS: dict[str, str] = {
