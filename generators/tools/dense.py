@@ -17,7 +17,6 @@ is exact: at 50,000 passages one batch of 64 queries is a (64 x 384) x (384 x 50
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -34,17 +33,6 @@ BATCH = 32  # passages per forward pass while indexing
 QUERY_CACHE = 50_000
 
 
-def model_fingerprint(path: Path) -> str:
-    """A hash of the encoder's files (names, sizes and the config and tokenizer texts)."""
-    parts = []
-    for f in sorted(path.rglob("*")):
-        if f.is_file():
-            parts.append(f"{f.relative_to(path)}:{f.stat().st_size}")
-            if f.suffix in (".json", ".txt"):
-                parts.append(hashlib.sha256(f.read_bytes()).hexdigest())
-    return text_hash(parts)
-
-
 def quantize(vectors: np.ndarray) -> np.ndarray:
     """Unit vectors as integers x SCALE, in float32 (their products are exact)."""
     return np.rint(np.asarray(vectors, dtype=np.float64) * SCALE).astype(np.float32)
@@ -57,7 +45,7 @@ class DenseIndex:
 
     def __init__(self, passages: Sequence[str], depth: int = 100, index_dir: str | Path | None = None,
                  embedder=None, progress: bool = True):
-        from generators.tools.sentence_embedder import get_embedder
+        from generators.tools.sentence_embedder import get_embedder, model_fingerprint
 
         self.embedder = embedder or get_embedder()
         self.depth = depth

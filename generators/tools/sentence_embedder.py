@@ -2,7 +2,11 @@
 
 Loaded with plain transformers (AutoTokenizer/AutoModel) from the package's `model` folder,
 mean pooling over the attention mask, then L2 normalisation, so a dot product is the cosine
-similarity. Nothing is downloaded (HF_HUB_OFFLINE=1). The model is loaded once per process.
+similarity. Nothing is downloaded (HF_HUB_OFFLINE=1). The model is loaded once per process,
+and only when a text's vector is not stored yet: `encode` keeps every vector it computes in
+$FORGEPLAY_CACHE/embeddings/<model fingerprint>-<max length>/ (one .npy per text), so a command
+that gates the tools a run before gated (the world's bank of every synthesis) neither imports
+torch nor loads the model (about 6 s on two cores).
 
     from generators.tools.sentence_embedder import get_embedder
     vecs = get_embedder().encode(["find people", "search biographies"])   # (2, 384) float32
@@ -11,7 +15,9 @@ similarity. Nothing is downloaded (HF_HUB_OFFLINE=1). The model is loaded once p
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import threading
 from functools import lru_cache
@@ -35,44 +41,94 @@ def model_dir() -> Path:
     return path
 
 
-class Embedder:
-    """Mean-pooled, L2-normalised sentence embeddings with an in-process text cache."""
+def model_fingerprint(path: Path) -> str:
+    """A hash of the encoder's files (names, sizes and the config and tokenizer texts)."""
+    from generators.tools.passages import text_hash
 
-    def __init__(self, path: str | os.PathLike | None = None, max_length: int = 256, threads: int = 1):
+    parts = []
+    for f in sorted(path.rglob("*")):
+        if f.is_file():
+            parts.append(f"{f.relative_to(path)}:{f.stat().st_size}")
+            if f.suffix in (".json", ".txt"):
+                parts.append(hashlib.sha256(f.read_bytes()).hexdigest())
+    return text_hash(parts)
+
+
+class Embedder:
+    """Mean-pooled, L2-normalised sentence embeddings with an in-process text cache and the
+    stored vectors of earlier processes (`store`: a folder, or None to store nothing)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, max_length: int = 256, threads: int = 1,
+                 store: str | os.PathLike | None | bool = True):
+        self.path = Path(path) if path else model_dir()
+        self.max_length = max_length
+        self.threads = threads
+        self._model = self._tokenizer = self._torch = None
+        self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._store = store
+
+    def _load(self) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        self._torch = torch
-        self.path = Path(path) if path else model_dir()
         bar = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-            self.model = AutoModel.from_pretrained(self.path, local_files_only=True).eval()
+            self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            self._model = AutoModel.from_pretrained(self.path, local_files_only=True).eval()
         finally:
             if bar:
                 hf_logging.enable_progress_bar()
-        self.max_length = max_length
-        self.threads = threads
-        self._cache: dict[str, np.ndarray] = {}
-        self._lock = threading.Lock()
+        self._torch = torch
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._load()
+        return self._model
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    @property
+    def store(self) -> Path | None:
+        """The folder of this model's stored vectors (created when the first is written), or None."""
+        if self._store is True:
+            from generators.llm.model_store import cache_dir
+
+            self._store = cache_dir() / "embeddings" / f"{model_fingerprint(self.path)}-{self.max_length}"
+        return Path(self._store) if self._store else None
+
+    def _stored(self, text: str) -> tuple[Path | None, np.ndarray | None]:
+        """Where `text`'s vector is stored, and the vector when it is there."""
+        if self.store is None:
+            return None, None
+        path = self.store / f"{hashlib.sha256(text.encode()).hexdigest()}.npy"
+        try:
+            return path, np.load(path)
+        except (OSError, ValueError):
+            return path, None
 
     @property
     def dim(self) -> int:
-        return int(self.model.config.hidden_size)
+        return int(json.loads((self.path / "config.json").read_text())["hidden_size"])
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
-        torch = self._torch
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        model, tokenizer, torch = self.model, self.tokenizer, self._torch
+        enc = tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         # One thread: these inputs are tiny, and on a busy 2-core machine two OpenMP threads
         # made each call ~20x slower (0.55 s vs 0.03 s per sentence, measured).
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             with torch.inference_mode():
-                hidden = self.model(**enc).last_hidden_state
+                hidden = model(**enc).last_hidden_state
         finally:
             torch.set_num_threads(threads)
         mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -87,11 +143,21 @@ class Embedder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32 unit vectors. Each distinct text is embedded alone once and
-        cached, so a text's vector does not depend on what else is in the call."""
+        cached, so a text's vector does not depend on what else is in the call; a vector is read
+        from the store when an earlier process stored it, and stored when it is computed."""
+        from storage.files import atomic_path
+
         with self._lock:
             todo = sorted({t for t in texts if t not in self._cache})
             for t in todo:
-                self._cache[t] = self._encode_batch([t])[0]
+                path, vec = self._stored(t)
+                if vec is None:
+                    vec = self._encode_batch([t])[0]
+                    if path is not None:
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+                            np.save(f, vec)
+                self._cache[t] = vec
             if not texts:
                 return np.zeros((0, self.dim), dtype=np.float32)
             return np.stack([self._cache[t] for t in texts])
