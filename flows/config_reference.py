@@ -65,7 +65,7 @@ def _type(prop: dict) -> str:
 def markdown(doc: dict | None = None) -> str:
     """docs/loop-config.md: the top-level settings, then a table per section, in stage order."""
     doc = doc or schema()
-    props = doc["properties"]
+    props, secs = doc["properties"], sections()
     lines = ["# `forgeplay run --config`: every option", "",
              "Generated from `forgeplay run --print-config-schema` by `python -m flows.config_reference "
              "docs/loop-config.md`; `tests/flows/test_config_reference.py` fails when it is out of date. A YAML or "
@@ -73,8 +73,8 @@ def markdown(doc: dict | None = None) -> str:
              f"sets one, sized for two cores, else the command's). The stages run in this order: {', '.join(stage_names())}.",
              "", "## Top level", "", "| key | type | default | what it is |", "|---|---|---|---|"]
     lines += [f"| `{k}` | {_cell(_type(p))} | `{json.dumps(p.get('default'), default=str)}` | {_cell(p.get('description', ''))} |"
-              for k, p in props.items() if k not in sections()]
-    for name in sections():
+              for k, p in props.items() if k not in secs]
+    for name in secs:
         section = props[name]
         lines += ["", f"## `{name}`", "", _cell(section["description"][0].upper() + section["description"][1:]) + ".",
                   "", "| option | type | default | what it does |", "|---|---|---|---|"]

@@ -85,9 +85,10 @@ def check(doc: dict) -> dict:
     configfile.check(doc, file_schema(), _unknown)
     out = {"dataset": doc.get("dataset", "demo"), "model": doc.get("model"), "tool_style": doc.get("tool_style", "compact"),
            "skip": list(doc.get("skip", []))}
-    for name, sec in sections().items():
+    secs = sections()
+    for name, sec in secs.items():
         out[name] = {**sec.defaults, **(doc.get(name) or {})}
-    for name in sections():  # each stage's own checks (a bad value, not only a bad name)
+    for name in secs:  # each stage's own checks (a bad value, not only a bad name)
         try:
             build(out, name, **wiring(name, out, "<run>", policy=out["model"], base=out["model"]))
         except (TypeError, ValueError, KeyError) as e:
