@@ -175,7 +175,7 @@ def run(root: Path, model: str, steps: int = 25, held_out: int = 48, n_traj: int
 
 
 def main() -> None:
-    from generators.synth.synthesize import FIRST_SEARCH, LEADS, REASONING
+    from generators.synth.synth_config import FIRST_SEARCH, LEADS, REASONING
     from train.losses import SFT_LOSSES
     from train.trainer import ORDERS
 

@@ -17,7 +17,8 @@ from typing import Callable
 
 from generators.llm.base import Streaming, submit
 from generators.llm.registry import BackendConfig
-from generators.synth.synthesize import LATER_DEFAULTS, Session, SynthConfig
+from generators.synth.synth_config import LATER_DEFAULTS
+from generators.synth.synthesize import Session, SynthConfig
 from generators.synth.tally import mix_report
 from storage import ShardWriter, write_rows
 from storage.resumable import RunWriter
