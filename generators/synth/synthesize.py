@@ -140,12 +140,14 @@ class Session:
     def _usable(self) -> list[planning.Plan]:
         """One plan per usable triple that is not held out (route from structure, case from
         the mix), sorted by triple id; triples that cannot be planned are counted in
-        `rejected` by reason. Built once."""
+        `rejected` by reason. Built once, and again after a bank that moves the lookups
+        (`set_tools`), whose count of rejects replaces the first's."""
         if self._pool is not None:
             return self._pool
         from generators.synth.evidence import evidence_for
 
         out, cache = [], self._fact_cache
+        self.rejected = Counter()
         for tid in sorted(set(self.triples) - self.held_out):
             triple = self.triples[tid]
             if any(d not in self.docs for d in triple["golden_doc_ids"]):

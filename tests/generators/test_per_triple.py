@@ -64,6 +64,21 @@ def test_too_many_stops_with_the_count_and_why_unless_allowed(world):
     assert fewer.shortfall() is None and len(fewer.plans()) == 500
 
 
+def test_unplannable_triples_are_counted_once_when_the_bank_moves_the_lookups(world):
+    """A bank without every domain (a corpus bank, a user's tools) plans the triples again;
+    the unplannable ones are counted once, not once per planning."""
+    _, inputs, bank = world
+    broken = [{**t, "golden_doc_ids": [*t["golden_doc_ids"], "doc-missing"]} if i < 2 else t
+              for i, t in enumerate(inputs.triples)]
+    s = Session(type(inputs)(inputs.documents, broken), CFG)
+    s.shortfall()
+    assert s.rejected == {"golden_doc_missing": 2}
+    domains = sorted({t["domain"] for t in bank})
+    s.set_tools([t for t in bank if t["domain"] != domains[0]])
+    s.shortfall()
+    assert s.rejected == {"golden_doc_missing": 2} and s.triples_in_use() == 98
+
+
 def test_every_variant_passes_every_layer_and_a_rerun_writes_nothing(world, tmp_path):
     """Through the command line, as a user runs it: synthesize 3 per triple, validate with the
     default layers (replay, grounding, dedup), synthesize again; then a --n too large."""
