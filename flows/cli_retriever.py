@@ -33,8 +33,9 @@ def register(app: typer.Typer) -> None:
     @config_command(app, "serve-retriever", ServeRetrieverConfig, errors=(ValueError, OSError))
     def serve_retriever(cfg: ServeRetrieverConfig, data_root=None) -> None:
         """Serve a dataset's documents as a retrieval server (POST /retrieve with `queries`,
-        `topk`, `return_scores`, as Search-R1's retrieval server; GET /info gives the index
-        fingerprint) until Ctrl-C or SIGTERM. Prints the URL to pass as `--retriever`."""
+        `topk`, `return_scores`, as Search-R1's retrieval server, and `columns` for ids and
+        float32 scores alone; GET /info gives the index fingerprint) until Ctrl-C or SIGTERM.
+        Prints the URL to pass as `--retriever`."""
         from generators.tools.retriever import Corpus, build, index_dir
         from generators.tools.retriever_server import RetrieverServer
         from storage import load_table, resolve_root

@@ -6,8 +6,9 @@ E5 or FAISS server can answer the simulated searches.
     ->  {"result": [[{"document": {"id": ..., "contents": "title\\ntext"}, "score": ...}, ...], ...]}
 
 A batch of queries is one request (at most `batch` queries each), asking for ids without
-contents (`"return_contents": false`, which `serve-retriever` honours and other servers
-ignore: the corpus is here already). A returned document is
+contents (`"return_contents": false`) as ids and float32 scores per query (`"columns":
+true`, generators/tools/retriever_server.py), which `serve-retriever` honours and other
+servers ignore: the corpus is here already, and either answer is read. A returned document is
 matched to the corpus by its id, else by its contents; documents of neither are left out, and
 a server whose answers name no document of the corpus is an error. The fingerprint is the one
 the server reports at GET /info (`serve-retriever` does), else "" (replay then compares each
@@ -17,6 +18,7 @@ a few times; a server still gone raises `RetrieverError` with one line.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import threading
@@ -90,7 +92,7 @@ class RemoteRetriever:
         for s in range(0, len(queries), self.batch):
             part = queries[s:s + self.batch]
             got = self._request("POST", self.path, {"queries": part, "topk": topk, "return_scores": True,
-                                                    "return_contents": False})
+                                                    "return_contents": False, "columns": True})
             result = got.get("result") if isinstance(got, dict) else None
             if not isinstance(result, list) or len(result) != len(part):
                 raise RetrieverError(f"retriever {self.name}: the answer has no `result` list of one entry per query")
@@ -108,23 +110,51 @@ class RemoteRetriever:
             i = self._by_contents.get(doc["contents"])
         return i
 
+    def _documents(self, items: list) -> tuple[list[int], list[float]]:
+        """Corpus indices and scores of a query's results in Search-R1's shape, first of each."""
+        docs, scores, seen = [], [], set()
+        for rank, item in enumerate(items):
+            i = self._index(item)
+            if i is not None and i not in seen:
+                seen.add(i)
+                docs.append(i)
+                s = item.get("score") if isinstance(item, dict) else None
+                scores.append(float(s) if isinstance(s, (int, float)) else -float(rank))
+        return docs, scores
+
+    def _columns(self, row: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Corpus indices and scores of a query's results as `"columns": true` gives them (ids,
+        and their float32 scores in base64), first of each."""
+        ids = row.get("ids")
+        try:
+            scores = np.frombuffer(base64.b64decode(row.get("scores_f32", ""), validate=True), dtype="<f4")
+        except (TypeError, ValueError) as e:
+            raise RetrieverError(f"retriever {self.name}: an answer's `scores_f32` is not base64 float32 ({e})") from None
+        if not isinstance(ids, list) or len(scores) != len(ids):
+            raise RetrieverError(f"retriever {self.name}: an answer's `ids` and `scores_f32` differ in length")
+        docs = list(map(self.index_of.get, map(str, ids)))
+        if None in docs or len(set(docs)) < len(docs):  # unknown ids, or one twice: the first of each known
+            seen: set[int] = set()
+            keep = [r for r, i in enumerate(docs) if i is not None and not (i in seen or seen.add(i))]
+            docs, scores = [docs[r] for r in keep], scores[keep]
+        return np.array(docs, dtype=np.int64), scores.astype(np.float32)
+
     def score_many(self, queries: Iterable[str]) -> list[Scored]:
         queries = list(queries)
         uniq = list(dict.fromkeys(queries))
         got: dict[str, Scored] = {}
         for q, items in zip(uniq, self.retrieve(uniq, self.depth)):
-            docs, scores = [], []
-            for rank, item in enumerate(items or []):
-                i = self._index(item)
-                if i is not None and i not in docs:
-                    docs.append(i)
-                    s = item.get("score") if isinstance(item, dict) else None
-                    scores.append(float(s) if isinstance(s, (int, float)) else -float(rank))
-            if items and not docs:
+            if isinstance(items, dict) and "ids" in items:  # `"columns": true` answered (module docstring)
+                docs, scores = self._columns(items)
+                items = items["ids"]
+            else:
+                docs, scores = self._documents(items or [])
+                docs, scores = np.array(docs, dtype=np.int64), np.array(scores, dtype=np.float32)
+            if len(items) and not len(docs):
                 raise RetrieverError(f"retriever {self.name} answers with documents that are not in this corpus "
                                      f"(first: {json.dumps(items[0])[:120]}); serve the dataset's documents")
-            order = np.argsort(np.array(docs, dtype=np.int64), kind="stable")
-            got[q] = Scored(np.array(docs, dtype=np.int64)[order], np.array(scores, dtype=np.float32)[order])
+            order = np.argsort(docs, kind="stable")
+            got[q] = Scored(docs[order], scores[order])
         return [got[q] for q in queries]
 
 

@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from generators.tools.passages import Corpus, RetrieverError, text_hash
 
 __all__ = ["Corpus", "RetrieverError", "Retriever", "RETRIEVERS", "build", "check_spec", "check_reachable", "kind_of",
-           "option", "best", "ranked_ids", "register", "text_hash", "top_k"]
+           "option", "best", "best_scored", "ranked_ids", "register", "text_hash", "top_k"]
 
 if TYPE_CHECKING:  # (the command line builds its options from this module: bm25s loads only to search)
+    import numpy as np
+
     from generators.tools.retrieval import Scored
 
 DEFAULT = "bm25"
@@ -115,14 +117,20 @@ def best(scored: "Scored", k: int) -> list[int]:
     return BM25Index.top(scored, np.ones(int(scored.docs[-1]) + 1, dtype=bool), (), k)  # (docs ascend)
 
 
-def top_k(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-    """Each query's best `k` documents as (index, score), best first, ties by index."""
+def best_scored(scored: "Scored", k: int) -> tuple[list[int], "np.ndarray"]:
+    """`best` and the scores of those candidates (float32, in the same order)."""
     import numpy as np
 
+    docs = best(scored, k)
+    return docs, scored.scores[np.searchsorted(scored.docs, docs)]
+
+
+def top_k(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
+    """Each query's best `k` documents as (index, score), best first, ties by index."""
     out = []
     for s in retriever.score_many(queries):
-        docs = best(s, k)
-        out.append(list(zip(docs, s.scores[np.searchsorted(s.docs, docs)].tolist())))
+        docs, scores = best_scored(s, k)
+        out.append(list(zip(docs, scores.tolist())))
     return out
 
 

@@ -4,8 +4,16 @@ feeds synthesis, self-play, evaluation and a verl run alike (each with `--retrie
     POST /retrieve  {"queries": [...], "topk": 3, "return_scores": false}
         -> {"result": [[{"id", "contents"}, ...], ...]}             (return_scores false)
         -> {"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}
+        -> {"result": [{"ids": [...], "scores_f32": "..."}, ...]}   ("columns": true)
     GET  /info      -> {"retriever", "fingerprint", "documents"}
     GET  /health    -> {"status": "ok"}
+
+`"columns": true` is this server's own addition (other servers ignore it and answer as
+above): each query's ids, best first, without contents, and their scores as one base64
+string of little-endian float32 (the index's own scores, exact), which is what the
+simulator's client (generators/tools/remote.py) asks for: a batch of 64 queries of 100
+results each is then a list and a string per query to write and read, not 6,400 objects
+and their decimal scores.
 
 `contents` is "title\\ntext" (Search-R1's passages: the title on the first line). Queries are
 answered in one worker thread, a request's queries as one batch (the retrievers are not
@@ -18,14 +26,20 @@ shared across threads), while the event loop keeps taking requests.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from generators.tools.retriever import Corpus, Retriever, top_k
+from generators.tools.retriever import Corpus, Retriever, best_scored, top_k
 
 MAX_TOPK = 1000
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 class RetrieverServer:
@@ -70,16 +84,30 @@ class RetrieverServer:
             topk = int(body.get("topk", 3))
             scores = bool(body.get("return_scores", False))
             contents = bool(body.get("return_contents", True))
+            columns = bool(body.get("columns", False))
             if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
                 raise ValueError("`queries` must be a list of strings")
             if not 1 <= topk <= MAX_TOPK:
                 raise ValueError(f"`topk` must be from 1 to {MAX_TOPK}")
         except (ValueError, KeyError, TypeError) as e:
             return web.json_response({"error": f"bad request: {e}"}, status=400)
-        hits = await self._loop.run_in_executor(self._pool, top_k, self.retriever, queries, topk)
+        if columns:
+            result = await self._loop.run_in_executor(self._pool, self._columns, queries, topk)
+        else:
+            hits = await self._loop.run_in_executor(self._pool, top_k, self.retriever, queries, topk)
+            result = [[self._doc(i, s, scores, contents) for i, s in row] for row in hits]
         self.requests += 1
         self.queries += len(queries)
-        return web.json_response({"result": [[self._doc(i, s, scores, contents) for i, s in row] for row in hits]})
+        return web.json_response({"result": result}, dumps=_dumps)
+
+    def _columns(self, queries: list[str], k: int) -> list[dict]:
+        """Each query's best `k` as {"ids": [...], "scores_f32": base64}, best first (`top_k`'s order)."""
+        ids, out = self.corpus.doc_ids, []
+        for s in self.retriever.score_many(queries):
+            docs, scores = best_scored(s, k)
+            f32 = scores.astype("<f4").tobytes()
+            out.append({"ids": [ids[i] for i in docs], "scores_f32": base64.b64encode(f32).decode("ascii")})
+        return out
 
     def _doc(self, i: int, score: float, with_score: bool, contents: bool) -> dict:
         doc = {"id": self.corpus.doc_ids[i], "contents": self.corpus.passages[i]} if contents else {

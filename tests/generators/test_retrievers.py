@@ -2,12 +2,14 @@
 one line, a real `forgeplay serve-retriever` on 127.0.0.1 answering Search-R1's API with the
 in-process index's top-k, and the simulator through it answering as in process."""
 
+import base64
 import json
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from generators.corpus.build import WorldConfig, write
@@ -82,6 +84,44 @@ def test_serve_retriever_answers_search_r1_requests_with_the_in_process_top_k(wo
     assert [[d["id"] for d in row] for row in plain] == [[d["document"]["id"] for d in row[:3]] for row in got[:2]]
     info = json.loads(urllib.request.urlopen(server.rsplit("/", 1)[0] + "/info", timeout=30).read())
     assert info["fingerprint"] == local.fingerprint and info["documents"] == len(docs)
+
+
+def test_the_client_reads_the_columns_answer_as_the_search_r1_one(world, server):
+    """`"columns": true` (serve-retriever's own): each query's ids and their float32 scores in
+    base64, the same ranking and scores as Search-R1's objects; the client reads either into
+    the same scores, and a malformed one is one line."""
+    docs = load_table("w", "documents", world).to_pylist()
+    questions = [t["question"] for t in load_table("w", "triples", world).to_pylist()[:12]]
+    objects = post(server, {"queries": questions, "topk": 100, "return_scores": True, "return_contents": False})
+    columns = post(server, {"queries": questions, "topk": 100, "return_scores": True, "columns": True})
+    assert [row["ids"] for row in columns["result"]] == [[d["document"]["id"] for d in row] for row in objects["result"]]
+    assert [f32(row["scores_f32"]).tolist() for row in columns["result"]] == [
+        [d["score"] for d in row] for row in objects["result"]]
+    assert "contents" not in json.dumps(columns)
+    remote = build(server, Corpus.of(docs))
+    for obj, col in zip(objects["result"], columns["result"]):
+        d, s = remote._documents(obj)
+        got = remote._columns(col)
+        assert len(d) and got[0].tolist() == d and got[1].tolist() == s
+    first, second = columns["result"][0]["ids"][:2]
+    odd = {"ids": [first, "not-a-doc", first, second], "scores_f32": b64([2.0, 1.5, 7.0, 3.0])}
+    assert [x.tolist() for x in remote._columns(odd)] == [[remote.index_of[first], remote.index_of[second]], [2.0, 3.0]]
+    for bad, why in [({"ids": ["a"], "scores_f32": b64([])}, "differ in length"),
+                     ({"ids": ["a"], "scores_f32": "not base64!"}, "not base64")]:
+        with pytest.raises(RetrieverError, match=why):
+            remote._columns(bad)
+    local = build("bm25", Corpus.of(docs))
+    for a, b in zip(remote.score_many(questions), local.score_many(questions)):  # the top 100 of all it scores
+        keep = np.isin(b.docs, a.docs)
+        assert len(a.docs) == min(100, len(b.docs)) and (a.docs == b.docs[keep]).all() and (a.scores == b.scores[keep]).all()
+
+
+def f32(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<f4")
+
+
+def b64(values: list[float]) -> str:
+    return base64.b64encode(np.array(values, dtype="<f4").tobytes()).decode()
 
 
 def test_the_simulator_through_the_server_answers_as_in_process(world, server):
