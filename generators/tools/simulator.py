@@ -122,7 +122,9 @@ class Simulator:
         codes = {t: c for c, t in enumerate(sorted({t for t in self.types if t}))}
         self._type_codes = np.array([codes.get(t, -1) if t else -1 for t in self.types], dtype=np.int64)
         self._codes = codes
-        self._sentences: dict[int, tuple[list[str], list[str], list[set[str]]]] = {}
+        self._sentences: dict[int, list[str]] = {}  # per document (`_sents`, `_norms`, `_tokens`)
+        self._normed: dict[int, list[str]] = {}
+        self._tokenized: dict[int, list[set[str]]] = {}
         self._pools: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         typed = {t for ts in DOMAIN_ENTITY_TYPES.values() for t in ts}
         types = np.array([t if t in typed else "" for t in self.types], dtype=object)
@@ -194,12 +196,26 @@ class Simulator:
         return tool in self.tools and bool(self.masks[self.tools[tool][0]][self.index_of[doc_id]])
 
     # -- tool calls -----------------------------------------------------------------------
-    def _sents(self, i: int) -> tuple[list[str], list[str], list[set[str]]]:
-        """A document's sentences, each also normalised and as a set of BM25 tokens."""
+    def _sents(self, i: int) -> list[str]:
+        """A document's sentences (split once)."""
         got = self._sentences.get(i)
         if got is None:
-            sents = split_sentences(self.texts[i])
-            got = self._sentences[i] = (sents, [_norm(s) for s in sents], [set(self.words.tokenize(s)) for s in sents])
+            got = self._sentences[i] = split_sentences(self.texts[i])
+        return got
+
+    def _norms(self, i: int) -> list[str]:
+        """A document's sentences normalised, read only when a snippet looks for a text in them."""
+        got = self._normed.get(i)
+        if got is None:
+            got = self._normed[i] = [_norm(s) for s in self._sents(i)]
+        return got
+
+    def _tokens(self, i: int) -> list[set[str]]:
+        """A document's sentences as sets of BM25 tokens, read only when a snippet must choose
+        among them (the document is longer than its limit)."""
+        got = self._tokenized.get(i)
+        if got is None:
+            got = self._tokenized[i] = [set(self.words.tokenize(s)) for s in self._sents(i)]
         return got
 
     def _snippet(self, i: int, qtoks: set[str], limit: int, must_n: Sequence[str] = (),
@@ -207,10 +223,10 @@ class Simulator:
         """Document i's snippet: its sentences up to `limit` characters, those that hold a
         `must_n` text first, then by their words shared with the query; without the sentences
         that hold a `drop_n` text or name an answer. (`must_n`, `drop_n`: normalised texts.)"""
-        sents, norms, toks = self._sents(i)
+        sents = self._sents(i)
 
         def hits(j: int, keys: list[str]) -> bool:
-            n = norms[j]
+            n = self._norms(i)[j]
             return any(k in n or (len(n) > 15 and n in k) for k in keys)
 
         keep = [j for j, s in enumerate(sents)
@@ -218,6 +234,7 @@ class Simulator:
         if sum(len(sents[j]) + 1 for j in keep) <= limit:
             return " ".join(sents[j] for j in keep)
         first = [j for j in keep if must_n and hits(j, must_n)]
+        toks = self._tokens(i)
         rest = sorted((j for j in keep if j not in first), key=lambda j: (-len(qtoks & toks[j]), j))
         chosen, used = [], 0
         for j in first + rest:
