@@ -43,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -61,12 +60,12 @@ from generators.tools.imported import is_imported
 from generators.tools.retrieval import BM25Index, Scored
 from generators.tools.retriever import Corpus, Retriever, ranked_ids
 from generators.tools.retriever import build as build_retriever
-from generators.tools.sim_call import (MODES, AnyOf, SimCall, Without, answers_pattern, fast_check, tool_error,
+from generators.tools.sim_call import (MODES, SimCall, Without, answers_pattern, fast_check, tool_error,
                                       unknown_tool)
+from generators.tools.snippets import Snippets, norm
 from storage.schema import meta_dict
 
 NOT_QUERY = {"query", "top_k", "language"}  # optional arguments that do not add search terms
-_SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 
 
 @dataclass
@@ -78,15 +77,6 @@ class SimConfig:
     golden_chars: int = field(default=1500, metadata={"help": "longest snippet of a golden result (supporting sentences always kept)"})
     insufficient_chars: int = field(default=160, metadata={"help": "longest snippet of a result in 'insufficient' mode"})
     stopwords: str = field(default="en", metadata={"help": "bm25s stopword list"})
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a passage (simple punctuation rule; keeps the original wording)."""
-    return [s.strip() for s in _SENT_RE.split(text.strip()) if s.strip()]
-
-
-def _norm(s: str) -> str:
-    return " ".join(s.lower().split())
 
 
 def _entity_type(meta: Any) -> str | None:
@@ -122,9 +112,6 @@ class Simulator:
         codes = {t: c for c, t in enumerate(sorted({t for t in self.types if t}))}
         self._type_codes = np.array([codes.get(t, -1) if t else -1 for t in self.types], dtype=np.int64)
         self._codes = codes
-        self._sentences: dict[int, list[str]] = {}  # per document (`_sents`, `_norms`, `_tokens`)
-        self._normed: dict[int, list[str]] = {}
-        self._tokenized: dict[int, list[set[str]]] = {}
         self._pools: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         typed = {t for ts in DOMAIN_ENTITY_TYPES.values() for t in ts}
         types = np.array([t if t in typed else "" for t in self.types], dtype=object)
@@ -147,6 +134,7 @@ class Simulator:
         self.index = retriever if not isinstance(retriever, str) else build_retriever(
             retriever, corpus, self.config.stopwords, index_dir)
         self.words = self.index if isinstance(self.index, BM25Index) else BM25Index([], self.config.stopwords)
+        self.snippets = Snippets(self.texts, self.words.tokenize)  # (generators/tools/snippets.py)
         self._recent: dict[str, Scored] = {}  # the last batches' candidates by query (`retrieved`)
         self.tools: dict[str, tuple[str, dict, jsonschema.Draft202012Validator]] = {}
         self.search_args: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {}
@@ -196,53 +184,6 @@ class Simulator:
         return tool in self.tools and bool(self.masks[self.tools[tool][0]][self.index_of[doc_id]])
 
     # -- tool calls -----------------------------------------------------------------------
-    def _sents(self, i: int) -> list[str]:
-        """A document's sentences (split once)."""
-        got = self._sentences.get(i)
-        if got is None:
-            got = self._sentences[i] = split_sentences(self.texts[i])
-        return got
-
-    def _norms(self, i: int) -> list[str]:
-        """A document's sentences normalised, read only when a snippet looks for a text in them."""
-        got = self._normed.get(i)
-        if got is None:
-            got = self._normed[i] = [_norm(s) for s in self._sents(i)]
-        return got
-
-    def _tokens(self, i: int) -> list[set[str]]:
-        """A document's sentences as sets of BM25 tokens, read only when a snippet must choose
-        among them (the document is longer than its limit)."""
-        got = self._tokenized.get(i)
-        if got is None:
-            got = self._tokenized[i] = [set(self.words.tokenize(s)) for s in self._sents(i)]
-        return got
-
-    def _snippet(self, i: int, qtoks: set[str], limit: int, must_n: Sequence[str] = (),
-                 drop_n: Sequence[str] = (), answers_re: AnyOf | None = None) -> str:
-        """Document i's snippet: its sentences up to `limit` characters, those that hold a
-        `must_n` text first, then by their words shared with the query; without the sentences
-        that hold a `drop_n` text or name an answer. (`must_n`, `drop_n`: normalised texts.)"""
-        sents = self._sents(i)
-
-        def hits(j: int, keys: list[str]) -> bool:
-            n = self._norms(i)[j]
-            return any(k in n or (len(n) > 15 and n in k) for k in keys)
-
-        keep = [j for j, s in enumerate(sents)
-                if not (drop_n and hits(j, drop_n)) and not (answers_re and answers_re.search(s))]
-        if sum(len(sents[j]) + 1 for j in keep) <= limit:
-            return " ".join(sents[j] for j in keep)
-        first = [j for j in keep if must_n and hits(j, must_n)]
-        toks = self._tokens(i)
-        rest = sorted((j for j in keep if j not in first), key=lambda j: (-len(qtoks & toks[j]), j))
-        chosen, used = [], 0
-        for j in first + rest:
-            if j in first or used + len(sents[j]) + 1 <= limit:
-                chosen.append(j)
-                used += len(sents[j]) + 1
-        return " ".join(sents[j] for j in sorted(chosen))
-
     def _pool(self, domain: str, types: set[str]) -> tuple[np.ndarray, np.ndarray]:
         """The documents a domain's tool can see, split into those of `types` and the others
         (ascending indices)."""
@@ -402,17 +343,17 @@ class Simulator:
         gtypes = {self.types[i] for i in golden if self.types[i]}
         # (a good call shows what it finds: only the other modes hide the answers)
         answers_re = answers_pattern(tuple(c.answers)) if c.answers and mode != "good" else None
-        support = [_norm(x) for x in supporting if x.strip()]
+        support = [norm(x) for x in supporting if x.strip()]
 
         results: list[tuple[int, str]] = []
         if mode == "good":
             n = max(n, len(seen_golden))
-            results += [(i, self._snippet(i, qtoks, self.config.golden_chars, must_n=support)) for i in seen_golden]
+            results += [(i, self.snippets.snippet(i, qtoks, self.config.golden_chars, must_n=support)) for i in seen_golden]
         elif mode == "insufficient" and (supporting or answers_re):
             for i in seen_golden:
                 if answers_re and answers_re.search(self.titles[i]):
                     continue
-                snip = self._snippet(i, qtoks, self.config.insufficient_chars, drop_n=support, answers_re=answers_re)
+                snip = self.snippets.snippet(i, qtoks, self.config.insufficient_chars, drop_n=support, answers_re=answers_re)
                 if snip:
                     results.append((i, snip))
         taken = set(golden)
@@ -423,7 +364,7 @@ class Simulator:
         for i in others:
             if hide and answers_re and answers_re.search(self.titles[i]):
                 continue  # a page named after the answer would give it away
-            snip = self._snippet(i, qtoks, limit, drop_n=support if hide else (),
+            snip = self.snippets.snippet(i, qtoks, limit, drop_n=support if hide else (),
                                  answers_re=answers_re if hide else None)
             if snip or not hide:
                 results.append((i, snip))

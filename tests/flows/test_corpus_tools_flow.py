@@ -18,7 +18,8 @@ from generators.corpus.build import WorldConfig, write
 from generators.corpus.importer import import_file
 from generators.llm.registry import BackendConfig
 from generators.synth.synthesize import SynthConfig
-from generators.tools.simulator import Simulator, split_sentences
+from generators.tools.simulator import Simulator
+from generators.tools.snippets import split_sentences
 from storage import load_table
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
 from validators.validator import ValidateConfig

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from generators.tools.base import base_rows
-from generators.tools.simulator import SimConfig, Simulator, split_sentences
+from generators.tools.simulator import SimConfig, Simulator
+from generators.tools.snippets import split_sentences
 
 
 def _doc(doc_id, title, text, etype=None):
