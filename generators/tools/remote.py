@@ -110,7 +110,7 @@ class RemoteRetriever:
             i = self._by_contents.get(doc["contents"])
         return i
 
-    def _documents(self, items: list) -> tuple[list[int], list[float]]:
+    def _documents(self, items: list) -> tuple[np.ndarray, np.ndarray]:
         """Corpus indices and scores of a query's results in Search-R1's shape, first of each."""
         docs, scores, seen = [], [], set()
         for rank, item in enumerate(items):
@@ -120,7 +120,7 @@ class RemoteRetriever:
                 docs.append(i)
                 s = item.get("score") if isinstance(item, dict) else None
                 scores.append(float(s) if isinstance(s, (int, float)) else -float(rank))
-        return docs, scores
+        return np.array(docs, dtype=np.int64), np.array(scores, dtype=np.float32)
 
     def _columns(self, row: dict) -> tuple[np.ndarray, np.ndarray]:
         """Corpus indices and scores of a query's results as `"columns": true` gives them (ids,
@@ -149,7 +149,6 @@ class RemoteRetriever:
                 items = items["ids"]
             else:
                 docs, scores = self._documents(items or [])
-                docs, scores = np.array(docs, dtype=np.int64), np.array(scores, dtype=np.float32)
             if len(items) and not len(docs):
                 raise RetrieverError(f"retriever {self.name} answers with documents that are not in this corpus "
                                      f"(first: {json.dumps(items[0])[:120]}); serve the dataset's documents")

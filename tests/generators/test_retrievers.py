@@ -102,7 +102,7 @@ def test_the_client_reads_the_columns_answer_as_the_search_r1_one(world, server)
     for obj, col in zip(objects["result"], columns["result"]):
         d, s = remote._documents(obj)
         got = remote._columns(col)
-        assert len(d) and got[0].tolist() == d and got[1].tolist() == s
+        assert len(d) and got[0].tolist() == d.tolist() and got[1].tolist() == s.tolist()
     first, second = columns["result"][0]["ids"][:2]
     odd = {"ids": [first, "not-a-doc", first, second], "scores_f32": b64([2.0, 1.5, 7.0, 3.0])}
     assert [x.tolist() for x in remote._columns(odd)] == [[remote.index_of[first], remote.index_of[second]], [2.0, 3.0]]
