@@ -65,35 +65,69 @@ def bought_labels(root, cfg) -> dict[str, str]:
 
 
 class Labeller:
-    """Labels, rewards and weights for each GRPO step (module docstring)."""
+    """Labels, rewards and weights for each GRPO step (module docstring). In N processes each
+    rank votes and reads the signals of its own prompts; rank 0 alone holds the ledger, the
+    label source and the probes, decides for the micro-batch of every rank at once (`decide`)
+    and sends the decision back, so N ranks buy as one process with the whole batch would."""
 
     def __init__(self, cfg, root, model, prompts: list) -> None:
-        from storage.resumable import RunWriter
-        from storage.runs import config_hash
+        from train.trainer import dist_info
 
         self.cfg, self.model = cfg, model
         self.strategy = get_strategy(cfg.labels)
         self.out = cfg.labels_dataset()
+        self.first = dist_info()[0] == 0
+        self.probes = None
+        if not self.first:  # the ledger, the source and the probes are rank 0's
+            return
+        from storage.resumable import RunWriter
+        from storage.runs import config_hash
+
         self.ledger = Ledger(ledger_path(root, cfg), budget=cfg.budget)
         self.recovered = self.ledger.recover(labelled_ids(root, self.out))  # a killed run's reservations
         run = f"grpo-labels-{config_hash({k: v for k, v in asdict(cfg).items() if k != 'budget'})}"
         self.writer = RunWriter(root, run, {"config_hash": run})
         self.source = make_source(cfg, root, [_prompted(p) for p in prompts], self.ledger)
         weakref.finalize(self, self.source.close)
-        self.probes = None
         if self.strategy.needs == "states":
             from acquire.probes import Probes
 
             self.probes = Probes(model.config.hidden_size, cfg.group_size, seed=cfg.tool_seed)
 
     def __call__(self, prompts: list, rollouts: list, step: int) -> tuple[list, list[float], dict]:
-        """(prompts with meta["weight"], rewards, stats) for one micro-batch's rollouts."""
+        """(prompts with meta["weight"], rewards, stats) for one micro-batch's rollouts (every rank calls it)."""
+        from train import dist
+
         size, cfg = self.cfg.group_size, self.cfg
         firsts = prompts[::size]
         groups = [group_of(p.key, rollouts[i * size:(i + 1) * size], self.strategy.needs, self.model,
                            p.answer if self.strategy.needs == "true_label" else None, p.aliases,
                            reward=cfg.label_reward, format_weight=cfg.format_weight)
                   for i, p in enumerate(firsts)]
+        everyone = dist.gather_to_first(groups)
+        labels, weights, stats = dist.from_first(
+            self.decide([g for part in everyone for g in part], step) if self.first else None)
+        out_prompts, scores_, noise, pseudo_noise = [], [], 0, 0
+        for i, (g, p) in enumerate(zip(groups, firsts)):
+            label, aliases = (labels[g.prompt_id], p.aliases) if g.prompt_id in labels else (g.vote.label, [])
+            weighted = replace(p, meta={**p.meta, "weight": weights[g.prompt_id]})
+            voted = rewards(g.vote, g.vote.label)  # exact match against the vote
+            used = rewards(g.vote, label, aliases)  # exact match against the label used
+            scores_ += step_rewards(g, label, aliases)
+            for o, u, v in zip(rollouts[i * size:(i + 1) * size], used, voted):
+                noise += u != o.stats["em"]
+                pseudo_noise += v != o.stats["em"]
+                out_prompts.append(weighted)
+        truth = [bool(g.vote.label) and match(g.vote.label, p.answer, list(p.aliases)).em for g, p in zip(groups, firsts)]
+        stats = {**stats, "vote_right": sum(truth) / len(truth), "reward_noise": noise / len(rollouts),
+                 "pseudo_noise": pseudo_noise / len(rollouts)}
+        return out_prompts, scores_, stats
+
+    def decide(self, groups: list, step: int) -> tuple[dict[str, str], dict[str, float], dict]:
+        """Rank 0: for the groups of every rank, (the known and bought labels by prompt id, every
+        prompt's advantage weight, the stats of the batch): labels reused from the ledger, the
+        rest scored, the top `label_p` bought, the probes taught, the gated prompts weighted."""
+        cfg = self.cfg
         paid = self.ledger.paid()
         labels = {g.prompt_id: paid[g.prompt_id] for g in groups if paid.get(g.prompt_id) is not None}
         open_ = [g for g in groups if g.prompt_id not in labels]
@@ -113,23 +147,11 @@ class Labeller:
                     stats["probe_loss"] = loss
         gated = [g for g, s in zip(open_, scores) if s == -math.inf]
         gaps = dict(zip((g.prompt_id for g in gated), self.probes.gaps(gated)[1])) if gated else {}
-        weights = advantage_weights([g.prompt_id for g in groups], set(labels), gaps, cfg.soft_adv)
-        out_prompts, scores_, noise, pseudo_noise = [], [], 0, 0
-        for i, (g, p, w) in enumerate(zip(groups, firsts, weights)):
-            label, aliases = (labels[g.prompt_id], p.aliases) if g.prompt_id in labels else (g.vote.label, [])
-            weighted = replace(p, meta={**p.meta, "weight": w})
-            voted = rewards(g.vote, g.vote.label)  # exact match against the vote
-            used = rewards(g.vote, label, aliases)  # exact match against the label used
-            scores_ += step_rewards(g, label, aliases)
-            for o, u, v in zip(rollouts[i * size:(i + 1) * size], used, voted):
-                noise += u != o.stats["em"]
-                pseudo_noise += v != o.stats["em"]
-                out_prompts.append(weighted)
-        truth = [bool(g.vote.label) and match(g.vote.label, p.answer, list(p.aliases)).em for g, p in zip(groups, firsts)]
-        stats.update({"label_weight": sum(weights) / len(weights), "vote_right": sum(truth) / len(truth),
-                      "reward_noise": noise / len(rollouts), "pseudo_noise": pseudo_noise / len(rollouts),
+        ids = [g.prompt_id for g in groups]
+        weights = dict(zip(ids, advantage_weights(ids, set(labels), gaps, cfg.soft_adv)))
+        stats.update({"label_weight": sum(weights[i] for i in ids) / len(ids),
                       "budget_left": float(self.ledger.summary()["left"])})
-        return out_prompts, scores_, stats
+        return labels, weights, stats
 
     def state_dict(self) -> dict:
         return {"probes": self.probes.state_dict() if self.probes is not None else None}

@@ -98,6 +98,25 @@ def gather_all(obj: Any) -> list:
     return out
 
 
+def gather_to_first(obj: Any) -> list | None:
+    """[obj of rank 0, obj of rank 1, ...] on rank 0, None on the others; [obj] without a process group."""
+    if not is_distributed():
+        return [obj]
+    first = torch.distributed.get_rank() == 0
+    out: list | None = [None] * torch.distributed.get_world_size() if first else None
+    torch.distributed.gather_object(obj, out, dst=0)
+    return out
+
+
+def from_first(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank (what the others pass is ignored); `obj` without a process group."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def reduce_grads(params: Sequence[torch.nn.Parameter], scale: float) -> None:
     """grad <- scale * (sum of grad over ranks), in flattened buckets of at most BUCKET_NUMEL
     elements (one all_reduce per bucket). A parameter without a gradient counts as zeros."""

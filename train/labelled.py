@@ -10,8 +10,9 @@ registers one per acquisition strategy); GRPO only calls the shape below:
     prompts, rewards, stats = labeller(prompts, rollouts, step)  # every prompt's meta["weight"] set
     labeller.state_dict(); labeller.load_state_dict(state)       # checkpointed with the policy
 
-Label-aware GRPO runs in one process: its ledger and probes belong to one process
-(`check_labels`).
+With `--nproc N` every rank calls the labeller on its own rollouts; the labeller gathers the
+ranks' groups to rank 0, which alone keeps the ledger, the label source and the probes, decides
+for all of them at once and sends each rank its labels and weights (acquire/training.py).
 
 `LabelConfig` holds the options of buying labels, the same fields (and options) in
 `acquire-labels` (acquire/session.py) and label-aware GRPO (train/configs.py): the share of a
@@ -103,16 +104,14 @@ def register_sources(registry: Mapping[str, Any]) -> None:
         _SOURCES.append(registry)
 
 
-def check_labels(cfg, tcfg) -> None:
-    """A readable error before anything loads: an unknown --labels, or --labels with --nproc > 1."""
+def check_labels(cfg) -> None:
+    """A readable error before anything loads: an unknown --labels or a bad label option."""
     if not getattr(cfg, "labels", ""):
         return
     plugins.load()
     if cfg.labels not in LABELLERS:
         known = ", ".join(LABELLERS) or "none registered (is forgeplay installed? train/plugins.py)"
         raise ValueError(f"--labels must be one of {known}, not {cfg.labels!r}")
-    if tcfg.nproc > 1:
-        raise ValueError(f"label-aware GRPO (--labels) runs in one process (--nproc 1), not {tcfg.nproc}")
     if cfg.budget < 0:
         raise ValueError("--labels needs --budget >= 0")
     cfg.check_labelling()

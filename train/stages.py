@@ -110,7 +110,7 @@ def check_grpo(cfg: GRPOConfig, tcfg: TrainConfig) -> None:
     (train/verl_launch.py); this trainer is the engine `trainer`."""
     if cfg.engine != "trainer" or cfg.dry_run:
         raise ValueError("--engine verl and --dry-run are run by `forgeplay train grpo`, not by forgeplay's trainer")
-    check_labels(cfg, tcfg)
+    check_labels(cfg)
 
 
 def load_model(name: str | None, device=None):
@@ -254,4 +254,4 @@ register(StageKind(
     --resume continues after a kill; --nproc N trains data-parallel, each process rolling out
     its own prompts (a whole group stays on one process). With --labels STRATEGY the answers
     are held back: label-aware GRPO on majority-vote pseudo-labels and at most --budget bought
-    labels (CARE)."""))
+    labels (CARE); with --nproc N rank 0 buys for every rank's prompts."""))

@@ -164,8 +164,8 @@ def test_labels_options_are_checked_before_training(root):
     base = ["train", "grpo", "--dataset", "w", "--out", "x", "--data-root", str(root)]
     res = CliRunner().invoke(app, base + ["--labels", "nope"])
     assert res.exit_code == 2 and "--labels must be one of random" in res.output, res.output
-    res = CliRunner().invoke(app, base + ["--labels", "care", "--nproc", "2"])
-    assert res.exit_code == 2 and "runs in one process" in res.output, res.output
+    res = CliRunner().invoke(app, base + ["--labels", "care", "--label-reward", "half"])
+    assert res.exit_code == 2 and "--label-reward must be binary or partial" in res.output, res.output
 
 
 # `python -m train` in a fresh process; writes its exit code and the flows modules it imported
@@ -202,27 +202,39 @@ def test_python_m_train_runs_label_aware_grpo_without_flows(root, tiny_llama_dir
 
 
 
-def test_label_aware_grpo_sharded_equals_unsharded(root, tiny_llama_dir, tmp_path):  # noqa: F811
-    """`--labels care --shard full` (FSDP over a one-rank group): the labeller reads the policy's
-    hidden states with whole weights (train/shard.py `gathered`); the same labels bought, rewards
-    and weights as unsharded, and the probes ride in the sharded checkpoint."""
+def test_label_aware_grpo_in_two_processes_sharded_equals_unsharded(root, tiny_llama_dir, tmp_path):  # noqa: F811
+    """`train grpo --labels care --nproc 2` (torchrun, gloo): rank 0 buys for both ranks' prompts
+    within one budget, every label once; with `--shard full` the labeller reads the policy's hidden
+    states with whole weights (train/shard.py `gathered`), and the same labels are bought, with the
+    same rewards, weights and losses as `--shard none`; the probes ride in the sharded checkpoint."""
     from transformers import AutoModelForCausalLM
 
-    from flows.train import run
+    from flows.cli import app
 
     finals, recs = {}, {}
     for shard in ("none", "full"):
         out = tmp_path / shard
-        cfg = GRPOConfig(data="w", model=str(tiny_llama_dir), out=str(out), limit=6, group_size=2, max_turns=1,
-                         max_new_tokens=4, tool_style="compact", labels="care", budget=3, label_p=0.5,
-                         label_gate=0.5, label_warmup=1, labels_out=f"w_care_{shard}")
-        run("grpo", cfg, TrainConfig(max_steps=2, batch_size=2, schedule="constant", lr=1e-3, shard=shard,
-                                     keep_checkpoints=True), root)
+        res = CliRunner().invoke(app, [
+            "train", "grpo", "--dataset", "w", "--model", str(tiny_llama_dir), "--out", str(out), "--limit", "8",
+            "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--tool-style", "compact",
+            "--labels", "care", "--budget", "3", "--label-p", "0.5", "--label-gate", "0.5", "--label-warmup", "1",
+            "--out-dataset", f"w_care_{shard}", "--data-root", str(root), "--nproc", "2", "--batch-size", "2",
+            "--max-steps", "2", "--schedule", "constant", "--lr", "1e-3", "--shard", shard, "--keep-checkpoints"])
+        assert res.exit_code == 0, res.output
         recs[shard] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         finals[shard] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
-    for key in ("reward", "labels_bought", "label_weight"):
+        ledger = Ledger(dataset_dir(root, f"w_care_{shard}") / "_ledger.sqlite")
+        bought = [r for r in load_table(f"w_care_{shard}", "labels", root).to_pylist() if r["source"] == "column"]
+        assert ledger.paid() == {r["prompt_id"]: r["label"] for r in bought}  # each label bought once
+        assert len(bought) == sum(r["labels_bought"] for r in recs[shard]) == 3 - recs[shard][-1]["budget_left"]
+    assert sum(r["labels_bought"] for r in recs["none"]) > 0
+    for key in ("batch", "reward", "labels_bought", "label_weight", "budget_left"):
         assert [r[key] for r in recs["full"]] == [r[key] for r in recs["none"]], key
     assert [r["loss"] for r in recs["full"]] == pytest.approx([r["loss"] for r in recs["none"]], rel=1e-5, abs=1e-7)
-    assert all(torch.allclose(finals["full"][k], v, atol=1e-6) for k, v in finals["none"].items())
-    assert (tmp_path / "full" / "checkpoints" / "step-00000002" / "extra-labeller.pt").exists()
-    assert (tmp_path / "full" / "checkpoints" / "step-00000002" / "sharded").is_dir()
+    diff = max(float((finals["full"][k] - v).abs().max()) for k, v in finals["none"].items())
+    assert diff < 1e-6, diff
+    print("label-aware GRPO (care) in 2 processes, --shard full vs none: labels bought",
+          [r["labels_bought"] for r in recs["full"]], "max abs weight diff", diff)
+    ck = tmp_path / "full" / "checkpoints" / "step-00000002"
+    assert (ck / "sharded").is_dir()
+    assert torch.load(ck / "extra-labeller.pt", weights_only=False)["probes"]["updates"] > 0
