@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from train.objective import frozen_copy
-from train.shard import full_tensor
+from train.shard import full_state_dict, full_tensor, is_sharded, load_full_state_dict, local, units
 
 
 class EMATeacher:
@@ -46,17 +46,31 @@ class EMATeacher:
 
     @torch.no_grad()
     def update(self, student: torch.nn.Module) -> None:
-        """p_t <- (1 - tau) * p_t + tau * p_s for every floating parameter and buffer."""
-        for t, s in self._pairs(student):  # a sharded student's parameter: gathered whole (every rank calls)
-            t.lerp_(full_tensor(s.detach()).to(device=t.device, dtype=t.dtype), self.tau)
+        """p_t <- (1 - tau) * p_t + tau * p_s for every floating parameter and buffer. Teacher and
+        student sharded alike (train/shard.py): each rank moves its own slice; a sharded student
+        beside a whole teacher: its parameters gathered whole (every rank calls)."""
+        both = is_sharded(self.module) and is_sharded(student)
+        for unit in units(self.module):  # FSDP keeps a root unit whole after a forward without backward
+            unit.reshard()
+        for t, s in self._pairs(student):
+            s = local(s.detach()) if both else full_tensor(s.detach())
+            local(t).lerp_(s.to(device=t.device, dtype=t.dtype), self.tau)
         self.updates += 1
 
     def state_dict(self) -> dict:
-        """The moving average's weights and its update count (what a checkpoint keeps)."""
-        return {"module": {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()},
+        """The moving average's weights and its update count (what a checkpoint keeps); a sharded
+        teacher's weights are gathered to rank 0 (a collective: every rank calls)."""
+        return {"module": {k: v.clone() for k, v in full_state_dict(self.module).items()},
                 "updates": self.updates, "tau": self.tau}
 
     def load_state_dict(self, state: dict) -> None:
         """Go on from a saved average: its weights and update count."""
-        self.module.load_state_dict(state["module"])
+        load_full_state_dict(self.module, state["module"])
         self.updates = int(state["updates"])
+
+    def save(self, out, tokenizer, rank: int = 0) -> None:
+        """The teacher as a model folder (a collective when sharded: every rank calls; rank 0 writes)."""
+        weights = full_state_dict(self.module)
+        if rank == 0:
+            self.module.save_pretrained(out, state_dict=weights)
+            tokenizer.save_pretrained(out)

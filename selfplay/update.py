@@ -29,8 +29,8 @@ to a whole step is in the metrics (`teacher_s`, `seconds`).
 
 The flow `selfplay` (flows/selfplay.py) runs both after each iteration's attempts; `forgeplay
 train selfplay-examiner|selfplay-student` runs one on its own, with `--nproc N` in N ranks
-(`python -m selfplay KIND` under torchrun, selfplay/__main__.py; every rank keeps the whole
-teacher and reference) and `--shard full|grad_op` sharded (train/shard.py).
+(`python -m selfplay KIND` under torchrun, selfplay/__main__.py) and `--shard full|grad_op`
+sharded (train/shard.py), the teacher and the reference sharded with the policy.
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def _built(model, tok, samples, counts: dict, params: dict, objective, tcfg, pat
     counts = {**counts, "trainable_params": params["trainable"], "params": params["total"]}
     return Built(model, tok, update_step(objective, tok.pad_token_id), samples, POLICY_TOKENS, counts,
                  f"model {path}", workload=workload(samples, tcfg.batch_size, frozen,
-                                                   any(isinstance(t, ReverseKLToTeacher) for t in objective.terms)))
+                                                   any(isinstance(t, ReverseKLToTeacher) for t in objective.terms)),
+                 frozen=frozen)
 
 
 def build_examiner(cfg: ExaminerUpdateConfig, tcfg, root, device=None) -> Built:
@@ -177,12 +178,11 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
 
 def follow(trainer, teacher, tokenizer, out: Path) -> None:
     """After each optimizer step the teacher moves towards the student (on every rank, alike);
-    after the last, rank 0 saves it."""
+    after the last, it is saved (rank 0 writes)."""
     def on_step(rec: dict) -> None:
         teacher.update(trainer.model)
-        if trainer.step == trainer.cfg.max_steps and trainer.rank == 0:
-            teacher.module.save_pretrained(out)
-            tokenizer.save_pretrained(out)
+        if trainer.step == trainer.cfg.max_steps:
+            teacher.save(out, tokenizer, trainer.rank)
 
     trainer.on_step = on_step
 

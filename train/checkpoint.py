@@ -68,25 +68,26 @@ def save(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any 
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / "model.pt")
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        _rest(tmp, step, scheduler, state, extras)
+        _rest(tmp, step, scheduler, state, {k: o.state_dict() for k, o in (extras or {}).items()})
     write_text(base / LATEST, name)
     _prune(base, keep, name)
     return final
 
 
-def _rest(tmp: Path, step: int, scheduler, state: dict | None, extras: dict | None) -> None:
+def _rest(tmp: Path, step: int, scheduler, state: dict | None, extra_states: dict) -> None:
     if scheduler is not None:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(), tmp / "rng.pt")
-    for key, obj in (extras or {}).items():
-        torch.save(obj.state_dict(), tmp / f"extra-{key}.pt")
+    for key, value in extra_states.items():
+        torch.save(value, tmp / f"extra-{key}.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}, indent=2))
 
 
 def save_sharded(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: Any, scheduler: Any = None,
                  state: dict | None = None, keep: int = 2, extras: dict | None = None) -> Path:
     """`save` for a sharded model, called by every rank: each writes its shards of the model and
-    optimizer state into a hidden temp folder; rank 0 adds the rest (its scheduler, RNG, extras),
+    optimizer state into a hidden temp folder; rank 0 adds the rest (its scheduler, RNG, extras:
+    every rank calls their `state_dict()`, which gathers a sharded teacher's weights to rank 0),
     renames the folder into place and moves `latest`."""
     import torch.distributed as tdist
     import torch.distributed.checkpoint as dcp
@@ -102,9 +103,10 @@ def save_sharded(run_dir: str | Path, step: int, model: torch.nn.Module, optimiz
     tdist.barrier()
     msd, osd = get_state_dict(model, optimizer)
     dcp.save({"model": msd, "optimizer": osd}, checkpoint_id=tmp / SHARDED)  # returns once every rank wrote
+    extra_states = {k: o.state_dict() for k, o in (extras or {}).items()}  # a sharded extra's is a collective
     if rank == 0:
         model.config.save_pretrained(tmp / "model")
-        _rest(tmp, step, scheduler, state, extras)
+        _rest(tmp, step, scheduler, state, extra_states)
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:

@@ -35,7 +35,7 @@ import torch
 
 from train.configs import GRPOConfig  # noqa: F401  (re-exported)
 from train.memory import ModelShape, Workload, make_plan
-from train.objective import KLToReference, Objective, ReverseKLToTeacher, RolloutBatch, grpo_objective
+from train.objective import Objective, ReverseKLToTeacher, RolloutBatch, grpo_objective
 from train.prefix import grouped_token_logprobs, plain_token_logprobs
 from train.rollout import Prompt, rollout
 from train.shard import gathered
@@ -154,8 +154,7 @@ class GRPOSession:
     def _work(self, rows: int, lengths: list[int], policy: int) -> Workload:
         tokens = sum(lengths) if self.packed else rows * max(lengths)
         teacher = [t for t in self.objective.terms if isinstance(t, ReverseKLToTeacher)]
-        frozen = [(ModelShape.of(t.reference), tokens) for t in self.objective.terms if isinstance(t, KLToReference)]
-        frozen += [(ModelShape.of(t.teacher), tokens) for t in teacher]
+        frozen = [(ModelShape.of(m), tokens) for m in self.objective.frozen()]
         gen = min(rows, getattr(self.backend, "batch_size", rows)) * max(lengths)
         if getattr(self.backend, "turn_cache", None) is not None:  # finished rows' KV kept for their next turn
             gen *= 2

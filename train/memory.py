@@ -37,7 +37,9 @@ on a GPU, else 4):
 one computing, the next being gathered) and `grad_op` every unit from its forward to its
 backward; both add the unsharded float32 gradients of two blocks (or of the root) before their
 reduce-scatter. A stage that samples (GRPO) gathers the whole model, cP, while it samples.
-Activations, logits, frozen models and the KV cache are per process as without sharding.
+Frozen models (a reference, a teacher) are sharded with the policy: 1/N of their weights plus
+their root and two blocks gathered for a pass. Activations, logits and the KV cache are per
+process as without sharding.
 `forgeplay train plan --model-size 7e9 --nproc 8` prints the model's state under each setting
 for a decoder of `--layers` 32 blocks holding all its parameters (B = P/32, R = 0), in bf16 on
 GPUs: none 16P = 112.0 GB; full 16P/8 + 12B = 14.0 + 2.625 = 16.6 GB; grad_op 16P/8 + 2P + 8B
@@ -218,10 +220,15 @@ def activation_bytes(shape: ModelShape, tokens: int, checkpointing: bool) -> flo
     return 4.0 * tokens * (kept + block / 2 + 4 * shape.hidden)  # + one block's gradients, embeddings, norm
 
 
-def frozen_bytes(shape: ModelShape, tokens: int) -> float:
-    """A frozen model: its weights and the largest transient of a forward pass without gradients."""
+def frozen_bytes(shape: ModelShape, tokens: int, shard: str = "none", world: int = 1, compute: int = 4) -> float:
+    """A frozen model: its weights and the largest transient of a forward pass without gradients.
+    Sharded with the policy (train/shard.py): 1/N of its weights, plus its root unit and two
+    blocks gathered for the pass."""
     transient = 4.0 * tokens * (shape.block_floats() / 2 + 2 * shape.hidden)
-    return shape.params * shape.bytes_per_param + transient + 4.0 * LOGIT_CHUNK * shape.vocab * 2
+    weights = shape.params * shape.bytes_per_param
+    if check_shard(shard) != "none":
+        weights = weights / world + compute * (shape.root_params + 2 * shape.block_params)
+    return weights + transient + 4.0 * LOGIT_CHUNK * shape.vocab * 2
 
 
 def make_plan(model, work: Workload, cfg, device=None, limit: float | None = None,
@@ -250,7 +257,7 @@ def make_plan(model, work: Workload, cfg, device=None, limit: float | None = Non
                # a chunk's logits, softmax and gradient; kept full-vocabulary logits: the student's
                # with their log-softmax, softmax and gradients, the teacher's with its log-softmax
                "logits": 4.0 * shape.vocab * (3 * min(work.logit_positions, LOGIT_CHUNK) + 6 * work.full_logits),
-               "frozen models": sum(frozen_bytes(s, t) for s, t in work.frozen),
+               "frozen models": sum(frozen_bytes(s, t, shard, world, compute) for s, t in work.frozen),
                "generation": 8.0 * shape.layers * shape.kv_dim * work.generation_tokens,
                "runtime": RUNTIME if _on_cpu(device) else 0.0}
         # AdamW's temporaries at the optimizer step, when the activations are gone

@@ -234,6 +234,11 @@ class Objective:
             stats.update(st)
         return aggregate_tokens(per_token, batch.mask.to(logp.device), self.aggregate), stats
 
+    def frozen(self) -> list[torch.nn.Module]:
+        """The models the terms read beside the policy, forward only: a KL reference, a teacher."""
+        return [t.reference if isinstance(t, KLToReference) else t.teacher for t in self.terms
+                if isinstance(t, (KLToReference, ReverseKLToTeacher))]
+
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` in eval mode without gradients (a reference, or a teacher to update by EMA)."""

@@ -141,7 +141,7 @@ def _train_here(stage: StageKind, cfg, tcfg: TrainConfig, root, progress: bool) 
             run_dir = prepare_run(stage.name, cfg, tcfg, built.warnings)
         with stages.stage("train", rows_in=len(built.data), notes=f"{tcfg.nproc} processes") as st:
             trainer = Trainer(built.model, tcfg, run_dir, built.step, loss_weight=built.loss_weight,
-                              lengths=built.lengths, extras=built.extras, kinds=built.kinds)
+                              lengths=built.lengths, extras=built.extras, kinds=built.kinds, frozen=built.frozen)
             if built.on_trainer is not None:
                 built.on_trainer(trainer)
             st.rows_out = len(trainer.fit(built.data, progress=progress))

@@ -27,6 +27,10 @@ default, keeps a whole copy on every rank and averages gradients, train/dist.py)
   generation step then needs no all-gather, so ranks sampling different lengths never wait on
   each other. It holds the whole weights in the compute dtype for that time (the memory plan
   counts it, train/memory.py).
+- Frozen models beside the policy (GRPO's and the examiner's KL reference, the student's EMA
+  teacher) are sharded into the same units (`frozen=True`: no gradients, each unit resharded
+  after its forward), so a rank keeps 1/N of them too; an EMA teacher then moves its own slice
+  towards the student's slice (selfplay/teacher.py) and is gathered whole to be saved.
 - The FSDP units need a process group: a single process with `--shard full|grad_op` gets a
   one-rank group (`dist.init_from_env`).
 """
@@ -66,9 +70,10 @@ def decoder_blocks(model) -> torch.nn.ModuleList:
     return blocks
 
 
-def shard_model(model, mode: str, device, bf16: bool = True) -> bool:
+def shard_model(model, mode: str, device, bf16: bool = True, frozen: bool = False) -> bool:
     """Shard `model` in place across the default process group (module docstring); False
-    (nothing done) for `none`."""
+    (nothing done) for `none`. `frozen`: a model beside the policy that only runs forward (a
+    reference, a teacher): the same units, each resharded after its forward."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     if check_shard(mode) == "none":
@@ -76,12 +81,13 @@ def shard_model(model, mode: str, device, bf16: bool = True) -> bool:
     kw = {}
     if bf16 and torch.device(device).type == "cuda":
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    reshard = mode == "full" or frozen
     for block in decoder_blocks(model):
-        fully_shard(block, reshard_after_forward=mode == "full", **kw)
-        block._forgeplay_reshard = mode == "full"  # what `gathered` restores
+        fully_shard(block, reshard_after_forward=reshard, **kw)
+        block._forgeplay_reshard = reshard  # what `gathered` restores
     fully_shard(model, **kw)
     model._forgeplay_reshard = False  # FSDP keeps the root's weights from its forward to its backward
-    for unit in units(model):
+    for unit in units(model) if not frozen else ():
         unit.set_gradient_divide_factor(1.0)  # a sum: the trainer divides by the global loss weight
         unit.set_force_sum_reduction_for_comms(True)  # gloo has no pre-multiplied sum
     setattr(model, _CALL, types.MethodType(lambda self, fn: fn(), model))
@@ -129,6 +135,22 @@ def full_state_dict(model) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_state_dict(model, state: dict) -> None:
+    """Load a whole state dict (every rank holds it) into `model`; a sharded model keeps each
+    rank's slice of it."""
+    if not is_sharded(model):
+        model.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's slice of a DTensor (a view), any other tensor as it is."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def full_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -53,6 +53,8 @@ class Built:
     extras: dict = field(default_factory=dict)  # name -> object with state_dict(): saved in each checkpoint
     warnings: list[str] = field(default_factory=list)  # about the model or the options: in the run's summary
     kinds: list[str] | None = None  # each example's kind, for --order kinds (None: the stage has none)
+    frozen: list = field(default_factory=list)  # models beside the policy, forward only (a reference, a
+    #   teacher): sharded with it under --shard (train/shard.py)
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
                  {"prompts": len(session.prompts), **counts}, f"model {path}" + (f"; warning: {warning}" if warning else ""),
                  workload=session.workload(tcfg.batch_size, tok), on_plan=session.set_plan,
                  on_trainer=session.attach, extras=extras, warnings=[warning] if warning else [],
-                 kinds=[p.meta.get("kind", "") for p in session.prompts])
+                 kinds=[p.meta.get("kind", "") for p in session.prompts], frozen=session.objective.frozen())
 
 
 def grpo_loss_weight(cfg: GRPOConfig) -> str | None:

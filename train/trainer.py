@@ -29,8 +29,9 @@ stats ending in "tokens" are summed over micro-batches and ranks, other stats av
 added to every record. Rank 0 alone writes metrics.jsonl and checkpoints; every rank restores
 on resume.
 
-Sharded (`--shard full|grad_op`, train/shard.py): the model is split over the ranks with FSDP2
-before the optimizer is made; the backward reduce-scatters gradient sums, which are scaled as
+Sharded (`--shard full|grad_op`, train/shard.py): the model, and the `frozen` models the step
+reads beside it (a KL reference, a teacher), are split over the ranks with FSDP2 before the
+optimizer is made; the backward reduce-scatters gradient sums, which are scaled as
 above, so the step is the same; the ranks split micro-batches until they have equally many
 (each forward and backward is a collective) and a micro-batch with nothing to train on still
 runs a backward (times 0); every rank writes its shards of each checkpoint
@@ -87,7 +88,7 @@ class Trainer:
                  step_fn: Callable[[torch.nn.Module, list], tuple[torch.Tensor, dict]],
                  on_step: Callable[[dict], None] | None = None, loss_weight: str | None = None,
                  lengths: Sequence[int] | None = None, extras: dict | None = None,
-                 kinds: Sequence[str] | None = None) -> None:
+                 kinds: Sequence[str] | None = None, frozen: Sequence[torch.nn.Module] = ()) -> None:
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.max_steps < 1:
             raise ValueError("batch_size, grad_accum and max_steps must be >= 1")
         if cfg.max_batch_tokens < 0:
@@ -110,8 +111,12 @@ class Trainer:
         if check_shard(cfg.shard) != "none":
             if not dist.is_distributed():
                 raise ValueError(f"--shard {cfg.shard} needs torch.distributed (train/dist.py init_from_env)")
-            dist.broadcast_params(model)  # each rank keeps its slice of rank 0's weights
-            self.sharded = shard_model(model, cfg.shard, next(model.parameters()).device, cfg.bf16)
+            device = next(model.parameters()).device
+            for m in (model, *frozen):  # each rank keeps its slice of rank 0's weights
+                dist.broadcast_params(m)
+            self.sharded = shard_model(model, cfg.shard, device, cfg.bf16)
+            for m in frozen:  # a reference or a teacher: forward only, sharded alike
+                shard_model(m, cfg.shard, device, cfg.bf16, frozen=True)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg)

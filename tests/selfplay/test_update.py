@@ -221,8 +221,9 @@ def test_update_options_are_checked_before_anything_runs(tmp_path):
 def test_both_updates_sharded_equal_unsharded(played, tmp_path, tiny_llama_dir):  # noqa: F811
     """`--shard full` in one process (FSDP over a one-rank group, train/shard.py): the examiner's
     and the student's updates (the EMA teacher following a sharded student) give the weights
-    the unsharded updates give; and the student in two processes (`python -m selfplay` under
-    torchrun), sharded or not, alike."""
+    the unsharded updates give, the sharded teacher resumes from a sharded checkpoint; and the
+    student in two processes (`python -m selfplay` under torchrun, the teacher sharded too),
+    sharded or not, alike."""
     from selfplay.update import ExaminerUpdateConfig, StudentUpdateConfig
     from train.configs import TrainConfig
     from train.run import run_stage
@@ -247,6 +248,17 @@ def test_both_updates_sharded_equal_unsharded(played, tmp_path, tiny_llama_dir):
         if kind == "selfplay-student":
             for k, v in finals["none-teacher"].items():
                 assert torch.allclose(finals["full-teacher"][k], v, atol=1e-4), k
+            # the sharded teacher rides in the sharded checkpoint: stopped after step 1 and resumed,
+            # student and teacher are the uninterrupted run's
+            out = tmp_path / "student-full-resumed"
+            for steps, resume in ((1, False), (2, True)):
+                run_stage(kind, config(data="w_selfplay", run=summary["run_id"], iteration=0,
+                                       model=str(tiny_llama_dir), out=str(out)),
+                          TrainConfig(max_steps=steps, batch_size=2, lr=1e-3, shard="full", resume=resume),
+                          root, progress=False)
+            for name in ("final", "teacher"):
+                got, want = _weights(out / name), finals["full" if name == "final" else "full-teacher"]
+                assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in want.items()), name
     two = {}
     for shard in ("none", "full"):
         out = tmp_path / f"two-{shard}"
@@ -260,4 +272,6 @@ def test_both_updates_sharded_equal_unsharded(played, tmp_path, tiny_llama_dir):
     assert diff < 1e-4
     for k, v in two["none-teacher"].items():
         assert torch.allclose(two["full-teacher"][k], v, atol=1e-4), k
-    assert any(not torch.equal(two["none"][k], v) for k, v in _weights(tiny_llama_dir).items())  # it trained
+    start = _weights(tiny_llama_dir)
+    assert any(not torch.equal(two["none"][k], v) for k, v in start.items())  # it trained
+    assert any(not torch.equal(two["full-teacher"][k], v) for k, v in start.items())  # the sharded teacher moved

@@ -19,7 +19,7 @@ from tests.train.test_distributed import CFG, _train, sft_examples
 from tests.train.test_rollout import world  # noqa: F401 (fixture: the shared world's triples)
 from train import checkpoint, dist
 from train.configs import TrainConfig
-from train.memory import GB, MemoryPlanError, Workload, make_plan, state_table
+from train.memory import GB, MemoryPlanError, ModelShape, Workload, make_plan, state_table
 from train.sft import make_step
 from train.shard import full_state_dict
 from train.stages import SFT_LOSS_WEIGHT
@@ -152,6 +152,12 @@ def test_the_plan_divides_the_state_and_refuses_with_one_line(tiny_llama_dir):
     assert full.parts["optimizer"] == pytest.approx(none.parts["optimizer"] / 2)
     assert full.parts["weights"] == pytest.approx(none.parts["weights"] / 2) and "gathered" not in none.parts
     assert "--shard full over 2" in full.line()
+    # a frozen reference is sharded with the policy: half its weights plus its root and two blocks
+    shape = ModelShape.of(model)
+    ref = Workload(64, 64, "64 tokens", "--max-batch-tokens", frozen=[(shape, 64)])
+    none_ref = make_plan(model, ref, TrainConfig(nproc=2), limit=100 * GB).parts["frozen models"]
+    full_ref = make_plan(model, ref, TrainConfig(nproc=2, shard="full"), limit=100 * GB).parts["frozen models"]
+    assert none_ref - full_ref == pytest.approx(4 * shape.params / 2 - 4 * (shape.root_params + 2 * shape.block_params))
     with pytest.raises(MemoryPlanError, match="--shard full --nproc N") as e:
         make_plan(model, work, TrainConfig(nproc=1), limit=1e6).check()
     assert "\n" not in str(e.value)
@@ -160,8 +166,9 @@ def test_the_plan_divides_the_state_and_refuses_with_one_line(tiny_llama_dir):
 
 
 def test_grpo_sharded_in_two_processes_equals_unsharded(world, tiny_llama_dir, tmp_path):  # noqa: F811
-    """`train grpo --nproc 2` (torchrun, gloo): the same rollouts, losses and weights with
-    `--shard full` as with `--shard none` (each rank samples its own prompts with whole weights)."""
+    """`train grpo --nproc 2 --kl-coef 0.04` (torchrun, gloo): the same rollouts, losses, KL and
+    weights with `--shard full` (the policy and its KL reference sharded) as with `--shard none`
+    (each rank samples its own prompts with whole weights)."""
     from flows.cli import app
 
     root = world[0]
@@ -172,13 +179,14 @@ def test_grpo_sharded_in_two_processes_equals_unsharded(world, tiny_llama_dir, t
             "train", "grpo", "--dataset", "w", "--model", str(tiny_llama_dir), "--out", str(out), "--limit", "4",
             "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "6", "--tool-style", "compact",
             "--data-root", str(root), "--nproc", "2", "--batch-size", "1", "--max-steps", "2", "--lr", "1e-3",
-            "--schedule", "constant", "--shard", mode, "--keep-checkpoints"])
+            "--schedule", "constant", "--shard", mode, "--keep-checkpoints", "--kl-coef", "0.04"])
         assert res.exit_code == 0, res.output
         outs[mode] = out
     a, b = read_metrics(outs["none"]), read_metrics(outs["full"])
     assert [r["batch"] for r in a] == [r["batch"] for r in b]
     for key in ("reward", "tokens"):
         assert [r[key] for r in a] == [r[key] for r in b], key
+    assert [r["kl"] for r in b] == pytest.approx([r["kl"] for r in a], rel=1e-4, abs=1e-7)
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-5, abs=1e-7)
     wa = AutoModelForCausalLM.from_pretrained(outs["none"] / "final").state_dict()
     wb = AutoModelForCausalLM.from_pretrained(outs["full"] / "final").state_dict()
