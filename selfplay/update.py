@@ -111,7 +111,7 @@ def _load(cfg: UpdateConfig, tcfg, device):
     from train.packing import use_packed_attention
     from train.sft import train_last_layers
 
-    path, tok, model = load_model(cfg.model, device)
+    path, tok, model = load_model(cfg.model, device, tcfg.shard)
     params = train_last_layers(model, cfg.train_layers)
     if tcfg.max_batch_tokens > 0:
         use_packed_attention(model)
@@ -124,12 +124,14 @@ def _built(model, tok, samples, counts: dict, params: dict, objective, tcfg, pat
 
     if not samples:
         raise ValueError(f"nothing to train on: {counts}")
-    old_logprobs(model, samples, tok.pad_token_id, tcfg.batch_size)
     counts = {**counts, "trainable_params": params["trainable"], "params": params["total"]}
+    # the sampling policy's log-probabilities, once the Trainer holds the starting weights (sharded:
+    # a rank may have loaded none, train/shard.py) and before it resumes or steps
+    ready = lambda trainer: old_logprobs(trainer.model, samples, tok.pad_token_id, tcfg.batch_size)  # noqa: E731
     return Built(model, tok, update_step(objective, tok.pad_token_id), samples, POLICY_TOKENS, counts,
                  f"model {path}", workload=workload(samples, tcfg.batch_size, frozen,
                                                    any(isinstance(t, ReverseKLToTeacher) for t in objective.terms)),
-                 frozen=frozen)
+                 on_trainer=ready, frozen=frozen)
 
 
 def build_examiner(cfg: ExaminerUpdateConfig, tcfg, root, device=None) -> Built:
@@ -145,7 +147,7 @@ def build_examiner(cfg: ExaminerUpdateConfig, tcfg, root, device=None) -> Built:
     if any(s.demo for s in samples):
         terms.append(DemonstrationNLL(cfg.demo_coef))
     if cfg.kl_coef > 0:
-        reference = load_model(cfg.reference or cfg.model, device)[2].eval().requires_grad_(False)
+        reference = load_model(cfg.reference or cfg.model, device, tcfg.shard)[2].eval().requires_grad_(False)
         terms.append(KLToReference(reference, cfg.kl_coef))
         frozen.append(reference)
     return _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path, frozen)
@@ -164,7 +166,7 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
     samples, counts = student_samples(attempts, tasks, tok, cfg.max_len, drop_flat=cfg.distill_coef == 0)
     terms, frozen, teacher = [ClippedPG(cfg.clip_eps)], [], None
     if cfg.distill_coef > 0:
-        start = load_model(cfg.teacher, device)[2] if cfg.teacher else None
+        start = load_model(cfg.teacher, device, tcfg.shard)[2] if cfg.teacher else None
         teacher = EMATeacher(model, cfg.tau, start=start)
         prefixes = {s.rollout_id: teacher_prompt(tok, s, cfg.teacher_context) for s in samples}
         terms.append(ReverseKLToTeacher(teacher.module, cfg.distill_coef, lambda p: prefixes[p.key]))
@@ -172,7 +174,8 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
     built = _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path, frozen)
     if teacher is not None:
         built.extras["teacher"] = teacher  # in every checkpoint: --resume goes on from the average, not the start
-        built.on_trainer = lambda trainer: follow(trainer, teacher, tok, Path(cfg.out) / "teacher")
+        ready = built.on_trainer
+        built.on_trainer = lambda trainer: (ready(trainer), follow(trainer, teacher, tok, Path(cfg.out) / "teacher"))
     return built
 
 

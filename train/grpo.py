@@ -209,8 +209,9 @@ def build_session(root, cfg: GRPOConfig, model_path, model, objective: Objective
         work = cfg.out and f"{cfg.out}/served-rank{dist_info()[0]}"  # the server's log and published weights
         backend = SyncedPolicy.from_config(model_path, model, cfg, work_dir=work or None)
     else:
-        backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size), turn_cache_mb=cfg.turn_cache_mb)
-        backend.lm = model  # the cache empties itself whenever an optimizer step changed the weights
+        # the policy itself (no second copy); the cache empties itself whenever a step changed the weights
+        backend = TransformersBackend(model_path, batch_size=max(8, cfg.group_size), turn_cache_mb=cfg.turn_cache_mb,
+                                      lm=model)
     return GRPOSession(cfg, backend, Simulator(docs, seed=cfg.tool_seed, tools=tools, retriever=cfg.retriever,
                                                index_dir=index_dir(root)),
                        make_prompts(triples, tools, cfg.tool_style), model, objective)

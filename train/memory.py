@@ -43,8 +43,9 @@ process as without sharding.
 `forgeplay train plan --model-size 7e9 --nproc 8` prints the model's state under each setting
 for a decoder of `--layers` 32 blocks holding all its parameters (B = P/32, R = 0), in bf16 on
 GPUs: none 16P = 112.0 GB; full 16P/8 + 12B = 14.0 + 2.625 = 16.6 GB; grad_op 16P/8 + 2P + 8B
-= 14.0 + 14.0 + 1.75 = 29.8 GB. Each process loads the whole float32 model once before it is
-sharded (4P; the plan counts the training peak).
+= 14.0 + 14.0 + 1.75 = 29.8 GB. Loading adds nothing on a GPU: sharded under torchrun, rank 0
+reads the weights into host memory (4P there), the other ranks build the model without
+weights, and each rank receives its slices a tensor at a time (train/shard.py).
 """
 
 from __future__ import annotations

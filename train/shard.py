@@ -3,6 +3,7 @@ keeps 1/N of the parameters, gradients and AdamW state (`--shard full|grad_op`; 
 default, keeps a whole copy on every rank and averages gradients, train/dist.py).
 
     shard_model(model, "full", device, bf16=True)   # every decoder block, then the whole model
+    shard_from_first(model, "full")                 # the same, with rank 0's weights (the Trainer's)
     with gathered(model):                           # whole weights on every rank, no collectives:
         rollout(...)                                #   ranks may sample different lengths
     in_forward(model, lambda: model.base_model(**inputs).last_hidden_state)   # see below
@@ -31,12 +32,18 @@ default, keeps a whole copy on every rank and averages gradients, train/dist.py)
   teacher) are sharded into the same units (`frozen=True`: no gradients, each unit resharded
   after its forward), so a rank keeps 1/N of them too; an EMA teacher then moves its own slice
   towards the student's slice (selfplay/teacher.py) and is gathered whole to be saved.
+- Loading (`shard_from_first`): under torchrun rank 0 alone reads the weights, into host
+  memory; the other ranks build the model on the meta device (train/stages.py `load_model`).
+  Every rank shards its (meta) model, allocates its slices on its device and receives them
+  from rank 0 (`set_model_state_dict` with `broadcast_from_rank0`, a tensor at a time), then
+  rank 0's buffers: no rank ever holds the whole model on its device.
 - The FSDP units need a process group: a single process with `--shard full|grad_op` gets a
   one-rank group (`dist.init_from_env`).
 """
 
 from __future__ import annotations
 
+import os
 import types
 from contextlib import contextmanager
 from typing import Callable
@@ -93,6 +100,66 @@ def shard_model(model, mode: str, device, bf16: bool = True, frozen: bool = Fals
     setattr(model, _CALL, types.MethodType(lambda self, fn: fn(), model))
     register_fsdp_forward_method(model, _CALL)
     return True
+
+
+def loads_whole(mode: str) -> bool | None:
+    """Sharded over several ranks under torchrun: True on rank 0, which reads the weights, False
+    on the others, which build the model on the meta device (train/stages.py `load_model`);
+    None otherwise (every process loads the model)."""
+    if check_shard(mode) == "none" or int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return None
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def this_device() -> torch.device:
+    """The device this rank computes on: its current GPU, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def shard_from_first(model, mode: str, bf16: bool = True, frozen: bool = False) -> bool:
+    """`shard_model` on this rank's device, then each rank's slice of rank 0's weights and rank
+    0's buffers (module docstring); what the other ranks loaded is not read: a model on the meta
+    device will do. Every rank calls it. False (nothing done) for `none`."""
+    import torch.distributed as tdist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if check_shard(mode) == "none":
+        return False
+    device, first = this_device(), tdist.get_rank() == 0
+    weights = model.state_dict() if first else {}  # rank 0's tensors stay alive here
+    buffers = dict(model.named_buffers()) if first else {}  # also those a state dict leaves out (rotary tables)
+    ties = _ties(model)
+    model.to("meta")  # nothing whole is moved to the device: FSDP would move it before it shards
+    _tie(model, ties)  # a move makes a new parameter of each place a tied one was
+    shard_model(model, mode, device, bf16, frozen)
+    model.to_empty(device=device)
+    _tie(model, ties)
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if first:
+                buf.copy_(buffers[name])
+            tdist.broadcast(buf, src=0)
+    return True
+
+
+def _ties(model) -> dict[str, str]:
+    """Each further place of a parameter shared by several modules (a tied output layer) -> its first."""
+    first: dict[int, str] = {}
+    ties = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            ties[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return ties
+
+
+def _tie(model, ties: dict[str, str]) -> None:
+    """Make each further place of a tied parameter hold its first place's parameter again."""
+    for name, first in ties.items():
+        prefix, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(prefix), attr, model.get_parameter(first))
 
 
 def in_forward(model, fn: Callable[[], torch.Tensor]):

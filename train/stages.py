@@ -115,17 +115,28 @@ def check_grpo(cfg: GRPOConfig, tcfg: TrainConfig) -> None:
     check_labels(cfg)
 
 
-def load_model(name: str | None, device=None):
-    """(path, tokenizer, float32 model on `device`; default: cuda when there is one)."""
+def load_model(name: str | None, device=None, shard: str = "none"):
+    """(path, tokenizer, float32 model on `device`; default: cuda when there is one). Sharded
+    over several ranks (`shard` full or grad_op under torchrun): rank 0 reads the weights into
+    host memory and every other rank builds the model on the meta device (no weights); the
+    Trainer shards them and hands each rank its slice of rank 0's weights (train/shard.py
+    `shard_from_first`), so no rank holds the whole model on its device."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from generators.llm.model_store import resolve_model
+    from train.shard import loads_whole
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     path = resolve_model(name)
     tok = AutoTokenizer.from_pretrained(path)
+    whole = loads_whole(shard)
+    if whole is False:
+        with torch.device("meta"):
+            return path, tok, AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if whole:  # rank 0 of a sharded run: in host memory until the Trainer shards it
+        return path, tok, model
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return path, tok, model.to(device)
@@ -152,7 +163,7 @@ def build_sft(cfg: SFTConfig, tcfg: TrainConfig, root, device=None) -> Built:
 
     check_alpha(cfg.neftune_alpha)  # before the model and the data are loaded
     sft_loss_fn(cfg.loss_type)  # an unknown --loss-type is refused before the model loads too
-    path, tok, model = load_model(cfg.model, device)
+    path, tok, model = load_model(cfg.model, device, tcfg.shard)
     params = train_last_layers(model, cfg.train_layers)
     examples, counts = sft_examples(root, cfg, tok)
     counts.update(trainable_params=params["trainable"], params=params["total"])
@@ -200,7 +211,7 @@ def build_grpo(cfg: GRPOConfig, tcfg: TrainConfig, root, device=None) -> Built:
     from train.packing import use_packed_attention
     from train.sft import cut_warning, train_last_layers, trained_turn
 
-    path, tok, model = load_model(cfg.model, device)
+    path, tok, model = load_model(cfg.model, device, tcfg.shard)
     params = train_last_layers(model, cfg.train_layers)
     counts = {"trainable_params": params["trainable"], "params": params["total"]}
     longest = trained_turn(path)  # the model's record, read once

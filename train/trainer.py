@@ -55,7 +55,7 @@ from train import checkpoint, dist
 from train.configs import ORDERS, TrainConfig  # noqa: F401  (TrainConfig re-exported)
 from train.memory import peak_memory_gb
 from train.packing import token_batches
-from train.shard import check_shard, full_tensor, shard_model
+from train.shard import check_shard, full_tensor, shard_from_first
 
 def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     def factor(step: int) -> float:
@@ -111,12 +111,10 @@ class Trainer:
         if check_shard(cfg.shard) != "none":
             if not dist.is_distributed():
                 raise ValueError(f"--shard {cfg.shard} needs torch.distributed (train/dist.py init_from_env)")
-            device = next(model.parameters()).device
-            for m in (model, *frozen):  # each rank keeps its slice of rank 0's weights
-                dist.broadcast_params(m)
-            self.sharded = shard_model(model, cfg.shard, device, cfg.bf16)
+            # each rank keeps its slice of rank 0's weights (the others may hold none: meta)
+            self.sharded = shard_from_first(model, cfg.shard, cfg.bf16)
             for m in frozen:  # a reference or a teacher: forward only, sharded alike
-                shard_model(m, cfg.shard, device, cfg.bf16, frozen=True)
+                shard_from_first(m, cfg.shard, cfg.bf16, frozen=True)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg)

@@ -93,7 +93,7 @@ class TransformersBackend:
 
     def __init__(self, model: str | Path | None = None, batch_size: int = 16, dtype: str = "float32",
                  device: str = "auto", max_prompt_tokens: int | None = None, ignore_eos: bool = False,
-                 threads: int | None = None, turn_cache_mb: int = 0) -> None:
+                 threads: int | None = None, turn_cache_mb: int = 0, lm: torch.nn.Module | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -109,7 +109,9 @@ class TransformersBackend:
         self.max_prompt_tokens = max_prompt_tokens
         self.usage = Usage()
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        self.lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=_DTYPES[dtype]).to(self.device).eval()
+        if lm is None:
+            lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=_DTYPES[dtype]).to(self.device).eval()
+        self.lm = lm  # given: a module trained elsewhere (GRPO's policy), sampled as it is
         eos = self.lm.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         if self.tokenizer.eos_token_id is not None:

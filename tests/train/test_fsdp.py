@@ -3,7 +3,8 @@ Llama): sharded SFT steps (full, grad_op, packed micro-batches that differ in nu
 the ranks, activation checkpointing) equal one unsharded process with the whole batch; a
 sharded checkpoint resumes to the same weights as the run that was not stopped, and
 consolidates into a model folder the transformers backend loads; `train grpo --nproc 2
---shard full` (torchrun) equals `--shard none`; the memory plan's 7B table."""
+--shard full` (torchrun; rank 1 loads no weights, the KL reference sharded too) equals `--shard
+none`; the memory plan's 7B table."""
 
 from __future__ import annotations
 
@@ -195,3 +196,18 @@ def test_grpo_sharded_in_two_processes_equals_unsharded(world, tiny_llama_dir, t
     assert json.loads((outs["full"] / "config.json").read_text())["train"]["shard"] == "full"
     assert (checkpoint.latest(outs["full"]) / checkpoint.SHARDED).is_dir()
     print("GRPO max abs weight diff, --shard full vs none after 2 steps:", diff)
+
+
+def test_sharded_under_torchrun_only_rank_0_reads_the_weights(tiny_llama_dir, monkeypatch):
+    """`load_model` with --shard full in a rank of several: rank 0 reads the weights into host
+    memory, the others build the model on the meta device (train/shard.py `shard_from_first`
+    hands them their slices: the GRPO, label-aware and self-play tests above run that way)."""
+    from train.stages import load_model
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, device in (("0", "cpu"), ("1", "meta")):
+        monkeypatch.setenv("RANK", rank)
+        model = load_model(str(tiny_llama_dir), "cpu", "full")[2]
+        assert {p.device.type for p in model.parameters()} == {device}, rank
+        assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
+    assert next(load_model(str(tiny_llama_dir), "cpu", "none")[2].parameters()).device.type == "cpu"
