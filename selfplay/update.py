@@ -118,13 +118,14 @@ def _load(cfg: UpdateConfig, tcfg, device):
     return path, tok, model, params
 
 
-def _built(model, tok, samples, counts: dict, params: dict, objective, tcfg, path, frozen: list) -> Built:
+def _built(model, tok, samples, counts: dict, params: dict, objective, tcfg, path) -> Built:
     from selfplay.step import old_logprobs, update_step, workload
     from train.objective import ReverseKLToTeacher
 
     if not samples:
         raise ValueError(f"nothing to train on: {counts}")
     counts = {**counts, "trainable_params": params["trainable"], "params": params["total"]}
+    frozen = objective.frozen()  # the reference or the teacher
     # the sampling policy's log-probabilities, once the Trainer holds the starting weights (sharded:
     # a rank may have loaded none, train/shard.py) and before it resumes or steps
     ready = lambda trainer: old_logprobs(trainer.model, samples, tok.pad_token_id, tcfg.batch_size)  # noqa: E731
@@ -143,14 +144,13 @@ def build_examiner(cfg: ExaminerUpdateConfig, tcfg, root, device=None) -> Built:
     examiner, tasks, attempts = phase_rows(cfg, root)
     samples, counts = examiner_samples(examiner, tasks, attempts, tok, cfg.max_len, drop_flat=True,
                                        demos=cfg.demo_coef > 0)
-    terms, frozen = [SampledPG(cfg.clip_eps)], []
+    terms = [SampledPG(cfg.clip_eps)]
     if any(s.demo for s in samples):
         terms.append(DemonstrationNLL(cfg.demo_coef))
     if cfg.kl_coef > 0:
         reference = load_model(cfg.reference or cfg.model, device, tcfg.shard)[2].eval().requires_grad_(False)
         terms.append(KLToReference(reference, cfg.kl_coef))
-        frozen.append(reference)
-    return _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path, frozen)
+    return _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path)
 
 
 def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
@@ -164,14 +164,13 @@ def build_student(cfg: StudentUpdateConfig, tcfg, root, device=None) -> Built:
     path, tok, model, params = _load(cfg, tcfg, device)
     _, tasks, attempts = phase_rows(cfg, root)
     samples, counts = student_samples(attempts, tasks, tok, cfg.max_len, drop_flat=cfg.distill_coef == 0)
-    terms, frozen, teacher = [ClippedPG(cfg.clip_eps)], [], None
+    terms, teacher = [ClippedPG(cfg.clip_eps)], None
     if cfg.distill_coef > 0:
         start = load_model(cfg.teacher, device, tcfg.shard)[2] if cfg.teacher else None
         teacher = EMATeacher(model, cfg.tau, start=start)
         prefixes = {s.rollout_id: teacher_prompt(tok, s, cfg.teacher_context) for s in samples}
         terms.append(ReverseKLToTeacher(teacher.module, cfg.distill_coef, lambda p: prefixes[p.key]))
-        frozen.append(teacher.module)
-    built = _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path, frozen)
+    built = _built(model, tok, samples, counts, params, Objective(given_advantages, terms), tcfg, path)
     if teacher is not None:
         built.extras["teacher"] = teacher  # in every checkpoint: --resume goes on from the average, not the start
         ready = built.on_trainer
