@@ -50,7 +50,9 @@ assert an answer. `forgeplay validate --no-final-facts` leaves this step out
 from __future__ import annotations
 
 from generators.llm.toolcalls import split_think
-from generators.synth.grounding import NUMBER_RE, SMALL, Sources, names_in, numbers_in
+from typing import Container
+
+from generators.synth.grounding import NUMBER_RE, SMALL, Either, LowerOf, Sources, names_in, numbers_in
 from validators.verdict import Reject
 
 REASON = "final_think_states_no_fact"
@@ -66,7 +68,7 @@ def answer_kind(answers: list[str], results: Sources, meta: dict) -> str | None:
     if gold in YES_NO or qtype.startswith("comparison"):
         return "compared"
     numbers = numbers_in(answers[0]) if answers else []
-    if numbers and not any(n in results.numbers for n in numbers):
+    if numbers and not any(results.has_number(n) for n in numbers):
         return "computed"
     try:
         hops = int(meta.get("hop_count") or 0)
@@ -85,14 +87,15 @@ def _is_answer(name: str, answers: list[str]) -> bool:
 
 
 def deciding_facts(think: str, kind: str, question: str, results: Sources, lookups: Sources,
-                   answers: list[str], common: set[str]) -> list[str]:
-    """The deciding facts `think` states for an answer of `kind` (module docstring), in order."""
+                   answers: list[str], common: Container[str]) -> list[str]:
+    """The deciding facts `think` states for an answer of `kind` (module docstring), in order;
+    `common` holds the lower-case words `names_in` reads as common words."""
     asked = Sources([question])
     digits = {v for m in NUMBER_RE.findall(think) for v in numbers_in(m)}
     said = {n for a in answers for n in numbers_in(a)}
     out = [n for n in dict.fromkeys(numbers_in(think))
-           if n in results.numbers and n not in said and (n in digits or float(n) >= SMALL)
-           and (kind == "compared" or n not in asked.numbers)]
+           if results.has_number(n) and n not in said and (n in digits or float(n) >= SMALL)
+           and (kind == "compared" or not asked.has_number(n))]
     if kind == "computed":
         return out
     for name in dict.fromkeys(names_in(think, common)):
@@ -104,10 +107,13 @@ def deciding_facts(think: str, kind: str, question: str, results: Sources, looku
     return out
 
 
-def check_final_facts(msgs: list[dict], lookups: list[str], answers: list[str], meta: dict) -> dict:
+def check_final_facts(msgs: list[dict], lookups: list[str], answers: list[str], meta: dict,
+                      before: Sources | None = None) -> dict:
     """Checks the final think of `msgs` (module docstring): `lookups` are the string arguments
     of the conversation's calls, `answers` the gold answer first, then its aliases and the
-    answer given. Raises Reject, else returns the detail (kind, and the facts found)."""
+    answer given; `before` the messages before the final one as Sources, when the caller has
+    them (validators/grounding.py `ground`). Raises Reject, else returns the detail (kind, and
+    the facts found)."""
     question = next((m.get("content") or "" for m in msgs if m.get("role") == "user"), "")
     results = Sources([m.get("content") or "" for m in msgs[:-1] if m.get("role") == "tool"])
     kind = answer_kind(answers, results, meta)
@@ -116,7 +122,8 @@ def check_final_facts(msgs: list[dict], lookups: list[str], answers: list[str], 
     if not kind:
         return {"kind": "other"}
     think = split_think(msgs[-1].get("content") or "").think or ""
-    common = Sources([m.get("content") or "" for m in msgs[:-1]]).lower | Sources([think]).lower
+    before = before or Sources([m.get("content") or "" for m in msgs[:-1]])
+    common = Either(LowerOf(before), Sources([think]).lower)
     facts = deciding_facts(think, kind, question, results, Sources(lookups), answers, common)
     if not facts:
         raise Reject(REASON, kind=kind, think=think[:300])

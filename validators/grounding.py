@@ -24,6 +24,12 @@ CODES = {"number": "think_unsupported_number", "name": "think_unsupported_name"}
 
 def check_grounding(msgs: list[dict]) -> dict:
     """Checks every think of `msgs` (module docstring); the number of thinks checked."""
+    return ground(msgs)[0]
+
+
+def ground(msgs: list[dict]) -> tuple[dict, Sources]:
+    """`check_grounding`, and the messages before the last as Sources, as the thinks were read
+    against them (validators/final_facts.py reads the final think against the same)."""
     src, thinks = Sources(), 0
     for i, m in enumerate(msgs):
         content = m.get("content") or ""
@@ -35,5 +41,6 @@ def check_grounding(msgs: list[dict]) -> dict:
                     kind = "number" if any(k == "number" for k, _ in bad) else "name"
                     raise Reject(CODES[kind], index=i, mentions=[v for _, v in bad][:10], think=think[:300])
                 thinks += 1
-        src.add(content)
-    return {"thinks": thinks}
+        if i < len(msgs) - 1:
+            src.add(content)
+    return {"thinks": thinks}, src

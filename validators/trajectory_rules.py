@@ -37,11 +37,12 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
+from generators.synth.grounding import Sources
 from generators.tools.fill import roles_of
 from storage.schema import meta_of
 from validators.check import STOPS, CheckContext, PerRecordCheck
 from validators.final_facts import check_final_facts
-from validators.grounding import check_grounding
+from validators.grounding import ground
 from validators.question_rules import check_task_rules, check_triple_rules
 from validators.replay import replay, replay_requests
 from validators.rule_context import RuleContext
@@ -283,14 +284,20 @@ def _answer(row: dict, p: Parsed, ctx: RuleContext, meta: dict) -> Verdict:
     return fail(LAYER, "answer", "wrong_answer", score=m.f1, detail=detail)
 
 
-def _final_facts(row: dict, p: Parsed, msgs: list[dict], meta: dict) -> Verdict:
+def _final_facts(row: dict, p: Parsed, msgs: list[dict], meta: dict, before: Sources | None) -> Verdict:
     """The `final_facts` step (validators/final_facts.py): a pass, or a pass without checking
     (`question_kind_unknown`); raises Reject."""
     aliases = [a for a in (meta.get("aliases") or row.get("aliases") or []) if isinstance(a, str)]
     lookups = [v for turn in p.turns for c in turn if isinstance(c.args, dict)
                for v in c.args.values() if isinstance(v, str)]
-    detail = check_final_facts(msgs, lookups, [str(row.get("answer") or ""), *aliases, p.answer], meta)
+    detail = check_final_facts(msgs, lookups, [str(row.get("answer") or ""), *aliases, p.answer], meta, before)
     return ok(LAYER, "final_facts", reason=detail.pop("reason", "ok"), detail=detail or None)
+
+
+def _grounding(st: dict) -> Verdict:
+    """The `grounding` step; keeps the messages before the last as read (`st["before"]`)."""
+    detail, st["before"] = ground(st["msgs"])
+    return ok(LAYER, "grounding", detail=detail)
 
 
 def _parse_steps(row: dict, st: dict) -> list:
@@ -312,9 +319,9 @@ def _result_steps(row: dict, st: dict, ctx: RuleContext) -> list:
     """The steps from the replay on, over what `_parse_steps` parsed."""
     steps = [("replay", lambda: replay(st["p"], ctx, st.setdefault("meta", meta_of(row)))),
              ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
-             ("grounding", lambda: ok(LAYER, "grounding", detail=check_grounding(st["msgs"])))]
+             ("grounding", lambda: _grounding(st))]
     if ctx.final_facts:
-        steps.append(("final_facts", lambda: _final_facts(row, st["p"], st["msgs"], st["meta"])))
+        steps.append(("final_facts", lambda: _final_facts(row, st["p"], st["msgs"], st["meta"], st.get("before"))))
     return steps
 
 

@@ -1,6 +1,7 @@
-"""The faster grounding check (generators/synth/grounding.py: sources read in cached pieces,
-number words and lower-case stretches found by precompiled patterns) gives exactly the verdicts
-of the check before it (tests/generators/grounding_before.py, frozen): on 30,000 random texts
+"""The faster grounding check (generators/synth/grounding.py: mentions looked up in the plain
+sources where that is exact, number words and lower-case stretches found by precompiled
+patterns) gives exactly the verdicts of the check before it (tests/generators/grounding_before.py,
+frozen), and answers each question about its sources as their whole reading does: on 30,000 random texts
 built from the awkward parts of the language the check reads (possessives, hyphenated number
 words, connectors, digits inside words, non-ASCII capitals, JSON tool results), and on every
 message of 400 synthesized trajectories (every reasoning form)."""
@@ -20,7 +21,9 @@ WORDS = ["the", "The", "of", "Treaty", "Stozoth", "born", "Born", "in", "In", "S
          "1887", "1,654,300", "3.5", "1920s", "12ab", "ab12", "O'Brien", "McDonald", "iPhone", "Jean-Luc", "É", "Émile",
          "straße", "İstanbul", "_x", "x_y", "1'B", "ab1'Bc", "rock'n'roll", "s'", "x's", "la", "La", "Mars'", "ǅemal",
          "page", "pages", "Pages", "Answer", "answer", "ok", "Birth", "birth", "births", "two", "Two", "eight-twenty-one",
-         "0", "7", "12", "99", "100", "1,000", "2.50", "-", "—", "’", "'", '"', "(", ")", ":", ";", "ΣΩ", "Ωmega"]
+         "0", "7", "12", "99", "100", "1,000", "2.50", "-", "—", "’", "'", '"', "(", ")", ":", ";", "ΣΩ", "Ωmega",
+         "bIrth", "BIRTH", "Stozoth's", "x1887", "1887.5", "1887,5", "10,000", "10000", "0021", "21", "5a9cb921",
+         "ς", "σ", "Ada'", "'Ada", "twenty-one-time", "Twenty", "ninety-nine", "Ferrow-river", "s", "S"]
 SEPS = [" ", " ", " ", " ", ", ", ". ", "! ", "? ", "\n", ": ", "; ", " - ", "  ", "\u00a0", " (", ") ", "-", "'", "’", ".."]
 
 
@@ -39,7 +42,19 @@ def _source(rng: random.Random) -> str:
 def _same(sources: list[str], text: str) -> bool:
     a, b = before.Sources(sources), now.Sources(sources)
     return (a.ungrounded(text) == b.ungrounded(text) and a.numbers == b.numbers and a.lower == b.lower
-            and a.text == b.text and before.names_in(text) == now.names_in(text))
+            and a.text == b.text and before.names_in(text) == now.names_in(text) and _same_answers(a, sources, text))
+
+
+def _same_answers(a: before.Sources, sources: list[str], text: str) -> bool:
+    """Each question the faster Sources answers from the plain texts (names, numbers and words
+    of `text`, and its capitalised words lower-cased, with their plurals) is answered as the whole
+    reading of the sources answers it."""
+    b = now.Sources(sources)  # (fresh: nothing read whole yet)
+    words = {w.lower() for w in now.TOKEN_RE.findall(text)}
+    return (all(b.has_name(n) == a.has_name(n) for n in before.names_in(text))
+            and all(b.has_number(n) == (n in a.numbers) for n in before.numbers_in(text))
+            and all(b.has_lower(w) == (w in a.lower) for w in words)
+            and all(b.has_lower(w, w + "s", w[:-1]) == bool({w, w + "s", w[:-1]} & a.lower) for w in words))
 
 
 def test_random_texts_get_the_same_verdicts():
