@@ -23,7 +23,7 @@ _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of a passage (simple punctuation rule; keeps the original wording)."""
-    return [s.strip() for s in _SENT_RE.split(text.strip()) if s.strip()]
+    return [t for s in _SENT_RE.split(text.strip()) if (t := s.strip())]
 
 
 def norm(s: str) -> str:
