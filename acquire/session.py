@@ -29,18 +29,12 @@ from typing import Callable
 from acquire.buy import buy, pseudo_rows
 from acquire.group import Group, group_of
 from acquire.strategies import STRATEGIES, Context, choose, get_strategy
+from generators.llm.kinds import ROLLOUT, kinds_with, require
 from generators.llm.openai_http import URL_FORM
 from generators.llm.toolcalls import TOOL_STYLES
 from generators.tools.banks import HELP as BANK_HELP
 from train.configs import TRIPLE_SETS, TRIPLES_HELP
 from train.labelled import LabelConfig
-
-
-def rollout_backends() -> tuple[str, ...]:
-    """What may sample the answers (train/evaluate.py's BACKEND_KINDS, imported when asked)."""
-    from train.evaluate import BACKEND_KINDS
-
-    return BACKEND_KINDS
 
 
 @dataclass
@@ -54,7 +48,7 @@ class AcquireConfig(LabelConfig):
     budget: float = field(default=200.0, metadata={"help": "what labels may cost in all, in --label-cost units (the ledger's total; raise it to buy more)"})
     model: str | None = field(default=None, metadata={"help": "policy model folder or prepared name (default: embedded)"})
     backend: str = field(default="transformers", metadata={
-        "flag": "rollout-backend", "aliases": ("backend",), "choices": rollout_backends,
+        "flag": "rollout-backend", "aliases": ("backend",), "choices": kinds_with(ROLLOUT),
         "help": "what samples the answers: transformers (in this process), vllm-server (vLLM's server from "
                 ".venv-vllm, or the one at --rollout-url; every answer in flight at once) or openai (any "
                 "OpenAI-compatible server at --rollout-url serving --model); token probabilities and hidden "
@@ -90,8 +84,7 @@ class AcquireConfig(LabelConfig):
         self.labels_dataset()
         get_strategy(self.strategy)
         check_option(self.tools)
-        if self.backend not in rollout_backends():
-            raise ValueError(f"--rollout-backend must be one of {', '.join(rollout_backends())}, not {self.backend!r}")
+        require(self.backend, "--rollout-backend", ROLLOUT)
         if self.backend == "openai" and not self.url:
             raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
         self.check_labelling()

@@ -103,15 +103,14 @@ def check_names(config: dict) -> None:
     from pathlib import Path
 
     from generators.llm.model_store import check_model
-    from generators.llm.registry import BACKENDS
+    from generators.llm.kinds import CONFIG, require
 
     check_model(config["model"], "model")
     file = config["corpus"].get("file")
     if file and not Path(file).is_file():
         raise ValueError(f"corpus.file: no such file: {file}")
     backend = config["backend"].get("backend", "transformers")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend.backend: unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    require(backend, "backend.backend", CONFIG)
 
 
 def load(path=None, **top) -> dict:

@@ -43,6 +43,7 @@ from flows.common import Stages, require_world, tie_temporary_server
 from flows.engine import flow, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Usage
+from generators.llm.kinds import SHIP, kinds_with
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.synth.assemble import traj_id_for
 from generators.synth.run import build_bank, chunk_rows, committer, lineage_of, run_id_of, run_summary, streamed
@@ -56,7 +57,6 @@ from storage.journal import Journal, journal_path
 from storage.runs import save_run_config
 
 
-SHIPPED_BACKENDS = ("openai",)  # backends whose object a worker process can receive (an HTTP client's settings)
 
 
 @task(name="load-inputs", retries=1)
@@ -265,10 +265,10 @@ def run(cfg: SynthConfig, bcfg: BackendConfig, data_root=None, progress: bool = 
         raise ValueError(f"--workers must be >= 1, got {workers}")
     fan_out = runner.fans_out(workers)
     flow = synthesize_flow.with_options(task_runner=runner.make(workers)) if fan_out else synthesize_flow
-    if fan_out and cfg.texts == "llm" and bcfg.backend not in SHIPPED_BACKENDS:
+    if fan_out and cfg.texts == "llm" and bcfg.backend not in kinds_with(SHIP):
         raise ValueError(f"fanning out (--workers {workers}, --task-runner {runner.task_runner}) sends each chunk "
                          f"to another process, and the {bcfg.backend} backend's model cannot go along: use "
-                         f"--texts template or --backend {' or '.join(SHIPPED_BACKENDS)}")
+                         f"--texts template or --backend {' or '.join(kinds_with(SHIP))}")
     check_inputs(cfg, bcfg, root)
     with workers_report_here(runner, workers):
         return flow(asdict(cfg), bcfg.to_dict(), str(root), progress, asdict(runner), workers)

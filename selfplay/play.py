@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from generators.llm.kinds import SWAP, kinds_with, require
 from generators.llm.openai_http import URL_FORM
 from generators.llm.toolcalls import TOOL_STYLES, final_answer, render_tools_block
 from generators.tools.banks import HELP as BANK_HELP
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # train.rollout imports torch: imported where a rollout runs,
     from train.rollout import Prompt
 
 
-ROLLOUT_BACKENDS = ("transformers", "vllm-server")
+ROLLOUT_BACKENDS = kinds_with(SWAP)
 
 
 @dataclass
@@ -124,8 +125,7 @@ class PlayConfig:
             raise ValueError(f"--attempts must be at least 2 (the examiner reward compares attempts), got {self.attempts}")
         if self.tool_style not in TOOL_STYLES:
             raise ValueError(f"--tool-style must be full or compact, not {self.tool_style!r}")
-        if self.rollout_backend not in ROLLOUT_BACKENDS:
-            raise ValueError(f"--rollout-backend must be one of {', '.join(ROLLOUT_BACKENDS)}, not {self.rollout_backend!r}")
+        require(self.rollout_backend, "--rollout-backend", SWAP)
         if self.iterations < 1 or self.tasks < 1:
             raise ValueError("--iterations and --tasks must be at least 1")
         if self.answer_distractors < 0 or not 0 < self.answer_f1 <= 1:

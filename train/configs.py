@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from generators.llm.kinds import FOLLOW, kinds_with
 from generators.llm.openai_http import URL_FORM
 from generators.tools.retriever import option as retriever_option
 from train.labelled import LabelConfig, labellers
@@ -12,7 +13,7 @@ from train.memory import CHECKPOINTING, SHARDS
 
 TRIPLE_SETS = ("all", "trained")
 ORDERS = ("shuffle", "kinds")  # --order (train/trainer.py)
-ROLLOUT_BACKENDS = ("transformers", "vllm", "vllm-server")  # --rollout-backend (train/weight_sync.py)
+ROLLOUT_BACKENDS = kinds_with(FOLLOW)  # --rollout-backend (train/weight_sync.py)
 ENGINES = ("trainer", "verl")  # --engine (train/verl_launch.py)
 TRIPLES_HELP = ("which triples give the prompts: all, or trained (only those the dataset's trajectories were "
                 "built from, so the held-out triples `train eval` asks stay unseen)")

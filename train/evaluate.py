@@ -29,6 +29,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 
+from generators.llm.kinds import ROLLOUT, kinds_with, require
 from generators.llm.openai_http import URL_FORM
 from train.configs import RolloutConfig
 
@@ -201,7 +202,7 @@ def eval_backend(cfg: EvalConfig):
     return sampling_backend(cfg.backend, cfg.model, cfg.url, cfg.served_model, cfg.batch_size, cfg.turn_cache_mb)
 
 
-BACKEND_KINDS = ("transformers", "vllm-server", "openai")
+BACKEND_KINDS = kinds_with(ROLLOUT)
 
 
 def sampling_backend(kind: str, model, url: str = "", served_model: str = "policy", batch_size: int = 16,
@@ -216,8 +217,7 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
         from generators.llm.transformers_backend import TransformersBackend
 
         return TransformersBackend(model, batch_size=batch_size, turn_cache_mb=turn_cache_mb)
-    if kind not in BACKEND_KINDS:
-        raise ValueError(f"--rollout-backend must be transformers, vllm-server or openai, not {kind!r}")
+    require(kind, "--rollout-backend", ROLLOUT)
     from transformers import AutoTokenizer
 
     path = resolve_model(model)
@@ -244,8 +244,7 @@ def check_sampling(kind: str, model, url: str = "") -> None:
     (every kind reads its tokenizer)."""
     from generators.llm.model_store import check_model
 
-    if kind not in BACKEND_KINDS:
-        raise ValueError(f"--rollout-backend must be transformers, vllm-server or openai, not {kind!r}")
+    require(kind, "--rollout-backend", ROLLOUT)
     if kind == "openai" and not url:
         raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
     check_model(model)

@@ -66,7 +66,7 @@ class LabelConfig:
     def check_labelling(self) -> None:
         """One-line ValueErrors for bad label options, before anything loads."""
         from generators.llm.model_store import check_model
-        from generators.llm.registry import BACKENDS
+        from generators.llm.kinds import CONFIG, require
 
         if self.source not in label_sources():
             raise ValueError(f"--source must be one of {', '.join(label_sources())}, not {self.source!r}")
@@ -77,8 +77,7 @@ class LabelConfig:
         if not 0 <= self.label_p <= 1 or not 0 <= self.label_gate < 1:
             raise ValueError("need 0 <= --label-p <= 1 and 0 <= --label-gate < 1")
         if self.source == "llm":
-            if self.annotator_backend not in BACKENDS:
-                raise ValueError(f"--annotator-backend must be one of {', '.join(BACKENDS)}, not {self.annotator_backend!r}")
+            require(self.annotator_backend, "--annotator-backend", CONFIG)
             if self.annotator_backend == "openai" and not self.annotator_url:
                 raise ValueError("--source llm with the openai annotator backend needs --annotator-url")
             if self.annotator_backend != "openai":

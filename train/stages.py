@@ -108,10 +108,14 @@ def _add_command(app, kind: StageKind, call) -> None:
 # ---- what the built-in kinds load --------------------------------------------------------
 
 def check_grpo(cfg: GRPOConfig, tcfg: TrainConfig) -> None:
-    """--labels (train/labelled.py), and no --engine verl here: `forgeplay train grpo` runs that
-    (train/verl_launch.py); this trainer is the engine `trainer`."""
+    """--labels (train/labelled.py), a --rollout-backend that follows the trained weights, and no
+    --engine verl here: `forgeplay train grpo` runs that (train/verl_launch.py); this trainer is
+    the engine `trainer`."""
+    from generators.llm.kinds import FOLLOW, require
+
     if cfg.engine != "trainer" or cfg.dry_run:
         raise ValueError("--engine verl and --dry-run are run by `forgeplay train grpo`, not by forgeplay's trainer")
+    require(cfg.rollout_backend, "--rollout-backend", FOLLOW)
     check_labels(cfg)
 
 

@@ -31,7 +31,7 @@ import torch
 
 from generators.llm.base import ChatRequest, Completion
 from generators.llm.turn_cache import weights_version
-from train.configs import ROLLOUT_BACKENDS
+from generators.llm.kinds import FOLLOW, require
 
 
 
@@ -40,8 +40,7 @@ def check_rollout_backend(cfg) -> None:
     """ValueError unless `cfg.rollout_backend` (a GRPOConfig's) is usable in this environment."""
     import importlib.util
 
-    if cfg.rollout_backend not in ROLLOUT_BACKENDS:
-        raise ValueError(f"--rollout-backend must be one of {', '.join(ROLLOUT_BACKENDS)}, not {cfg.rollout_backend!r}")
+    require(cfg.rollout_backend, "--rollout-backend", FOLLOW)
     if cfg.rollout_backend == "vllm-server" and not cfg.rollout_url:
         from generators.llm.vllm_server import vllm_python
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from generators.llm.base import Backend
+from generators.llm.kinds import CONFIG, require
 from generators.llm.openai_http import URL_FORM, api_url
 from storage.runs import config_hash
 
@@ -101,7 +102,8 @@ def _openai(cfg: BackendConfig, journal=None) -> Backend:
 
 
 # name -> factory from a BackendConfig (and a journal of paid answers, which a backend in
-# this process may ignore); a new backend is a module plus an entry here
+# this process may ignore): the kinds that can do CONFIG in generators/llm/kinds.py, where a
+# new kind also says what it can do
 BACKENDS: dict[str, Callable[..., Backend]] = {
     "transformers": _transformers, "vllm": _vllm, "openai": _openai}
 
@@ -110,8 +112,7 @@ def check_backend(cfg: BackendConfig) -> None:
     """The backend options checked before anything loads or starts (one-line ValueError): a
     known --backend, --base-url for openai, and for a backend in this process a --model that
     is a model folder or a prepared name (generators/llm/model_store.py)."""
-    if cfg.backend not in BACKENDS:
-        raise ValueError(f"unknown --backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)}")
+    require(cfg.backend, "--backend", CONFIG)
     if cfg.backend == "openai":
         if not cfg.base_url or not cfg.base_url.replace(",", "").strip():
             raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")

@@ -171,7 +171,7 @@ def test_the_flow_buys_from_the_annotator_through_the_command_line(tmp_path, tin
 @pytest.mark.parametrize("args, message", [
     (["--source", "human"], "--source must be one of column, queue, llm"),
     (["--source", "queue", "--queue-format", "xlsx"], "--queue-format must be one of csv, parquet"),
-    (["--source", "llm", "--annotator-backend", "carrier-pigeon"], "--annotator-backend must be one of"),
+    (["--source", "llm", "--annotator-backend", "carrier-pigeon"], "unknown --annotator-backend 'carrier-pigeon'"),
     (["--source", "llm"], "needs --annotator-url"),
     (["--label-cost", "-1"], "--label-cost >= 0")])
 def test_bad_source_options_are_refused_before_the_flow_starts(tmp_path, args, message):

@@ -169,7 +169,7 @@ def test_an_option_two_commands_share_has_one_default():
     (["train", "sft", "--data", "nope", "--out", "x"], "--data", "--dataset", "--dataset 'nope' has no trajectories rows"),
     (["train", "eval", "--data", "nope"], "--data", "--dataset", "--dataset 'nope' has no triples rows"),
     (["export", "verl", "--data", "nope", "--out", "x"], "--data", "--dataset", "--dataset 'nope' has no"),
-    (["acquire-labels", "--dataset", "w", "--backend", "nope"], "--backend", "--rollout-backend", "--rollout-backend must be one of"),
+    (["acquire-labels", "--dataset", "w", "--backend", "nope"], "--backend", "--rollout-backend", "unknown --rollout-backend 'nope'"),
     (["train", "eval", "--dataset", "w", "--backend", "nope"], "--backend", "--rollout-backend", "train eval failed: --dataset"),
     (["corpus", "world", "--out", "w", "--entities", "1"], "--out", "--dataset", "--entities must be at least"),
     (["validate", "--dataset", "nope", "--out", "v"], "--out", "--out-dataset", "--dataset 'nope' has no trajectories rows"),

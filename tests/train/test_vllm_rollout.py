@@ -28,7 +28,7 @@ from train.weight_sync import check_rollout_backend, weights_version
 
 
 def test_rollout_backend_choice_is_checked():
-    with pytest.raises(ValueError, match="must be one of transformers, vllm, vllm-server"):
+    with pytest.raises(ValueError, match="unknown --rollout-backend 'sglang': choose one of transformers, vllm, vllm-server"):
         check_rollout_backend(GRPOConfig(rollout_backend="sglang"))
     check_rollout_backend(GRPOConfig())
     if importlib.util.find_spec("vllm") is None:  # the main virtualenv: say how to get vllm
