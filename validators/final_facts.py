@@ -52,7 +52,8 @@ from __future__ import annotations
 from generators.llm.toolcalls import split_think
 from typing import Container
 
-from generators.synth.grounding import NUMBER_RE, SMALL, Either, LowerOf, Sources, names_in, numbers_in
+from generators.synth.grounding import NUMBER_RE, SMALL, Either, names_in, numbers_in
+from generators.synth.sources import LowerOf, Sources
 from validators.verdict import Reject
 
 REASON = "final_think_states_no_fact"

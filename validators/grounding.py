@@ -4,7 +4,8 @@ Every `<think>` of an assistant turn is read against the messages before it (sys
 question, earlier tool results, earlier turns). Each number and capitalised name in it must
 occur there, or, for a number, be the sum or difference of two such numbers stated in the
 same think (a derivation such as "1861 - 988 = 873"); generators/synth/grounding.py defines
-what counts as a number or a name and how they are matched. A think that mentions a number
+what counts as a number or a name, generators/synth/sources.py how they are looked up in the
+messages. A think that mentions a number
 or date found in no earlier message fails with `think_unsupported_number`, one that names
 something found in no earlier message with `think_unsupported_name`; the detail gives the
 message index and the mentions. It needs nothing but the messages, so it catches invented
@@ -16,7 +17,7 @@ rationales in trajectories from any pipeline (`forgeplay validate --input FILE`)
 from __future__ import annotations
 
 from generators.llm.toolcalls import split_think
-from generators.synth.grounding import Sources
+from generators.synth.sources import Sources
 from validators.verdict import Reject
 
 CODES = {"number": "think_unsupported_number", "name": "think_unsupported_name"}

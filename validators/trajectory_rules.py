@@ -37,7 +37,7 @@ import fastjsonschema
 
 from generators.answers import match
 from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
-from generators.synth.grounding import Sources
+from generators.synth.sources import Sources
 from generators.tools.fill import roles_of
 from storage.schema import meta_of
 from validators.check import STOPS, CheckContext, PerRecordCheck

@@ -61,7 +61,7 @@ import re
 
 from generators.answers import match
 from generators.synth.cases import opening, slot_texts
-from generators.synth.grounding import Sources, missing
+from generators.synth.sources import Sources, missing
 from generators.synth.skeleton import Slot
 from generators.synth.wording import and_list, clause_list, clauses, page_says, quoted, reads, then_compute, with_kinds
 

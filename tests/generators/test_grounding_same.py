@@ -1,4 +1,4 @@
-"""The faster grounding check (generators/synth/grounding.py: mentions looked up in the plain
+"""The faster grounding check (generators/synth/sources.py: mentions looked up in the plain
 sources where that is exact, number words and lower-case stretches found by precompiled
 patterns) gives exactly the verdicts of the check before it (tests/generators/grounding_before.py,
 frozen), and answers each question about its sources as their whole reading does: on 30,000 random texts
@@ -13,6 +13,7 @@ import random
 
 from generators.llm.toolcalls import split_think
 from generators.synth import grounding as now
+from generators.synth.sources import Sources
 from tests.generators import grounding_before as before
 
 WORDS = ["the", "The", "of", "Treaty", "Stozoth", "born", "Born", "in", "In", "So", "Comparing", "quickly", "Quickly",
@@ -40,7 +41,7 @@ def _source(rng: random.Random) -> str:
 
 
 def _same(sources: list[str], text: str) -> bool:
-    a, b = before.Sources(sources), now.Sources(sources)
+    a, b = before.Sources(sources), Sources(sources)
     return (a.ungrounded(text) == b.ungrounded(text) and a.numbers == b.numbers and a.lower == b.lower
             and a.text == b.text and before.names_in(text) == now.names_in(text) and _same_answers(a, sources, text))
 
@@ -49,7 +50,7 @@ def _same_answers(a: before.Sources, sources: list[str], text: str) -> bool:
     """Each question the faster Sources answers from the plain texts (names, numbers and words
     of `text`, and its capitalised words lower-cased, with their plurals) is answered as the whole
     reading of the sources answers it."""
-    b = now.Sources(sources)  # (fresh: nothing read whole yet)
+    b = Sources(sources)  # (fresh: nothing read whole yet)
     words = {w.lower() for w in now.TOKEN_RE.findall(text)}
     return (all(b.has_name(n) == a.has_name(n) for n in before.names_in(text))
             and all(b.has_number(n) == (n in a.numbers) for n in before.numbers_in(text))

@@ -17,7 +17,7 @@ from generators.corpus.derive import EXTRACTOR, FactBase, run_program, split_sen
 from generators.corpus.questions import QTYPES
 from generators.corpus.templates import TEMPLATES
 from generators.llm.scripted import ScriptedBackend
-from generators.synth.grounding import Sources
+from generators.synth.sources import Sources
 from generators.synth.skeleton import Slot
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.synth.tally import Tally

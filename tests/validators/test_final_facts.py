@@ -20,7 +20,7 @@ import json
 import pytest
 
 import flows.validate as fv
-from generators.synth.grounding import Sources
+from generators.synth.sources import Sources
 from storage import load_table
 from validators.final_facts import check_final_facts
 from validators.validator import ValidateConfig

@@ -1,0 +1,246 @@
+"""Sources: what a text may draw on, and the lookups the grounding check makes in them.
+
+The sources are kept as plain texts (generators/synth/grounding.py `plain_text`); a mention
+of a text is looked up there as it is written where the answer is then certain, and the
+sources are read whole (numbers, lower-case words, normalised text) only when it is not.
+`ungrounded` gives the mentions of a text no source holds (grounding.py says what a mention
+is and when it is held).
+
+    src = Sources([question, *tool_results])
+    src.ungrounded("The story is set in the 1920s.")   # [("number", "1920")]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from generators.corpus.names import WORD_NUMBERS
+from generators.synth.grounding import (NUMBER_RE, TOKEN_RE, _WORD_NUMBER_RE, Either, Lookup, _lower_words,
+                                        _norm, _num, _small, names_in, numbers_in, plain_text)
+
+
+class Sources:
+    """What a text may draw on: numbers, names and lower-case words of source texts.
+
+    The sources are kept as plain texts (`plain_text`), joined by line breaks into one text
+    (`hay`; no mention spans a line break). A mention is looked up in that text as it is
+    written where the answer is then certain (`has_name`, `has_number`, `has_lower`); only
+    when it is not is a whole reading made (`numbers`, `lower`, `text`), once per sources."""
+
+    def __init__(self, texts: Iterable[str] = ()):
+        self._plain: list[str] = []
+        self._asked: dict[tuple, tuple[bool, int]] = {}  # has_lower's answers, and how much of hay they read
+        self._clear()
+        for t in texts:
+            self.add(t)
+
+    def _clear(self) -> None:
+        self._hay: str | None = None
+        self._low: str | None = None
+        self._aligned = False  # (set with _low: whether `has_lower` may read `low` in place of `lower`)
+        self._numbers: set[str] | None = None
+        self._lower: set[str] | None = None
+        self._text: str | None = None
+
+    def add(self, content: str) -> "Sources":
+        self._plain.append(plain_text(content or ""))
+        self._clear()
+        return self
+
+    @property
+    def hay(self) -> str:
+        if self._hay is None:
+            self._hay = "\n".join(self._plain)
+        return self._hay
+
+    @property
+    def numbers(self) -> set[str]:
+        """The number values of the sources (`numbers_in`)."""
+        if self._numbers is None:
+            self._numbers = set(numbers_in(self.hay))
+        return self._numbers
+
+    @property
+    def lower(self) -> set[str]:
+        """The lower-case words of the sources (what `names_in` reads as common words)."""
+        if self._lower is None:
+            self._lower = _lower_words(self.hay)
+        return self._lower
+
+    @property
+    def text(self) -> str:
+        """The sources normalised (`_norm`), " | " between two sources."""
+        if self._text is None:
+            self._text = " " + " | ".join(map(_norm, self._plain)) + " "
+        return self._text
+
+    def has_name(self, name: str) -> bool:
+        """Whether the sources hold `name` as whole words, case and punctuation ignored. It
+        does when `name` occurs as it is written between characters that are neither word
+        characters nor apostrophes (or before "'s", which `_norm` drops): its normalised words
+        then occur in the normalised sources. A capital sigma in `name` goes to `text` (its
+        lower case depends on the letters around it), as does a name not written so."""
+        key = _norm(name)
+        if not key:
+            return False
+        if "\u03a3" not in name:
+            hay, a = self.hay, self.hay.find(name)
+            while a >= 0:
+                if not (a and _NAME_EDGE.match(hay, a - 1)) and _NAME_END.match(hay, a + len(name)):
+                    return True
+                a = hay.find(name, a + 1)
+        return f" {key} " in self.text
+
+    def has_number(self, n: str) -> bool:
+        """Whether the sources hold the number value `n` (as `numbers_in` writes it). They do
+        when its digits occur where NUMBER_RE reads exactly them: no word character, "." or ","
+        before; no digit, and no "." or "," before a digit, after. Else `numbers` decides."""
+        if _DIGITS.fullmatch(n):
+            hay, a = self.hay, self.hay.find(n)
+            while a >= 0:
+                if not (a and _NUMBER_BEFORE.match(hay, a - 1)) and not _NUMBER_AFTER.match(hay, a + len(n)):
+                    return True
+                a = hay.find(n, a + 1)
+            if "." not in n and self._numbers is None:
+                return self._holds_whole(int(n))
+        return n in self.numbers
+
+    def _holds_whole(self, v: int) -> bool:
+        """Whether `numbers` holds the whole number `v`, read where it may be: a digit match
+        of value v holds its digits, plain or grouped by commas; a word match holds a number
+        word of value v. Each place is read as NUMBER_RE (or the number-word pattern over the
+        lower-cased text) would, from the last character before it no match holds."""
+        n = str(v)
+        for text, pattern, forms, inside, value in (
+                (self.hay, NUMBER_RE, dict.fromkeys([n, f"{v:,}"]), _IN_NUMBER, _num),
+                (self.low, _WORD_NUMBER_RE, _WORDS_OF.get(v, ()), _IN_WORD_NUMBER, lambda w: str(WORD_NUMBERS[w]))):
+            for form in forms:
+                a = text.find(form)
+                while a >= 0:
+                    r = a
+                    while r and inside.match(text, r - 1):
+                        r -= 1
+                    for m in pattern.finditer(text, r):
+                        if m.start() > a + len(form):
+                            break
+                        if value(m.group()) == n:
+                            return True
+                    a = text.find(form, a + 1)
+        return False
+
+    @property
+    def low(self) -> str:
+        """`hay` lower-cased."""
+        if self._low is None:
+            self._low = self.hay.lower()
+            self._aligned = "\u03a3" not in self.hay and "\u0130" not in self.hay
+        return self._low
+
+    def has_lower(self, *words: str) -> bool:
+        """Whether one of `words` is in `lower`: whether a token of TOKEN_RE that starts with a
+        lower-case letter lower-cases to it (trailing apostrophes dropped). Each place where
+        the lower-cased sources hold the word and the sources a lower-case letter is read as
+        TOKEN_RE would, from the last character before it that no token holds (words that
+        start with the shortest of them are looked for together). Places line up as every
+        lower case is one character in place, but those of a capital sigma and a dotted
+        capital I: sources with either are read whole (`lower`)."""
+        if self._lower is None and all(words) and self.low is not None and self._aligned:
+            held, upto = self._asked.get(words, (False, 0))  # (sources only grow: what held still holds)
+            if not held and upto < len(self.hay):
+                stem = min(words, key=len)
+                groups = [(stem, set(words))] if all(w.startswith(stem) for w in words) else [(w, {w}) for w in words]
+                held = any(self._find_lower(first, forms, upto) for first, forms in groups)
+                self._asked[words] = (held, len(self.hay))
+            return held
+        return any(w in self.lower for w in words)
+
+    def _find_lower(self, first: str, forms: set[str], start: int) -> bool:
+        """Whether a token of `lower` in `forms` starts where `first` does, from `start` on."""
+        hay, low = self.hay, self.low
+        a = low.find(first, start)
+        while a >= 0:
+            if hay[a].islower():
+                r = a
+                while r and _TOKEN_CHAR.match(hay, r - 1):
+                    r -= 1
+                for m in TOKEN_RE.finditer(hay, r):
+                    if m.start() >= a:
+                        if m.start() == a and m.group().lower().rstrip("'’") in forms:
+                            return True
+                        break
+            a = low.find(first, a + 1)
+        return False
+
+    def ungrounded(self, text: str) -> list[tuple[str, str]]:
+        """("number" | "name", mention) for every mention of `text` no source holds."""
+        bad: list[tuple[str, str]] = []
+        nums = numbers_in(text)
+        if any(not _known_small(n) and not self.has_number(n) for n in dict.fromkeys(nums)):
+            held = {n: self.has_number(n) for n in nums}
+            grounded = [n for n in nums if held[n]]
+            for n in dict.fromkeys(nums):
+                if not held[n] and not _small(n) and not _derived(n, grounded):
+                    bad.append(("number", n))
+                elif n not in grounded:
+                    grounded.append(n)
+        common = Either(LowerOf(self), _lower_words(text))
+        bad += [("name", n) for n in dict.fromkeys(names_in(text, common)) if not self.has_name(n)]
+        return bad
+
+
+_NAME_EDGE = re.compile(r"[\w'’]")
+_NAME_END = re.compile(r"(?:['’]s?)?(?![\w'’])")
+_DIGITS = re.compile(r"(?:0|[1-9][0-9]*)(?:\.0|\.[0-9]*[1-9])?")  # (a number as `_num` writes it)
+_NUMBER_BEFORE = re.compile(r"[\w.,]")
+_NUMBER_AFTER = re.compile(r"\d|[.,]\d")
+_TOKEN_CHAR = re.compile(r"[^\W_]|['’\-]")  # (what a token of TOKEN_RE may hold)
+_IN_NUMBER = re.compile(r"[\d.,]")  # (what a match of NUMBER_RE may hold)
+_IN_WORD_NUMBER = re.compile(r"[\w-]")  # (what a match of _WORD_NUMBER_RE may hold)
+_WORDS_OF: dict[int, list[str]] = {}  # the number words of each value
+for _word, _value in WORD_NUMBERS.items():
+    _WORDS_OF.setdefault(_value, []).append(_word)
+
+
+def _known_small(n: str) -> bool:
+    try:
+        return _small(n)
+    except ValueError:  # ("1e-05": `ungrounded` then reads it as it always did)
+        return False
+
+
+def _derived(n: str, grounded: list[str]) -> bool:
+    """Whether `n` is a sum or a difference of two grounded numbers."""
+    try:
+        v = float(n)
+        vals = [float(g) for g in grounded]
+    except ValueError:
+        return False
+    return any(abs(a - b) == v or a + b == v for i, a in enumerate(vals) for b in vals[i + 1:])
+
+
+def missing(text: str, terms: Iterable[str]) -> list[str]:
+    """The `terms` (numbers or names) that `text` does not mention."""
+    src = Sources([text])
+    out = []
+    for t in terms:
+        nums = numbers_in(t)
+        if nums and NUMBER_RE.fullmatch(t.strip()):
+            if not all(src.has_number(n) for n in nums):
+                out.append(t)
+        elif not src.has_name(t):
+            out.append(t)
+    return out
+
+
+class LowerOf(Lookup):
+    """`Sources.lower` as a membership test (`Sources.has_lower`)."""
+
+    def __init__(self, src: Sources):
+        self.src = src
+
+    def __contains__(self, word: str) -> bool:
+        return self.src.has_lower(word)
+
+    def any_of(self, words: tuple[str, ...]) -> bool:
+        return self.src.has_lower(*words)
