@@ -123,7 +123,7 @@ class Session:
                  probes=None, lm=None) -> None:
         self.cfg, self.root, self.backend, self.sim, self.tools = cfg, root, backend, simulator, tools
         self.ledger, self.writer, self.source, self.probes = ledger, writer, source, probes
-        self.lm = lm if lm is not None else getattr(backend, "lm", None)  # the model the signals come from
+        self.lm = lm if lm is not None else backend.lm  # the model the signals come from
         self.strategy = get_strategy(cfg.strategy)
         self.out = cfg.labels_dataset()
 

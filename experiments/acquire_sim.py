@@ -60,7 +60,7 @@ def sample(root, a, pool: list[dict], docs: list[dict], seed: int, served=None):
                         temperature=a.temperature)
     tools = base_rows()
     backend = served or TransformersBackend(a.model, batch_size=max(8, a.n), turn_cache_mb=2048)
-    lm = getattr(backend, "lm", None) or scorer(a.model)
+    lm = backend.lm or scorer(a.model)
     session = Session(cfg, root, backend, Simulator(docs, seed=seed, tools=tools), tools, None, None, None, lm=lm)
     prompts = [Prompted(t["triple_id"], t["question"], t["answer"], list(t.get("aliases") or []), t.get("hop_count"))
                for t in pool]

@@ -94,7 +94,7 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
         raise
     stages, batches, skipped = Stages(), [], 0
     try:
-        lm = getattr(backend, "lm", None)
+        lm = backend.lm
         if lm is None and get_strategy(cfg.strategy).needs in ("logprobs", "states"):
             lm = scorer(cfg.model)  # a served backend samples; the signals come from this process
         probes = None

@@ -29,6 +29,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 
+from generators.llm.base import Declared
 from generators.llm.kinds import ROLLOUT, kinds_with, require
 from generators.llm.openai_http import URL_FORM
 from train.configs import RolloutConfig
@@ -129,14 +130,14 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
     outs = []
     from tqdm.auto import tqdm
 
-    step = len(prompts) if getattr(backend, "concurrent", False) else cfg.batch_size  # a server takes them all
+    step = len(prompts) if backend.concurrent else cfg.batch_size  # a server takes them all
     for i in tqdm(range(0, len(prompts), step), desc="eval", unit="batch", disable=not progress or step >= len(prompts)):
         outs += rollout(backend, sim, prompts[i:i + step], cfg, seed=cfg.seed + i, logprobs=False,
                         progress=progress and step >= len(prompts))
     return {**summarize(outs), "by_qtype": by_qtype(triples, outs)}, outs
 
 
-class ServedClient:
+class ServedClient(Declared):
     """An HTTP backend with the model's tokenizer, as rollouts need it: every conversation
     sends its own requests (`concurrent`); `close` closes the client (and a server it started)."""
 
@@ -176,7 +177,7 @@ class ServedClient:
         self.client.close()
 
 
-class OnServer:
+class OnServer(Declared):
     """One model's turn on a shared ServedClient, for several models that sample from one server
     (self-play's examiner, reader and student): before each generate call the model's weights
     are published unless the server already holds them. Closing it leaves the server running."""

@@ -121,12 +121,7 @@ class GRPOSession:
 
     def sample(self, model, group: list[Prompt], step: int | None) -> list:
         """The rollouts of `group` with the current weights (pushed to vLLM first when it samples)."""
-        sync = getattr(self.backend, "sync", None)
-        if sync is not None:  # vLLM (train/weight_sync.py): push the weights if an optimizer step changed them
-            sync(model, step)
-        else:
-            self.backend.lm = model  # rollouts with the current weights
-            self.backend.policy_version = step
+        self.backend.sync(model, step)  # rollouts with the current weights (pushed to an engine if they changed)
         was = model.training
         model.eval()
         try:
@@ -155,8 +150,8 @@ class GRPOSession:
         tokens = sum(lengths) if self.packed else rows * max(lengths)
         teacher = [t for t in self.objective.terms if isinstance(t, ReverseKLToTeacher)]
         frozen = [(ModelShape.of(m), tokens) for m in self.objective.frozen()]
-        gen = min(rows, getattr(self.backend, "batch_size", rows)) * max(lengths)
-        if getattr(self.backend, "turn_cache", None) is not None:  # finished rows' KV kept for their next turn
+        gen = min(rows, self.backend.batch_size or rows) * max(lengths)
+        if self.backend.turn_cache is not None:  # finished rows' KV kept for their next turn
             gen *= 2
         return Workload(tokens, policy, f"{rows} rollouts of up to {max(lengths)} tokens a micro-batch", SETTINGS,
                         passes=1 + len(teacher), full_logits=policy if teacher else 0, frozen=frozen,

@@ -76,7 +76,7 @@ def _take(backend, simulator, prompt: Prompt, conv: list[dict], st: dict, c) -> 
     conversation goes on (it called a tool), False when it ended (an answer, or no call)."""
     text = _with_stop(c.text, backend.tokenizer.decode(c.token_ids, skip_special_tokens=True))
     st["turns"] += 1
-    st["policy_versions"].append(getattr(backend, "policy_version", None))
+    st["policy_versions"].append(backend.policy_version)
     conv.append({"role": "assistant", "content": text})
     if "<answer>" in text:
         st["finish"] = "answer"
@@ -140,7 +140,7 @@ def _asynchronous(backend, simulator, prompts, convs, calls, cfg, seed, progress
                 break
         bar.update(1)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), getattr(backend, "max_concurrency", 64)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), backend.max_concurrency))) as pool:
         list(pool.map(one, range(len(prompts))))  # re-raises the first failure
     bar.close()
 
@@ -154,7 +154,7 @@ def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed:
     convs = [list(p.messages) for p in prompts]
     calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "found": 0, "turns": 0, "finish": "turn_limit",
               "policy_versions": []} for _ in prompts]
-    drive = _asynchronous if getattr(backend, "concurrent", False) else _lockstep
+    drive = _asynchronous if backend.concurrent else _lockstep
     drive(backend, simulator, prompts, convs, calls, cfg, seed, progress)
 
     results = []

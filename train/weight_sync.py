@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from generators.llm.base import ChatRequest, Completion
+from generators.llm.base import ChatRequest, Completion, Declared
 from generators.llm.turn_cache import weights_version
 from generators.llm.kinds import FOLLOW, require
 
@@ -57,7 +57,7 @@ def named_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [(name, p.detach()) for name, p in inner.named_parameters()]
 
 
-class ServedEngine:
+class ServedEngine(Declared):
     """The `vllm-server` engine: a VLLMServer (started here, or reached at a URL) and an
     OpenAI client on it; `load_weights` publishes (generators/llm/vllm_server.py)."""
 
@@ -89,7 +89,7 @@ class ServedEngine:
         self.server.close()
 
 
-class SyncedPolicy:
+class SyncedPolicy(Declared):
     """Rollout backend: an engine samples, the trainer's module scores (module docstring)."""
 
     def __init__(self, engine, model_path: str | Path, policy: torch.nn.Module, batch_size: int = 8,
@@ -97,8 +97,7 @@ class SyncedPolicy:
         from generators.llm.transformers_backend import TransformersBackend
 
         self.engine, self.name = engine, name
-        self.concurrent = getattr(engine, "concurrent", False)
-        self.max_concurrency = getattr(engine, "max_concurrency", batch_size)
+        self.concurrent, self.max_concurrency = engine.concurrent, engine.max_concurrency
         device = next(policy.parameters()).device
         self.scorer = TransformersBackend(model_path, batch_size=batch_size, device=str(device))
         self.scorer.lm = policy

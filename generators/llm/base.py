@@ -90,6 +90,26 @@ class Backend(Protocol):
         ...
 
 
+class Declared:
+    """What a backend declares about how it samples, with the defaults of one that samples in
+    this process, a batch at a time; a backend class inherits these and sets what differs, so
+    a stage reads them (train/rollout.py, train/grpo.py) instead of probing for them."""
+
+    concurrent = False     # serves each conversation's requests as they come (a server): rollouts run apart
+    max_concurrency = 64   # requests in flight at most, when concurrent
+    batch_size: int | None = None  # rows decoded together (None: a batch is taken whole)
+    tokenizer = None       # the model's tokenizer, when the backend has one (rollouts need it)
+    lm = None              # the torch module it samples from, when that is in this process
+    turn_cache = None      # the KV of finished turns kept for their next one (generators/llm/turn_cache.py)
+    policy_version: int | None = None  # the optimizer step of the weights it samples from
+
+    def sync(self, policy, step: int | None = None) -> None:
+        """Sample from `policy` (a trainer's module, `step` its optimizer step) from now on:
+        a backend in this process samples from the module itself; an engine elsewhere
+        overrides this to push the weights (train/weight_sync.py)."""
+        self.lm, self.policy_version = policy, step
+
+
 @runtime_checkable
 class Streaming(Protocol):
     """A backend that takes requests as a stream: `submit` returns at once, and keeps up to

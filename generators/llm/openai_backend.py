@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import aiohttp
 from tqdm.auto import tqdm
 
-from generators.llm.base import BackendError, ChatRequest, Completion, Usage
+from generators.llm.base import BackendError, ChatRequest, Completion, Declared, Usage
 from generators.llm.limiter import START, AdaptiveLimit, Slots
 from generators.llm.openai_http import (RETRY_STATUS, _Result, _Retryable, chat_url, error_message,  # noqa: F401
                                         parse_response, parse_retry_after, split_urls)
@@ -55,7 +55,7 @@ def request_key(body: dict) -> str:
     return hashlib.sha256(json.dumps(keep, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
-class OpenAIBackend:
+class OpenAIBackend(Declared):
     """Client for OpenAI-compatible chat completions servers (see the module docstring)."""
 
     name = "openai"

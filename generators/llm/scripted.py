@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 
-from generators.llm.base import Completion
+from generators.llm.base import Completion, Declared
 from generators.llm.scripted_chain import scripted_chain_text
 
 
-class ScriptedBackend:
+class ScriptedBackend(Declared):
     """Stands in for the LLM: an on-topic sentence naming the first quoted entity of the
     prompt, and every 7th reply markup, off-topic or invented text, so both the LLM path
     and the template fallbacks are exercised."""

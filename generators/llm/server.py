@@ -135,7 +135,7 @@ class Batcher:
 
 
 def _token_strings(backend: Backend, ids: list[int]) -> list[str]:
-    tok = getattr(backend, "tokenizer", None)
+    tok = backend.tokenizer
     if tok is not None:
         try:
             return [tok.decode([i]) for i in ids]

@@ -41,7 +41,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from generators.llm.base import ChatRequest, Completion, Usage
+from generators.llm.base import ChatRequest, Completion, Declared, Usage
 from generators.llm.cores import CoreShare
 from generators.llm.model_store import resolve_model
 from generators.llm.turn_cache import TurnCache, continue_batch, row_kv
@@ -75,7 +75,7 @@ class _Row:
     cut: int | None = None  # character offset of the stop string in the decoded text
 
 
-class TransformersBackend:
+class TransformersBackend(Declared):
     """Batched generation with a local transformers model (see module docstring).
 
     model: folder, prepared name or None (embedded); batch_size: samples decoded together;

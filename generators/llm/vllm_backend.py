@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from generators.llm.base import BackendError, ChatRequest, Completion, Usage
+from generators.llm.base import BackendError, ChatRequest, Completion, Declared, Usage
 from generators.llm.model_store import resolve_model
 
 DEFAULT_ENGINE_KWARGS: dict[str, Any] = {"max_model_len": 4096, "seed": 0}
@@ -123,7 +123,7 @@ def reprocess_tied_weights(model) -> int:
     return redone
 
 
-class VLLMBackend:
+class VLLMBackend(Declared):
     """Batched generation with an in-process vLLM engine (see the module docstring)."""
 
     name = "vllm"
