@@ -18,7 +18,9 @@ server over any backend) and hosted APIs. It keeps the engine busy:
   one line naming the server and the request (`BackendError`).
 - With a `journal` (storage/journal.py), every completed answer is journaled as it
   arrives, keyed by `request_key` (a hash of the request body, seed included), and a
-  request already in the journal is answered from it, never sent again.
+  request already in the journal is answered from it, never sent again. A request asked
+  again while it is in flight (the same key, in one batch or another) waits for that one's
+  answer instead of being sent twice.
 
     from generators.llm.base import ChatRequest
     from generators.llm.openai_backend import OpenAIBackend
@@ -36,6 +38,7 @@ import os
 import random
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 import aiohttp
@@ -94,6 +97,7 @@ class OpenAIBackend(Declared):
         self._session: aiohttp.ClientSession | None = None
         self._slots = Slots(self.limits)
         self._live: set[asyncio.Task] = set()  # requests in flight
+        self._asked: dict[str, asyncio.Task] = {}  # the same, by request key: a request asked twice is sent once
         self._batches: set[asyncio.Task] = set()
         self._fatal: BackendError | None = None
         self._active, self._since = 0, 0.0
@@ -230,10 +234,13 @@ class OpenAIBackend(Declared):
                     out[i] = [Completion(**c) for c in hit]
                     self.usage.journaled += 1
                     continue
-                task = asyncio.ensure_future(self._request(i, req, key))
+                task = self._asked.get(key)
+                if task is None:  # (a request asked again while it is in flight is not sent again)
+                    task = self._asked[key] = asyncio.ensure_future(self._request(i, req, key))
+                    self._live.add(task)
+                    task.add_done_callback(self._live.discard)
+                    task.add_done_callback(lambda t, k=key: self._asked.pop(k) if self._asked.get(k) is t else None)
                 task.add_done_callback(lambda _t: bar.update(1))
-                self._live.add(task)
-                task.add_done_callback(self._live.discard)
                 tasks[i] = task
             await self._gather(tasks, out)
             return out  # type: ignore[return-value]
@@ -246,8 +253,10 @@ class OpenAIBackend(Declared):
 
     async def _gather(self, tasks: dict[int, asyncio.Task], out: list) -> None:
         try:
+            given: set[int] = set()
             for i, res in zip(tasks, await asyncio.gather(*tasks.values())):
-                out[i] = res
+                out[i] = [replace(c) for c in res] if id(res) in given else res  # (each caller its own copy)
+                given.add(id(res))
         except BaseException as e:
             for t in tasks.values():
                 t.cancel()
@@ -305,7 +314,7 @@ class OpenAIBackend(Declared):
 
     def __getstate__(self) -> dict:  # a worker process gets the settings, not the loop
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_lock", "_loop", "_thread", "_session", "_slots", "_live", "_fatal")}
+                 if k not in ("_lock", "_loop", "_thread", "_session", "_slots", "_live", "_asked", "_fatal")}
         state["journal"] = None
         return state
 

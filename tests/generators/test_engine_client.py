@@ -56,6 +56,25 @@ def test_answers_are_journaled_and_never_asked_again(tmp_path):
     assert _texts(out2) == [scripted_text(f'look up "q{i}"', i) for i in range(25)]
 
 
+def test_a_request_asked_again_while_in_flight_is_sent_once():
+    """Records that share a question ask the same request (answerability's prompt without
+    pages): in one batch, or in two batches streamed at once, the engine completes it once,
+    and each position gets the answer (its own copy)."""
+    reqs = _reqs(10)
+    with StandinEngine(slots=4, latency=0.2) as engine:
+        b = OpenAIBackend(engine.url, "standin")
+        out = b.generate(reqs + reqs[:5])
+        assert engine.completed == 10 and engine.repaid == 0
+        later = _reqs(6, tag="r")
+        a, c = b.submit(later), b.submit(later[2:] + reqs[:1])  # (reqs[0] was completed: asked again)
+        both = a.result(), c.result()
+        b.close()
+        assert engine.completed == 10 + 6 + 1 and engine.repaid == 1
+    assert _texts(out) == _texts(out[:10]) + _texts(out[:5])
+    assert out[10][0] is not out[0][0] and out[10][0] == out[0][0]
+    assert _texts(both[1]) == _texts(both[0])[2:] + _texts(out[:1])
+
+
 def test_request_key_is_the_body_with_its_seed_but_not_the_token_id_switch():
     b = OpenAIBackend("http://127.0.0.1:9/v1", "m")
     r = _reqs(2)
