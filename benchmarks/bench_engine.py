@@ -1,6 +1,11 @@
-"""Engine benchmark: how busy `forgeplay synthesize --texts llm --backend openai` keeps a
-served engine, against the stand-in engine (generators/llm/standin_engine.py: N slots, each
-request holding one for `--latency` seconds) at 64 and 256 slots.
+"""Engine benchmark: how busy a model-bound stage keeps a served engine, against the stand-in
+engine (generators/llm/standin_engine.py: N slots, each request holding one for `--latency`
+seconds) at 64 and 256 slots. `--stage` picks the command, with `--backend openai` and its
+defaults otherwise:
+
+  synthesize     `forgeplay synthesize --texts llm` (n trajectories)
+  judge          `forgeplay validate --layers schema,judge` over n template trajectories
+  answerability  `forgeplay validate --layers schema,answerability` over the same
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
@@ -13,6 +18,7 @@ worktree of the main branch, for the client before this benchmark's change) with
 defaults; the engine always comes from this one. Writes a markdown table (`--out`).
 
     python benchmarks/bench_engine.py --n 400 --slots 64,256 --faults
+    python benchmarks/bench_engine.py --stage judge --n 300 --slots 64,256
     python benchmarks/bench_engine.py --n 100 --slots 64,256 --code ../main --label before
 """
 
@@ -39,16 +45,31 @@ from generators.corpus.build import WorldConfig, write  # noqa: E402
 from generators.llm.standin_engine import StandinEngine  # noqa: E402
 
 
-def synthesize(code: Path, data_root: Path, url: str, n: int, extra: list[str]) -> float:
-    """Run the command from checkout `code`; its wall seconds."""
-    cmd = [sys.executable, "-m", "flows.cli", "synthesize", "--dataset", "w", "--n", str(n), "--texts", "llm",
-           "--backend", "openai", "--base-url", url, "--model", "standin", "--data-root", str(data_root), *extra]
+STAGES = {  # stage -> its command line (before the backend options), given n
+    "synthesize": lambda n: ["synthesize", "--dataset", "w", "--n", str(n), "--texts", "llm"],
+    "judge": lambda n: ["validate", "--dataset", "w", "--layers", "schema,judge"],
+    "answerability": lambda n: ["validate", "--dataset", "w", "--layers", "schema,answerability"],
+}
+
+
+def run_stage(stage: str, code: Path, data_root: Path, url: str, n: int, extra: list[str]) -> float:
+    """Run the stage's command from checkout `code`; its wall seconds."""
+    cmd = [sys.executable, "-m", "flows.cli", *STAGES[stage](n), "--backend", "openai", "--base-url", url,
+           "--model", "standin", "--data-root", str(data_root), *extra]
     t = time.perf_counter()
     res = subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if res.returncode:
-        raise SystemExit(f"synthesize failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
+        raise SystemExit(f"{stage} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
     return wall
+
+
+def prepare(world: Path, stage: str, n: int) -> None:
+    """What the stage reads besides the world: n template trajectories for a validation layer."""
+    if stage != "synthesize":
+        cmd = [sys.executable, "-m", "flows.cli", "synthesize", "--dataset", "w", "--n", str(n), "--texts", "template",
+               "--data-root", str(world)]
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
 
 
 async def _bare(url: str, bodies: list[dict], inflight: int) -> float:
@@ -78,13 +99,14 @@ def engine_for(slots: int, latency: float, faults: bool, expected: int) -> Stand
     return StandinEngine(slots=slots, latency=latency, keep_bodies=True, **kw)
 
 
-def measure(world: Path, code: Path, slots: int, latency: float, faults: bool, n: int, extra: list[str]) -> dict:
+def measure(world: Path, code: Path, stage: str, slots: int, latency: float, faults: bool, n: int,
+            extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         subprocess.run(["cp", "-r", str(world), str(root)], check=True)
         with engine_for(slots, latency, faults, expected=6 * n) as engine:
             start = engine.mark()
-            wall = synthesize(code, root, engine.url, n, extra)
+            wall = run_stage(stage, code, root, engine.url, n, extra)
             command_share = engine.busy_share(start)
             stage_s = engine.last_at - engine.first_at
             bodies, stats, stage_share = list(engine.bodies), engine.stats(), engine.stage_share()
@@ -96,7 +118,7 @@ def measure(world: Path, code: Path, slots: int, latency: float, faults: bool, n
 
 
 def table(rows: list[dict], label: str) -> list[str]:
-    out = ["| client | slots | faults | requests | command wall | busy over command | busy over stage | "
+    out = ["| stage, client | slots | faults | requests | command wall | busy over command | busy over stage | "
            "stage req/s | bare client req/s | ratio | 503s | dropped by restart | paid twice |",
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -109,38 +131,41 @@ def table(rows: list[dict], label: str) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=400, help="trajectories per command")
+    p.add_argument("--stage", default="synthesize", choices=sorted(STAGES), help="the command measured (module docstring)")
+    p.add_argument("--n", type=int, default=400, help="trajectories per command (made, or checked)")
     p.add_argument("--entities", type=int, default=500, help="world size")
     p.add_argument("--slots", default="64,256", help="engine slots, comma-separated")
     p.add_argument("--latency", type=float, default=1.0, help="seconds a request holds a slot")
     p.add_argument("--faults", action="store_true", help="also run each setting with 5%% 503s and a restart")
-    p.add_argument("--code", type=Path, default=ROOT, help="checkout whose `forgeplay synthesize` runs")
+    p.add_argument("--code", type=Path, default=ROOT, help="checkout whose command runs")
     p.add_argument("--label", default="this checkout", help="the client's name in the table")
-    p.add_argument("--extra", default="", help="more synthesize options, e.g. '--chunk 64'")
+    p.add_argument("--extra", default="", help="more options of the command, e.g. '--chunk 64'")
     p.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "bench_engine.md")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         world = Path(tmp) / "world"
         write(WorldConfig(seed=3, entities=a.entities), world, "w")
+        prepare(world, a.stage, a.n)
+        label = f"{a.stage}, {a.label}"
         rows = []
         for slots in [int(s) for s in a.slots.split(",")]:
             for faults in ([False, True] if a.faults else [False]):
-                r = measure(world, a.code.resolve(), slots, a.latency, faults, a.n, a.extra.split())
+                r = measure(world, a.code.resolve(), a.stage, slots, a.latency, faults, a.n, a.extra.split())
                 rows.append(r)
-                print(table(rows[-1:], a.label)[-1], flush=True)
+                print(table(rows[-1:], label)[-1], flush=True)
                 setting = f"{slots} slots, {a.latency:g} s a request, {'5% 503 + restart' if faults else 'no faults'}"
-                record(f"synthesize ({a.label})", r["rps"], "bare async client, same requests", r["bare_rps"],
+                record(f"{a.stage} ({a.label})", r["rps"], "bare async client, same requests", r["bare_rps"],
                        "requests/s", setting=setting)
-    lines = table(rows, a.label)
+    lines = table(rows, label)
     print("\n".join(lines))
     commit = subprocess.run(["git", "-C", str(a.code), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     argv = [(f"<checkout at {commit}>" if commit else "<another checkout>") if arg == str(a.code) else arg
             for arg in sys.argv[1:]]
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    head = "" if a.out.exists() else "# bench_engine: synthesis texts against the stand-in engine\n"
+    head = "" if a.out.exists() else "# bench_engine: model-bound stages against the stand-in engine\n"
     with open(a.out, "a") as f:
-        f.write(f"{head}\n## {a.label}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
+        f.write(f"{head}\n## {label}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
                 f"`python benchmarks/bench_engine.py {shlex.join(argv)}` (n={a.n}, {a.entities} entities, "
                 f"latency {a.latency:g} s per request)\n\n" + "\n".join(lines) + "\n")
 
