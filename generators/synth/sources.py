@@ -38,7 +38,7 @@ class Sources:
     def _clear(self) -> None:
         self._hay: str | None = None
         self._low: str | None = None
-        self._aligned = False  # (set with _low: whether `has_lower` may read `low` in place of `lower`)
+        self._aligned: bool | None = None
         self._numbers: set[str] | None = None
         self._lower: set[str] | None = None
         self._text: str | None = None
@@ -134,8 +134,14 @@ class Sources:
         """`hay` lower-cased."""
         if self._low is None:
             self._low = self.hay.lower()
-            self._aligned = "\u03a3" not in self.hay and "\u0130" not in self.hay
         return self._low
+
+    @property
+    def aligned(self) -> bool:
+        """Whether each place of `low` is the same place of `hay` (see `has_lower`)."""
+        if self._aligned is None:
+            self._aligned = "\u03a3" not in self.hay and "\u0130" not in self.hay
+        return self._aligned
 
     def has_lower(self, *words: str) -> bool:
         """Whether one of `words` is in `lower`: whether a token of TOKEN_RE that starts with a
@@ -145,7 +151,7 @@ class Sources:
         start with the shortest of them are looked for together). Places line up as every
         lower case is one character in place, but those of a capital sigma and a dotted
         capital I: sources with either are read whole (`lower`)."""
-        if self._lower is None and all(words) and self.low is not None and self._aligned:
+        if self._lower is None and all(words) and self.aligned:
             held, upto = self._asked.get(words, (False, 0))  # (sources only grow: what held still holds)
             if not held and upto < len(self.hay):
                 stem = min(words, key=len)
