@@ -57,8 +57,6 @@ from storage.journal import Journal, journal_path
 from storage.runs import save_run_config
 
 
-
-
 @task(name="load-inputs", retries=1)
 def load_task(root: str, dataset: str):
     return load_inputs(root, dataset)

@@ -49,9 +49,9 @@ assert an answer. `forgeplay validate --no-final-facts` leaves this step out
 
 from __future__ import annotations
 
-from generators.llm.toolcalls import split_think
 from typing import Container
 
+from generators.llm.toolcalls import split_think
 from generators.synth.grounding import NUMBER_RE, SMALL, Either, names_in, numbers_in
 from generators.synth.sources import LowerOf, Sources
 from validators.verdict import Reject

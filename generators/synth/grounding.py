@@ -165,8 +165,7 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
             pending.append(bare)
             continue
         is_name = bare[:1].isupper() and low != "i" and not (  # `common` asked last: it may read sources
-            starts and (low in COMMON or low.endswith(("ing", "ly")))) and not (
-            _common(low, common))
+            starts and (low in COMMON or low.endswith(("ing", "ly")))) and not _common(low, common)
         if is_name:
             if run and low == "the":
                 flush()
@@ -183,10 +182,12 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
 
 def _common(low: str, common) -> bool:
     """Whether `common` holds the word, its plural or (for a word in -s) its singular."""
-    forms = (low, low + "s", low[:-1]) if low.endswith("s") else (low, low + "s")
-    if isinstance(common, Lookup):
-        return common.any_of(forms)
-    return any(f in common for f in forms)
+    return _any_of(common, (low, low + "s", low[:-1]) if low.endswith("s") else (low, low + "s"))
+
+
+def _any_of(common, words: tuple[str, ...]) -> bool:
+    """Whether `common` holds one of `words`: a Lookup answers for them at once."""
+    return common.any_of(words) if isinstance(common, Lookup) else any(w in common for w in words)
 
 
 @lru_cache(maxsize=1)
@@ -228,5 +229,4 @@ class Either(Lookup):
 
     def any_of(self, words: tuple[str, ...]) -> bool:
         """Whether either holds one of `words`."""
-        return any(w in self.b for w in words) or (
-            self.a.any_of(words) if isinstance(self.a, Lookup) else any(w in self.a for w in words))
+        return _any_of(self.b, words) or _any_of(self.a, words)
