@@ -29,6 +29,7 @@ import json
 import re
 import sys
 from functools import lru_cache
+from typing import Iterator
 
 from generators.corpus.names import WORD_NUMBERS
 
@@ -120,14 +121,46 @@ def _lower_words(text: str) -> set[str]:
 def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
     """Capitalised names of `text` (module docstring); `common` adds words used in lower case.
 
-    The words of `text` are TOKEN_RE's, in order. While no name is open, a stretch of
-    lower-case words and other characters changes nothing but where the last word ended, so
-    one precompiled pattern (`_skip`) jumps over it to the next capitalised word; word by word
-    reading resumes there and lasts while a name is open."""
+    The words of `text` are TOKEN_RE's, in order. Names are read in its stretches of
+    capitalised words (`stretches`), and only there word by word."""
     out: list[str] = []
+    for first, rest, starts in stretches(text):
+        out += stretch_names(first, rest, starts, common)
+    return out
+
+
+def stretches(text: str) -> Iterator[tuple[str, str, bool]]:
+    """The stretches of `text` that could make names: capitalised words joined by white space
+    and lower-case connectors, found by one precompiled pattern (`_runs`) that jumps over
+    lower-case words and other characters. Each is given as its first word, the rest, and
+    whether it opens a sentence. Whatever ends a stretch (a lower-case word, punctuation, a
+    number) ends any name open in it: the names of a stretch are parts of it, and `common`
+    can only end names sooner, so the names read with a larger `common` are parts of those
+    read with a smaller one (but for a capitalised connector, "Of" or "La", that a smaller
+    `common` reads as joining two words and a larger one as a name of its own)."""
+    pos, runs = 0, _runs()
+    while True:
+        m = runs.match(text, pos)
+        if m.group(2) is None:
+            return
+        prev_end = m.end(1) if m.start(1) >= 0 else pos  # (where the word before it ended)
+        yield m.group(2), m.group(3), prev_end == 0 or bool(SENTENCE_END.search(text, prev_end, m.start(2)))
+        pos = m.end()
+
+
+def stretch_names(first: str, rest: str, starts: bool, common: set[str] = frozenset()) -> list[str]:
+    """The names of one stretch (`stretches`), without a leading "The"."""
+    if not rest and first != "I" and not first.endswith(("'", "’", "'s", "’s")):  # (one word, no possessive)
+        return [] if first == "The" or _opener(first.lower(), starts, common) else [first]
+    out: list[str] = []
+    _read_stretch(first + rest, starts, common, out)
+    return [n[4:] if n.startswith("The ") else n for n in out if n != "The"]
+
+
+def _read_stretch(stretch: str, starts: bool, common, out: list[str]) -> None:
+    """Appends the names of one stretch of `_runs` to `out`, word by word."""
     run: list[str] = []
     pending: list[str] = []  # connectors seen after the run, kept only if a name word follows
-    prev_end, pos, skip = 0, 0, _skip()
 
     def flush() -> None:
         if run:
@@ -135,38 +168,22 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
         run.clear()
         pending.clear()
 
-    while True:
-        if not run:
-            jump = skip.match(text, pos)
-            if jump.start(1) >= 0:  # the last lower-case word it passed
-                prev_end = jump.end(1)
-            pos = jump.end()
-        m = TOKEN_RE.search(text, pos)
-        if m is None:
-            break
-        word = m.group()
-        pos = m.end()
-        gap = text[prev_end:m.start()]
-        if not word[0].isupper():  # no name word: it carries an open name over as a connector, or ends it
-            prev_end = pos
-            if run and not gap.strip() and word.lower() in CONNECTORS:
+    parts = _SPACE.split(stretch)  # words, with the white space between them
+    for k in range(0, len(parts), 2):
+        word = parts[k]
+        if k:
+            starts = "\n" in parts[k - 1]
+        if not word[0].isupper():  # a lower-case connector
+            if run:
                 pending.append(word)
-            else:
-                flush()
             continue
-        starts = prev_end == 0 or bool(SENTENCE_END.search(gap))
-        prev_end = pos
-        if gap.strip():
-            flush()  # punctuation or a number between two words ends a name
         possessive = word.endswith(("'s", "’s", "'", "’"))
         bare = word[:-2] if word.endswith(("'s", "’s")) else word[:-1] if word.endswith(("'", "’")) else word
         low = bare.lower()
         if run and low in CONNECTORS and not possessive:
             pending.append(bare)
             continue
-        is_name = bare[:1].isupper() and low != "i" and not (  # `common` asked last: it may read sources
-            starts and (low in COMMON or low.endswith(("ing", "ly")))) and not _common(low, common)
-        if is_name:
+        if low != "i" and not _opener(low, starts, common):
             if run and low == "the":
                 flush()
             run.extend(pending)
@@ -177,11 +194,18 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
         if possessive:
             flush()
     flush()
-    return [n[4:] if n.startswith("The ") else n for n in out if n not in ("The",)]
+
+
+def _opener(low: str, starts: bool, common) -> bool:
+    """Whether a capitalised word (lower-cased) is no name word: a common word opening a
+    sentence, or a word `common` holds (`common` asked last: it may read sources)."""
+    return (starts and (low in COMMON or low.endswith(("ing", "ly")))) or _common(low, common)
 
 
 def _common(low: str, common) -> bool:
     """Whether `common` holds the word, its plural or (for a word in -s) its singular."""
+    if not common:
+        return False
     return _any_of(common, (low, low + "s", low[:-1]) if low.endswith("s") else (low, low + "s"))
 
 
@@ -191,10 +215,13 @@ def _any_of(common, words: tuple[str, ...]) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _skip() -> re.Pattern:
+def _runs() -> re.Pattern:
     """A pattern over a stretch of TOKEN_RE words that do not start with a capital (its last
-    one is group 1) and of characters no word starts with, up to the next capitalised word.
-    Built on first use: the capitals are every letter of Unicode for which `isupper()` holds."""
+    one is group 1) and of characters no word starts with, then the stretch of capitalised
+    words that follows, with white space and lower-case connectors between them (`names_in`):
+    its first word (group 2) and the rest (group 3). Words are matched whole, as TOKEN_RE
+    reads them. Built on first use: the capitals are every letter of Unicode for which
+    `isupper()` holds."""
     letter = re.compile(r"[^\W\d_]")
     caps = [c for c in map(chr, range(sys.maxunicode + 1)) if c.isupper() and letter.match(c)]
     ranges, start = [], 0
@@ -203,8 +230,16 @@ def _skip() -> re.Pattern:
             a, b = caps[start], caps[i - 1]
             ranges.append(re.escape(a) if a == b else f"{re.escape(a)}-{re.escape(b)}")
             start = i
-    lower_word = r"(?![" + "".join(ranges) + r"])" + TOKEN_RE.pattern
-    return re.compile(r"(?:(" + lower_word + r")|[\W\d_])*")
+    ranges.remove("A-Z")  # (asked first, alone: a long class is slow)
+    cap = "(?:[A-Z]|(?=[^\\x00-\\x7f])[" + "".join(ranges) + "])"
+    word = f"(?:{TOKEN_RE.pattern})"  # (the optional stretch ends the pattern: nothing backtracks into a word)
+    connector = "(?:" + "|".join(w[0] + "".join(f"[{c}{c.upper()}]" for c in w[1:]) for w in sorted(CONNECTORS)) + ")"
+    connector += r"(?![^\W_]|['’]|-[^\W\d_])"  # (the whole word: nothing TOKEN_RE would add)
+    name = f"(?={cap}){word}"
+    return re.compile(rf"(?:[ -@\[-`{{-~]+|((?!{cap}){word})|[\W\d_])*(?:({name})((?:\s+(?:{connector}\s+)*{name})*))?")
+
+
+_SPACE = re.compile(r"(\s+)")
 
 
 class Lookup:

@@ -4,7 +4,10 @@ The sources are kept as plain texts (generators/synth/grounding.py `plain_text`)
 of a text is looked up there as it is written where the answer is then certain, and the
 sources are read whole (numbers, lower-case words, normalised text) only when it is not.
 `ungrounded` gives the mentions of a text no source holds (grounding.py says what a mention
-is and when it is held).
+is and when it is held). Which capitalised words are names depends on the words the sources
+use in lower case; when every stretch of capitalised words of the text is written in the
+sources, or every name read without such words is held, no name can be missing, and those
+words are not looked up.
 
     src = Sources([question, *tool_results])
     src.ungrounded("The story is set in the 1920s.")   # [("number", "1920")]
@@ -17,7 +20,8 @@ from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
 from generators.synth.grounding import (NUMBER_RE, TOKEN_RE, _WORD_NUMBER_RE, Either, Lookup, _lower_words,
-                                        _norm, _num, _small, names_in, numbers_in, plain_text)
+                                        _norm, _num, _small, names_in, numbers_in, plain_text,
+                                        stretch_names, stretches)
 
 
 class Sources:
@@ -82,15 +86,19 @@ class Sources:
         then occur in the normalised sources. A capital sigma in `name` goes to `text` (its
         lower case depends on the letters around it), as does a name not written so."""
         key = _norm(name)
-        if not key:
+        return bool(key) and (self._written(name) or f" {key} " in self.text)
+
+    def _written(self, name: str) -> bool:
+        """Whether `name` occurs as it is written in a source, as `has_name` asks first (a
+        stretch of `_names_held` may hold a line break, which no name does)."""
+        if "\u03a3" in name or "\n" in name:
             return False
-        if "\u03a3" not in name:
-            hay, a = self.hay, self.hay.find(name)
-            while a >= 0:
-                if not (a and _NAME_EDGE.match(hay, a - 1)) and _NAME_END.match(hay, a + len(name)):
-                    return True
-                a = hay.find(name, a + 1)
-        return f" {key} " in self.text
+        hay, a = self.hay, self.hay.find(name)
+        while a >= 0:
+            if not (a and _NAME_EDGE.match(hay, a - 1)) and _NAME_END.match(hay, a + len(name)):
+                return True
+            a = hay.find(name, a + 1)
+        return False
 
     def has_number(self, n: str) -> bool:
         """Whether the sources hold the number value `n` (as `numbers_in` writes it). They do
@@ -178,6 +186,18 @@ class Sources:
             a = low.find(first, a + 1)
         return False
 
+    def _names_held(self, text: str) -> bool:
+        """Whether the sources hold every name of `text`, whatever words they use in lower
+        case: each stretch of capitalised words (grounding.py `stretches`) is written in them
+        whole, or each of its names read without common words is held. The names read with
+        common words are parts of these (a stretch with a capitalised connector, which may be
+        a name alone, is left to the whole reading)."""
+        for first, rest, starts in stretches(text):
+            if not (rest and self._written(first + rest)) and (
+                    _CAPITAL_CONNECTOR.search(rest) or not all(self.has_name(n) for n in stretch_names(first, rest, starts))):
+                return False
+        return True
+
     def ungrounded(self, text: str) -> list[tuple[str, str]]:
         """("number" | "name", mention) for every mention of `text` no source holds."""
         bad: list[tuple[str, str]] = []
@@ -190,11 +210,14 @@ class Sources:
                     bad.append(("number", n))
                 elif n not in grounded:
                     grounded.append(n)
+        if self._names_held(text):
+            return bad
         common = Either(LowerOf(self), _lower_words(text))
         bad += [("name", n) for n in dict.fromkeys(names_in(text, common)) if not self.has_name(n)]
         return bad
 
 
+_CAPITAL_CONNECTOR = re.compile(r"(?<![^\W\d_])(?:O[fF]|D[eE]|V[aA][nN]|V[oO][nN]|L[aA])(?![^\W_])")
 _NAME_EDGE = re.compile(r"[\w'’]")
 _NAME_END = re.compile(r"(?:['’]s?)?(?![\w'’])")
 _DIGITS = re.compile(r"(?:0|[1-9][0-9]*)(?:\.0|\.[0-9]*[1-9])?")  # (a number as `_num` writes it)
