@@ -11,6 +11,13 @@ client kept in flight before it adapted). A few 503s spread at random (a flaky p
 of answers rarely make a quarter of a window) do not shrink it; an overloaded server that
 answers many requests 503 or slowly does. A fixed limit (`fixed=True`) never moves.
 
+Where the server states its own load (generators/llm/server_load.py: vLLM's and SGLang's
+`/metrics`), that decides instead of latency (`report`, a reading every quarter second while
+requests are in flight): while the server queues nothing and the endpoint uses all its room,
+the limit doubles at once; once it queues, the limit becomes what the server runs of ours
+plus an eighth (a short queue refills a slot the moment it frees). So a server of 256
+sequences is filled in about a second from 64, and not flooded. 429s and 503s still shrink it.
+
 An endpoint that refused or dropped a connection is down (`mark_down`: a restart, a server
 that went away): until one request to it succeeds (`mark_up`) it takes one request at a time,
 the probe, and the others wait in the queue (or go to other endpoints) instead of each
@@ -52,6 +59,7 @@ class AdaptiveLimit:
         self._overloads = 0
         self._skip = 0
         self.changes = 0
+        self.reported = False  # the server states its load (`report`): latency no longer decides
         self.down = False  # refused or dropped a connection; one request at a time until one succeeds
         self.probing = False  # a request holds the one slot of a down endpoint and tries it again
 
@@ -91,6 +99,23 @@ class AdaptiveLimit:
         if len(self._latencies) + self._overloads >= max(8, self.limit // 2):
             self._decide()
 
+    def report(self, running: int, waiting: int) -> None:
+        """What the server says of its load now (module docstring): the requests it runs and
+        those it queues, of every client."""
+        self.reported = True
+        if self.fixed or self.down:
+            return
+        before = self.value
+        if waiting > 0 and self.inflight > 0:
+            ours = max(1, min(running, self.inflight - waiting))  # (what it runs of ours, if all it queues is ours)
+            self.value = max(float(self.low), min(self.value, float(ours + max(1, ours // 8))))
+            self.slow_start = False
+        elif waiting == 0 and self.inflight >= self.limit:
+            self.value = min(float(self.high), self.value * 2)
+        self.changes += self.value != before
+        if self.value < before:
+            self._skip = self.inflight
+
     def _decide(self) -> None:
         answers = len(self._latencies) + self._overloads
         median = statistics.median(self._latencies) if self._latencies else None
@@ -99,6 +124,8 @@ class AdaptiveLimit:
         if not self.fixed:
             if self._overloads > self.overload_share * answers:
                 self.value, self.slow_start = max(self.low, self.value * 0.7), False
+            elif self.reported:
+                pass  # (the server's own load decides: `report`)
             elif median is not None and self.base is not None and median > self.tolerance * self.base:
                 shrink = max(0.5, self.tolerance * self.base / median)  # back to where latency held
                 self.value, self.slow_start = max(self.low, self.value * shrink), False

@@ -8,7 +8,10 @@ server over any backend) and hosted APIs. It keeps the engine busy:
   works; `generate` is `submit(...).result()`.
 - Concurrency adapts per endpoint (generators/llm/limiter.py): from 64 in flight it
   doubles while latency holds, then grows slowly, and backs off on rising latency or when
-  many answers are 429/503/timeouts. `max_concurrency=N` fixes it at N per endpoint.
+  many answers are 429/503/timeouts. Where the server states its load at `/metrics` (vLLM,
+  SGLang: generators/llm/server_load.py), read every quarter second while requests are in
+  flight, that decides instead of latency: it grows while the server queues nothing and
+  stops at what the server runs. `max_concurrency=N` fixes it at N per endpoint.
 - `base_url` may name several endpoints, comma-separated; each request goes to the one
   with the most room, a retry possibly to another.
 - Transient failures (429, 5xx, timeouts, dropped connections, malformed answers:
@@ -48,6 +51,7 @@ from generators.llm.base import BackendError, ChatRequest, Completion, Declared,
 from generators.llm.limiter import START, AdaptiveLimit, Slots
 from generators.llm.openai_http import (RETRY_STATUS, _Result, _Retryable, chat_url, error_message,  # noqa: F401
                                         parse_response, parse_retry_after, split_urls)
+from generators.llm.server_load import metrics_url, parse_load
 
 OVERLOAD_STATUS = {429, 503}
 
@@ -101,6 +105,8 @@ class OpenAIBackend(Declared):
         self._batches: set[asyncio.Task] = set()
         self._fatal: BackendError | None = None
         self._active, self._since = 0, 0.0
+        self._watch: asyncio.Task | None = None  # reads the servers' load while requests are in flight
+        self._unread: set[int] = set()  # endpoints whose server states no load
 
     @property
     def max_concurrency(self) -> int:
@@ -221,6 +227,8 @@ class OpenAIBackend(Declared):
                                                   connector=aiohttp.TCPConnector(limit=0))
         if self._active == 0:
             self._fatal, self._since = None, time.perf_counter()
+        if self.fixed is None and (self._watch is None or self._watch.done()):
+            self._watch = asyncio.ensure_future(self._read_loads())
         self._active += 1
         self._batches.add(asyncio.current_task())
         out: list[list[Completion] | None] = [None] * len(requests)
@@ -250,6 +258,27 @@ class OpenAIBackend(Declared):
             self._active -= 1
             if self._active == 0:
                 self.usage.seconds += time.perf_counter() - self._since
+
+    async def _read_loads(self, every: float = 0.25) -> None:
+        """While batches are in flight, the load each endpoint's server states goes to its
+        limit (`AdaptiveLimit.report`); a server that states none is not asked again."""
+        while self._active > 0:
+            for k, url in enumerate(self.urls):
+                if k in self._unread or self.limits[k].down:
+                    continue
+                try:
+                    async with self._session.get(metrics_url(url)) as resp:
+                        load = parse_load(await resp.text()) if resp.status == 200 else None
+                except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+                    continue  # (a restart: asked again next time)
+                if load is None:
+                    self._unread.add(k)
+                else:
+                    self.limits[k].report(load.running, load.waiting)
+                    self._slots.wake()  # (room that grew goes to the waiters at once)
+            if len(self._unread) == len(self.urls):
+                return
+            await asyncio.sleep(every)
 
     async def _gather(self, tasks: dict[int, asyncio.Task], out: list) -> None:
         try:
@@ -292,7 +321,7 @@ class OpenAIBackend(Declared):
         return self.submit(requests, progress).result()
 
     async def _shutdown(self) -> None:
-        tasks = list(self._batches | self._live)
+        tasks = list(self._batches | self._live) + ([self._watch] if self._watch is not None else [])
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -314,7 +343,7 @@ class OpenAIBackend(Declared):
 
     def __getstate__(self) -> dict:  # a worker process gets the settings, not the loop
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_lock", "_loop", "_thread", "_session", "_slots", "_live", "_asked", "_fatal")}
+                 if k not in ("_lock", "_loop", "_thread", "_session", "_slots", "_live", "_asked", "_fatal", "_watch")}
         state["journal"] = None
         return state
 

@@ -11,6 +11,9 @@ and benchmarks can load any model-bound stage the way a real one would, in a sec
 - Replies are deterministic: choice c of a request is `scripted_text(last message,
   seed + c)` (generators/llm/scripted.py), so a rerun gets the same rows, and a request
   whose seed is its index in a batch gets what `ScriptedBackend` gives it.
+- Its load at `GET /metrics`, as vLLM states it (generators/llm/server_load.py): the
+  requests holding a slot and those waiting for one (`metrics=False`: no such page, as a
+  hosted API).
 - Counters: `received`, `completed`, `answered_503`, `timed_out`, `dropped`; per request
   key (`request_key`, the client's journal key), how many times it was received and
   completed, and `repaid`: receptions of a request already completed (work paid twice);
@@ -42,12 +45,15 @@ class StandinEngine:
 
     def __init__(self, slots: int = 256, latency: float = 1.0, per_token: float = 0.0, fail_503: float = 0.0,
                  timeouts: float = 0.0, unauthorized: bool = False, model: str = "standin", seed: int = 0,
-                 hang: float = 120.0, restart_at: int = 0, down: float = 0.5, keep_bodies: bool = False):
+                 hang: float = 120.0, restart_at: int = 0, down: float = 0.5, keep_bodies: bool = False,
+                 metrics: bool = True):
         self.slots, self.latency, self.per_token = slots, latency, per_token
         self.fail_503, self.timeouts, self.unauthorized, self.hang = fail_503, timeouts, unauthorized, hang
         self.model = model
         self.restart_at, self.down = restart_at, down  # restart once, as the restart_at-th request arrives
         self.keep_bodies = keep_bodies  # keep each completed request's body (`bodies`), to send them again
+        self.metrics = metrics
+        self.waiting = 0  # requests waiting for a slot
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.reset_counts()
@@ -112,6 +118,8 @@ class StandinEngine:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        if self.metrics:
+            app.router.add_get("/metrics", self._metrics)
         self._app, self._runner = app, None
 
     async def _listen(self, port: int) -> int:
@@ -123,6 +131,12 @@ class StandinEngine:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        lines = []
+        for name, value in (("vllm:num_requests_running", self.busy), ("vllm:num_requests_waiting", self.waiting)):
+            lines += [f"# TYPE {name} gauge", f'{name}{{model_name="{self.model}"}} {float(value)}']
+        return web.Response(text="\n".join(lines) + "\n")
 
     async def _chat(self, request: web.Request) -> web.Response:
         task = asyncio.current_task()
@@ -158,12 +172,19 @@ class StandinEngine:
         seed = int(body.get("seed") or 0)
         texts = [scripted_text(prompt, seed + c) for c in range(int(body.get("n", 1)))]
         tokens = [len(t.split()) for t in texts]
-        async with self._sem:
+        self.waiting += 1
+        try:
+            await self._sem.acquire()
+        finally:
+            self.waiting -= 1
+        try:
             self._busy_change(+1)
             try:
                 await asyncio.sleep(self.latency + self.per_token * max(tokens))
             finally:
                 self._busy_change(-1)
+        finally:
+            self._sem.release()
         await self._open.wait()
         if request.transport is None or request.transport.is_closing():  # the client left: nothing done
             with self._lock:

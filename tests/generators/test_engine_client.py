@@ -1,7 +1,8 @@
 """The `openai` backend's engine-facing parts against the stand-in engine on 127.0.0.1:
 the journal (an answer journaled is never asked again, a torn line is skipped), several
 endpoints sharing the requests, the adaptive limit (grows past the engine's slots while
-latency holds, backs off on overload, not on a few 503s), a restart and 503s retried with
+latency holds, backs off on overload, not on a few 503s; fills an engine that states its
+load and stops at its slots), a restart and 503s retried with
 nothing completed twice, and a 401 stopping every request in flight."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from generators.llm.limiter import AdaptiveLimit
 from generators.llm.openai_backend import OpenAIBackend, request_key
 from generators.llm.registry import BackendConfig
 from generators.llm.scripted import ScriptedBackend, scripted_text
+from generators.llm.server_load import Load, metrics_url, parse_load
 from generators.llm.standin_engine import StandinEngine
 from storage.journal import Journal
 
@@ -109,6 +111,49 @@ def test_the_limit_grows_past_the_slots_while_latency_holds_and_settles_above_th
         seen.append(lim.limit)
     assert seen[1] > seen[0]  # it grew from where it started
     assert slots <= min(seen[50:]) and max(seen[50:]) <= 4 * slots  # the engine full, its queue bounded
+
+
+def test_a_server_stating_its_load_is_filled_fast_and_not_flooded():
+    """A model of an engine with 256 slots that states its load each step (what runs, what
+    waits): from 64 the limit reaches the slots in a few readings and then holds the slots
+    plus a short queue; with other clients' requests waiting too, it gives way."""
+    lim, slots, seen = AdaptiveLimit(), 256, []
+    for _ in range(12):
+        while lim.has_room():
+            lim.enter()
+        lim.report(min(lim.inflight, slots), max(0, lim.inflight - slots))
+        seen.append(lim.limit)
+    assert seen[2] >= slots and all(slots <= v <= slots + slots // 8 for v in seen[4:]), seen
+    assert lim.reported
+    shared = AdaptiveLimit(start=256)
+    for _ in range(256):
+        shared.enter()
+    shared.report(256, 200)  # 200 of another client's requests wait beside ours
+    assert shared.limit < 256 // 2
+
+
+def test_load_is_read_from_vllm_and_sglang_metrics_pages():
+    vllm = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+            '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine="0",model_name="m"} 5.0\n'
+            'vllm:num_requests_waiting{engine="1",model_name="m"} 1.0\n')
+    assert parse_load(vllm) == Load(running=3, waiting=6)
+    assert parse_load('sglang:num_running_reqs{model_name="x"} 7\nsglang:num_queue_reqs{model_name="x"} 0\n') == \
+        Load(running=7, waiting=0)
+    assert parse_load("process_cpu_seconds_total 1.5\n") is None and parse_load("<html>404</html>") is None
+    assert metrics_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/metrics"
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_the_client_reads_the_engines_load_where_it_states_it(metrics):
+    with StandinEngine(slots=64, latency=0.3, metrics=metrics) as engine:
+        b = OpenAIBackend(engine.url, "standin")
+        out = b.generate(_reqs(600))
+        assert engine.completed == 600 and engine.max_busy == 64
+        assert b.limits[0].reported is metrics and (0 in b._unread) is not metrics  # (a page-less server: asked once)
+        if metrics:  # it stopped at the engine's slots plus a short queue, not at latency's guess
+            assert 64 <= b.max_concurrency <= 64 + 8
+        b.close()
+    assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(600)]
 
 
 def test_the_limit_backs_off_on_overload_but_not_on_a_few_503s():
