@@ -166,8 +166,8 @@ class LLMSource(Source):
                 self.no_answer += 1
                 continue
             got[p] = answer
-            self.replies[p] = {"annotator": getattr(self.backend, "name", ""),
-                               "model": str(getattr(self.backend, "model", "")), "prompt_tokens": c.prompt_tokens,
+            self.replies[p] = {"annotator": self.backend.name, "model": str(self.backend.model),
+                               "prompt_tokens": c.prompt_tokens,
                                "completion_tokens": c.completion_tokens or len(c.token_ids)}
         self.answered += len(got)
         return got

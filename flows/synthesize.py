@@ -71,7 +71,7 @@ def chunk_task(session: Session, plans, backend, root: str, dataset: str, run_id
     """Generate one chunk's trajectories and commit them (with `commit`, the run's writer in
     the flow process; a worker commits the chunk as one shard on its own); its stats, with the
     backend usage of this chunk (a copy of the backend in a worker process counts there)."""
-    used = getattr(backend, "usage", None)
+    used = backend.usage if backend is not None else None
     before = asdict(used) if used is not None else None
     rows, stats = session.trajectories(plans, backend, run_id)
     if used is not None:
@@ -167,7 +167,7 @@ def run_chunks(cfg: SynthConfig, root: str, p: Prepared, fan_out: bool, workers:
         if fan_out and "usage" in stats:  # the flow's backend did not see a worker's calls
             be.usage.add(Usage(**stats["usage"]))
         bar.update(size)
-        if getattr(be, "usage", None) is not None and be.usage.seconds:
+        if be is not None and be.usage.seconds:
             bar.set_postfix(tok_s=f"{be.usage.completion_tokens / be.usage.seconds:.0f}")
 
     try:
@@ -215,7 +215,7 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
             if journal is not None:
                 journal.close()  # kept: a rerun reads its answers back
             raise
-    usage = be.usage.to_dict() if getattr(be, "usage", None) else {}
+    usage = be.usage.to_dict() if be is not None else {}
     if be is not None:
         be.close()
     if journal is not None:

@@ -29,7 +29,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 
-from generators.llm.base import Declared
+from generators.llm.base import Wrapped
 from generators.llm.kinds import ROLLOUT, kinds_with, require
 from generators.llm.openai_http import URL_FORM
 from train.configs import RolloutConfig
@@ -137,20 +137,15 @@ def evaluate(backend, root, cfg: EvalConfig, progress: bool = False) -> tuple[di
     return {**summarize(outs), "by_qtype": by_qtype(triples, outs)}, outs
 
 
-class ServedClient(Declared):
-    """An HTTP backend with the model's tokenizer, as rollouts need it: every conversation
-    sends its own requests (`concurrent`); `close` closes the client (and a server it started)."""
-
-    concurrent = True
+class ServedClient(Wrapped):
+    """An HTTP backend (`inner`) with the model's tokenizer, as rollouts need it: every
+    conversation sends its own requests; `close` closes the client (and a server it started)."""
 
     def __init__(self, client, tokenizer, path) -> None:
-        self.client, self.tokenizer, self.path = client, tokenizer, path
-        self.max_concurrency = client.max_concurrency
+        self.inner = self.client = client
+        self.tokenizer, self.path = tokenizer, path
         self.holding = str(path)  # the model folder whose weights the server samples from
         self._publishing = threading.Lock()
-
-    def generate(self, requests, progress: bool = False):
-        return self.client.generate(requests, progress=progress)
 
     def publish(self, model) -> float:
         """`model`'s weights (a folder or prepared name) to the server (a vLLM server, as GRPO
@@ -173,26 +168,21 @@ class ServedClient(Declared):
             if self.holding != model:
                 self.publish(model)
 
-    def close(self) -> None:
-        self.client.close()
 
-
-class OnServer(Declared):
+class OnServer(Wrapped):
     """One model's turn on a shared ServedClient, for several models that sample from one server
     (self-play's examiner, reader and student): before each generate call the model's weights
     are published unless the server already holds them. Closing it leaves the server running."""
 
-    concurrent = True
-
     def __init__(self, served: ServedClient, model) -> None:
         from generators.llm.model_store import resolve_model
 
-        self.served, self.model = served, str(resolve_model(model))
+        self.inner = self.served = served
+        self.model = str(resolve_model(model))
         self.tokenizer = served.tokenizer
 
-    def generate(self, requests, progress: bool = False):
+    def before(self) -> None:
         self.served.hold(self.model)
-        return self.served.generate(requests, progress=progress)
 
     def close(self) -> None:
         pass

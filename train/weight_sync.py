@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from generators.llm.base import ChatRequest, Completion, Declared
+from generators.llm.base import ChatRequest, Completion, Wrapped
 from generators.llm.turn_cache import weights_version
 from generators.llm.kinds import FOLLOW, require
 
@@ -57,16 +57,14 @@ def named_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [(name, p.detach()) for name, p in inner.named_parameters()]
 
 
-class ServedEngine(Declared):
+class ServedEngine(Wrapped):
     """The `vllm-server` engine: a VLLMServer (started here, or reached at a URL) and an
-    OpenAI client on it; `load_weights` publishes (generators/llm/vllm_server.py)."""
-
-    concurrent = True
+    OpenAI client on it (`inner`); `load_weights` publishes (generators/llm/vllm_server.py);
+    a request that fails on a dead server says so, with the server's log."""
 
     def __init__(self, server, max_concurrency: int = 64) -> None:
         self.server = server.start()
-        self.client = server.backend(max_concurrency=max_concurrency)
-        self.max_concurrency = max_concurrency
+        self.inner = self.client = server.backend(max_concurrency=max_concurrency)
 
     def load_weights(self, weights) -> float:
         return self.server.publish(weights)
@@ -89,15 +87,15 @@ class ServedEngine(Declared):
         self.server.close()
 
 
-class SyncedPolicy(Declared):
-    """Rollout backend: an engine samples, the trainer's module scores (module docstring)."""
+class SyncedPolicy(Wrapped):
+    """Rollout backend: an engine (`inner`) samples, the trainer's module scores (module docstring)."""
 
     def __init__(self, engine, model_path: str | Path, policy: torch.nn.Module, batch_size: int = 8,
                  name: str = "vllm") -> None:
         from generators.llm.transformers_backend import TransformersBackend
 
-        self.engine, self.name = engine, name
-        self.concurrent, self.max_concurrency = engine.concurrent, engine.max_concurrency
+        self.inner = self.engine = engine
+        self.name = name
         device = next(policy.parameters()).device
         self.scorer = TransformersBackend(model_path, batch_size=batch_size, device=str(device))
         self.scorer.lm = policy
@@ -139,9 +137,6 @@ class SyncedPolicy(Declared):
         self.synced_version, self.policy_version = version, step
         self.syncs += 1
         return True
-
-    def generate(self, requests: Sequence[ChatRequest], progress: bool = False) -> list[list[Completion]]:
-        return self.engine.generate(requests, progress=progress)
 
     def score(self, prompt_ids, completion_ids):
         """Teacher-forced log-probabilities under the trainer's policy (see TransformersBackend.score)."""

@@ -74,7 +74,7 @@ def check_answerability(rows: list[dict], kind: str, backend, documents: dict[st
         plan.append(has_ctx)
     outs = backend.generate([ChatRequest(messages=[{"role": "user", "content": p}], n=1, temperature=0.0,
                                          max_tokens=max_tokens) for p in reqs]) if reqs else []
-    model = str(getattr(backend, "model", "?"))
+    model = str(backend.model or "?")
     verdicts, k = [], 0
     for row, has_ctx in zip(rows, plan):
         gold, al = str(row.get("answer") or ""), aliases(row)

@@ -105,14 +105,14 @@ def run_questions(cfg: QuestionsConfig, bcfg: BackendConfig, root, progress: Cal
     """Build, check and commit (module docstring); returns the run's report with its funnel.
     `backend`: a ready backend to use instead of making one from `bcfg`."""
     check_inputs(cfg, None if backend is not None else bcfg, root)
-    name = getattr(backend, "name", bcfg.backend) if backend is not None else bcfg.backend
+    name = (backend.name or bcfg.backend) if backend is not None else bcfg.backend
     run_id, h = run_id_of(cfg, bcfg, name)
     writer = RunWriter(root, run_id, lineage={"backend": name, "config_hash": h, "model": bcfg.model})
     done = set(writer.committed(cfg.dataset, "verdicts", "record_id").to_pylist())
     finder = ChainFinder(load_passages(root, cfg.dataset), cfg.link_list())
     if backend is None:
         backend = make_backend(bcfg)
-    model = str(getattr(backend, "model", name))
+    model = str(backend.model or name)
     funnel: Counter = Counter()
     chains = islice(finder.chains(cfg.seed, cfg.hop_list(), cfg.per_start), cfg.max_chains)
     written = Counter()

@@ -65,7 +65,7 @@ def judge_records(rows: list[dict], backend, threshold: float = 0.5, lenient: bo
     flat = [ChatRequest(messages=[{"role": "user", "content": p}], n=1, temperature=0.0, max_tokens=max_tokens)
             for ps in prompts for p in ps]
     outs = backend.generate(flat) if flat else []
-    model = str(getattr(backend, "model", "?"))
+    model = str(backend.model or "?")
     verdicts, k = [], 0
     for ps in prompts:
         replies = [outs[k + j][0].text for j in range(len(ps))]

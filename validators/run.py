@@ -134,7 +134,7 @@ class ValidationRun:
             self.close_backend()
             raise
         self.writer = RunWriter(self.root, self.run_id, {
-            "model": str(getattr(self.backend, "model", None)) if self.backend else None,
+            "model": str(self.backend.model) if self.backend else None,
             "backend": bcfg.backend if self.backend else None, "config_hash": config_hash(identity)})
         self.done = IdSet(self.writer.committed(self.verdict_ds, "verdicts", "record_id"))
         self.kept = IdSet(self.writer.committed(self.accepted_ds, cfg.kind) if len(self.done) else ())

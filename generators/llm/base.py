@@ -9,13 +9,16 @@ Backends: `transformers` (embedded default, CPU), `vllm` (GPU throughput; vllm-c
 it here too) and `openai` (any OpenAI-compatible HTTP server). `Usage` accumulates token
 and request accounting per run. A `Streaming` backend (openai) also takes requests as a
 stream: `submit(backend, requests)` returns a future, so a caller keeps preparing the next
-batch while the server works on the last ones.
+batch while the server works on the last ones. `Declared` holds what a backend declares
+about how it samples; a `Wrapped` backend (a rollout engine that also publishes weights,
+a model's turn on a shared server) samples through another and declares what it does.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Protocol, Sequence, runtime_checkable
 
 
@@ -95,6 +98,8 @@ class Declared:
     this process, a batch at a time; a backend class inherits these and sets what differs, so
     a stage reads them (train/rollout.py, train/grpo.py) instead of probing for them."""
 
+    name = ""              # its kind (generators/llm/kinds.py), as a run's lineage names it
+    model = ""             # the model it samples from, as a run's lineage names it
     concurrent = False     # serves each conversation's requests as they come (a server): rollouts run apart
     max_concurrency = 64   # requests in flight at most, when concurrent
     batch_size: int | None = None  # rows decoded together (None: a batch is taken whole)
@@ -103,11 +108,47 @@ class Declared:
     turn_cache = None      # the KV of finished turns kept for their next one (generators/llm/turn_cache.py)
     policy_version: int | None = None  # the optimizer step of the weights it samples from
 
+    @cached_property
+    def usage(self) -> Usage:
+        """Token and request accounting (a backend that counts sets its own in __init__)."""
+        return Usage()
+
     def sync(self, policy, step: int | None = None) -> None:
         """Sample from `policy` (a trainer's module, `step` its optimizer step) from now on:
         a backend in this process samples from the module itself; an engine elsewhere
         overrides this to push the weights (train/weight_sync.py)."""
         self.lm, self.policy_version = policy, step
+
+
+class FromInner:
+    """A Wrapped backend's attribute read from its `inner` one, unless the wrapper sets its own."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj.inner, self.name)
+
+
+class Wrapped(Declared):
+    """A backend that samples through another, `inner`: it declares how `inner` samples and
+    counts, and hands the requests on to it after `before()` (a wrapper that publishes
+    weights first overrides that); closing it closes `inner`. A wrapper sets what it adds."""
+
+    inner: Backend
+    concurrent = FromInner()
+    max_concurrency = FromInner()
+    usage = FromInner()
+
+    def before(self) -> None:
+        """What happens before each batch is handed on (nothing here)."""
+
+    def generate(self, requests: Sequence[ChatRequest], progress: bool = False) -> list[list[Completion]]:
+        self.before()
+        return self.inner.generate(requests, progress=progress)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 @runtime_checkable

@@ -34,13 +34,13 @@ server over any backend) and hosted APIs. It keeps the engine busy:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 import json
 import os
 import random
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Sequence
 
@@ -66,6 +66,7 @@ class OpenAIBackend(Declared):
     """Client for OpenAI-compatible chat completions servers (see the module docstring)."""
 
     name = "openai"
+    concurrent = True  # (a server: each conversation's requests go as they come)
 
     def __init__(self, base_url: str, model: str, max_concurrency: int | None = None, max_retries: int = 8,
                  timeout: float = 60, api_key: str | None = None, backoff: float = 0.5,
@@ -308,7 +309,7 @@ class OpenAIBackend(Declared):
                 self._thread.start()
             return self._loop
 
-    def submit(self, requests: Sequence[ChatRequest], progress: bool = False) -> concurrent.futures.Future:
+    def submit(self, requests: Sequence[ChatRequest], progress: bool = False) -> Future:
         """A future of `generate(requests)`; the requests join the backend's stream at once."""
         return asyncio.run_coroutine_threadsafe(self._batch(list(requests), progress), self._running_loop())
 

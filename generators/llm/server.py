@@ -171,7 +171,7 @@ def create_app(backend: Backend, model_name: str | None = None, max_batch: int =
     """The FastAPI app serving `backend`; `app.state.batcher` holds the batching worker.
     With `close_backend`, the app's shutdown closes the backend (stops vLLM's engine).
     With `api_key`, /v1 requests without `Authorization: Bearer <api_key>` get 401."""
-    name = model_name or str(getattr(backend, "model", None) or "forgeplay")
+    name = model_name or str(backend.model or "forgeplay")
     batcher = Batcher(backend, max_batch=max_batch, wait=batch_wait)
 
     @asynccontextmanager

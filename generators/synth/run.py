@@ -46,7 +46,7 @@ def run_id_of(cfg: SynthConfig, bcfg: BackendConfig, imported: list[dict], bank:
 
 def lineage_of(cfg: SynthConfig, bcfg: BackendConfig, backend) -> dict:
     """The lineage every row of the run carries (its parent triple is added per row)."""
-    return {"model": str(getattr(backend, "model", bcfg.model)) if backend else None,
+    return {"model": str(backend.model or bcfg.model) if backend else None,
             "backend": bcfg.backend if backend else None, "config_hash": config_hash(asdict(cfg)), "parent_ids": []}
 
 
