@@ -35,8 +35,9 @@ class BackendConfig:
     batch_size: int = field(default=16, metadata={
         "help": "transformers only: samples decoded together in one batch."})
     max_concurrency: int = field(default=0, metadata={
-        "help": "openai only: HTTP requests in flight per endpoint; 0 = adapt to the server (from 64, grows "
-                "while latency holds, backs off on 429/503 or rising latency)."})
+        "help": "openai only: HTTP requests in flight per endpoint; 0 = adapt to the server (from 64: up to what "
+                "a vLLM or SGLang server runs, by the load it states at /metrics; elsewhere grows while latency "
+                "holds; backs off on 429/503)."})
     max_retries: int = field(default=8, metadata={
         "help": "openai only: retries per request on 429/5xx/timeouts/dropped connections."})
     timeout: float = field(default=60.0, metadata={"help": "openai only: seconds per HTTP request."})
