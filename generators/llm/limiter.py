@@ -19,9 +19,11 @@ plus an eighth (a short queue refills a slot the moment it frees). So a server o
 sequences is filled in about a second from 64, and not flooded. 429s and 503s still shrink it.
 
 An endpoint that refused or dropped a connection is down (`mark_down`: a restart, a server
-that went away): until one request to it succeeds (`mark_up`) it takes one request at a time,
+that went away): until it answers again (`mark_up`) it takes one request at a time,
 the probe, and the others wait in the queue (or go to other endpoints) instead of each
-retrying against a closed port; its limit is kept for when it is back.
+retrying against a closed port; its limit is kept for when it is back (the openai backend's
+probe asks for the server's model list at a steady pace, so one back from a restart is used at
+once).
 
 `Slots` hands out endpoints in arrival order (retries first) to whoever waits, each
 endpoint up to its limit, the emptiest first, so requests spread over several servers.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 from collections import deque
 
 START = 64  # requests in flight per endpoint before the server has answered anything
@@ -61,6 +64,7 @@ class AdaptiveLimit:
         self.changes = 0
         self.reported = False  # the server states its load (`report`): latency no longer decides
         self.down = False  # refused or dropped a connection; one request at a time until one succeeds
+        self.down_since = 0.0  # when it went down
         self.probing = False  # a request holds the one slot of a down endpoint and tries it again
 
     @property
@@ -75,7 +79,8 @@ class AdaptiveLimit:
         return (1 if self.down else self.limit) - self.inflight
 
     def mark_down(self) -> None:
-        self.down = True
+        if not self.down:
+            self.down, self.down_since = True, time.monotonic()
 
     def mark_up(self) -> None:
         self.down = self.probing = False

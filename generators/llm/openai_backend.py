@@ -17,7 +17,9 @@ server over any backend) and hosted APIs. It keeps the engine busy:
 - Transient failures (429, 5xx, timeouts, dropped connections, malformed answers:
   "bad_response") are retried with exponential backoff and jitter, honouring Retry-After,
   and counted (`usage.retries`). An endpoint that refuses or drops connections (a restart)
-  takes one probe request at a time until it answers; the rest wait for it. Any other 4xx stops every request in flight at once with
+  is asked for its model list every `backoff` seconds by one request, the probe, until it
+  answers (or until it has been down as long as a request's retries back off in all); the
+  rest wait for it, and all go again the moment it answers. Any other 4xx stops every request in flight at once with
   one line naming the server and the request (`BackendError`).
 - With a `journal` (storage/journal.py), every completed answer is journaled as it
   arrives, keyed by `request_key` (a hash of the request body, seed included), and a
@@ -49,8 +51,8 @@ from tqdm.auto import tqdm
 
 from generators.llm.base import BackendError, ChatRequest, Completion, Declared, Usage
 from generators.llm.limiter import START, AdaptiveLimit, Slots
-from generators.llm.openai_http import (RETRY_STATUS, _Result, _Retryable, chat_url, error_message,  # noqa: F401
-                                        parse_response, parse_retry_after, split_urls)
+from generators.llm.openai_http import (RETRY_STATUS, _Result, _Retryable, api_url, chat_url,  # noqa: F401
+                                        error_message, parse_response, parse_retry_after, split_urls)
 from generators.llm.server_load import metrics_url, parse_load
 
 OVERLOAD_STATUS = {429, 503}
@@ -85,6 +87,8 @@ class OpenAIBackend(Declared):
         self.limits = [AdaptiveLimit(start=max_concurrency or START, fixed=max_concurrency is not None)
                        for _ in self.urls]
         self.max_retries = max_retries
+        # a down endpoint is given up on after as long as a request's retries back off in all
+        self.max_down = sum(min(max_backoff, backoff * 2 ** a) for a in range(max_retries))
         self.timeout = float(timeout)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.backoff = backoff
@@ -186,6 +190,20 @@ class OpenAIBackend(Declared):
                 lim.mark_down()
                 if not lim.probing:
                     lim.probing = probe = True
+            if probe and error.down:  # (a probe answered otherwise, say 503, is retried as any request)
+                try:
+                    back = await self._back_up(k, lim)
+                except BaseException:
+                    self._give_back(k, probe)
+                    raise
+                if back:  # (marked up: the others get their room; this request goes again with them)
+                    self.usage.retries += 1
+                    probe = False
+                    continue
+                self.usage.failures += 1
+                self._give_back(k, probe)
+                raise BackendError(f"{self.urls[k]}: request {index}: gave up after the server was unreachable "
+                                   f"for {time.monotonic() - lim.down_since:.0f} s; last error: {error.reason}")
             if attempt >= self.max_retries:
                 self.usage.failures += 1
                 self._give_back(k, probe)
@@ -210,6 +228,23 @@ class OpenAIBackend(Declared):
         if self.journal is not None:
             self.journal.put(key, [c.to_dict() for c in result.completions])
         return result.completions
+
+    async def _back_up(self, k: int, lim: AdaptiveLimit) -> bool:
+        """Whether down endpoint k answers again, asked every `backoff` seconds with its model list
+        (a request the server answers at once, where a completion would hold a slot) for as long
+        as it may stay down (`max_down`); when it does, it is marked up."""
+        url = api_url(self.urls[k]) + "/models"
+        while time.monotonic() - lim.down_since <= self.max_down:
+            await asyncio.sleep(self.backoff * random.uniform(0.5, 1.5))
+            try:
+                async with self._session.get(url) as resp:
+                    await resp.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                continue
+            lim.mark_up()
+            self._slots.wake()
+            return True
+        return False
 
     def _give_back(self, k: int, probe: bool) -> None:
         """Release endpoint k's slot; a probe that ends without an answer lets another probe."""

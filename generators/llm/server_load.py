@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from generators.llm.openai_http import api_url
+
 GAUGES = {"running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
           "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs")}
 
@@ -32,9 +34,8 @@ class Load:
 
 
 def metrics_url(base_url: str) -> str:
-    """The `/metrics` address of a server whose API is at `base_url` (".../v1")."""
-    root = base_url.rstrip("/")
-    return (root[:-3] if root.endswith("/v1") else root) + "/metrics"
+    """The `/metrics` address of a server whose API is at `base_url` (any form `api_url` takes)."""
+    return api_url(base_url).removesuffix("/v1") + "/metrics"
 
 
 def parse_load(text: str) -> Load | None:

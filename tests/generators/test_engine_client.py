@@ -186,8 +186,9 @@ def test_503s_and_a_restart_are_retried_and_nothing_is_completed_twice():
 
 def test_a_restarting_server_gets_one_probe_at_a_time_not_every_request_retrying():
     """64 requests in flight when the server drops them and refuses connections for a second: each
-    fails once, then one probe tries the endpoint (backing off) while the rest wait for it, so the
-    retries are about the requests dropped, not those times the attempts a second of backoff allows."""
+    fails once, then one probe asks the endpoint for its model list every `backoff` while the rest
+    wait for it, and all go again when it answers: the retries are about the requests dropped, not
+    those times the attempts a second of backoff allows."""
     with StandinEngine(slots=64, latency=0.2, restart_at=100, down=1.0) as engine:
         b = OpenAIBackend(engine.url, "standin", max_concurrency=64, backoff=0.02, max_retries=12)
         out = b.generate(_reqs(300))
@@ -195,8 +196,8 @@ def test_a_restarting_server_gets_one_probe_at_a_time_not_every_request_retrying
         dropped = engine.dropped
         assert 0 < dropped <= 64 and engine.completed == 300 and engine.twice_completed() == 0
         # the requests in flight when it went away (at most 64: dropped, or sent to the closed port
-        # before the first failure came back) fail once or, on a loaded machine, twice, and the probe
-        # adds about log2(1 s / 0.02 s); retrying on its own, each of them made ~10 attempts (631 here)
+        # before the first failure came back) fail once or, on a loaded machine, twice (the probe's
+        # model-list questions are no retries); retrying on its own, each made ~10 attempts (631 here)
         assert b.usage.retries <= 2 * 64 + 16, (b.usage.retries, dropped)
     assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(300)]
 
