@@ -31,15 +31,42 @@ import sys
 from functools import lru_cache
 from typing import Iterator
 
+import orjson
+
 from generators.corpus.names import WORD_NUMBERS
 
-NUMBER_RE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?!\d)")
+# digits with no word character, "." or "," before (asked after the first digit, so that a
+# search jumps to digits), grouped by commas or with decimals, and no digit after
+NUMBER_RE = re.compile(r"(\d(?<![\w.,]\d)(?:\d{0,2}(?:,\d{3})+|\d*(?:\.\d+)?))(?!\d)")
 _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_WORD_NUMBER_RE = re.compile(  # a number word as a whole part of a hyphenated run, pairs first
-    r"(?<!\w)(?:(?:" + "|".join(_TENS) + r")-(?:one|two|three|four|five|six|seven|eight|nine)|"
-    + "|".join(sorted((w for w in WORD_NUMBERS if "-" not in w), key=len, reverse=True)) + r")(?!\w)")
-TOKEN_RE = re.compile(r"[^\W\d_][^\W_]*(?:['’\-][^\W\d_]+)*['’]?")
+_UNITS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _word_number_re() -> re.Pattern:
+    """A number word as a whole part of a hyphenated run: the words, and a tens word and a unit
+    word joined by a hyphen, as a tree of their letters, the longest first, each branch asking
+    for no word character before its first letter (so that a search jumps to those letters)."""
+    tree: dict = {}
+    for w in [f"{t}-{u}" for t in _TENS for u in _UNITS] + [w for w in WORD_NUMBERS if "-" not in w]:
+        node = tree
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = {}
+
+    def branch(node: dict) -> str:
+        alts = [re.escape(c) + branch(node[c]) for c in sorted(node) if c]
+        body = "" if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node and body else body
+    return re.compile("(?:" + "|".join(re.escape(c) + r"(?<!\w.)" + branch(tree[c]) for c in sorted(tree)) + r")(?!\w)")
+
+
+_WORD_NUMBER_RE = _word_number_re()
+_WORD_TAIL = r"[^\W_]*(?:['’\-][^\W\d_]+)*['’]?"  # (what follows a word's first letter)
+TOKEN_RE = re.compile(r"[^\W\d_]" + _WORD_TAIL)
 CONNECTORS = {"of", "the", "de", "van", "von", "la"}
+# a connector as a whole word (nothing TOKEN_RE would add), in any case after its first letter
+_CONNECTOR = ("(?:" + "|".join(w[0] + "".join(f"[{c}{c.upper()}]" for c in w[1:]) for w in sorted(CONNECTORS))
+              + r")(?![^\W_]|['’]|-[^\W\d_])")
 SENTENCE_END = re.compile(r"[.!?:;\n]")
 _POSSESSIVE = re.compile(r"'s\b")
 _WORD = re.compile(r"\w+")
@@ -64,30 +91,55 @@ earlier later older younger larger smaller fewer higher lower bigger first last 
 
 
 def plain_text(content: str) -> str:
-    """The text of a message: for JSON (a tool result), its string and number leaves."""
+    """The text of a message: for JSON (a tool result), its string and number leaves, as
+    `json.loads` reads them. orjson reads faster and alike, but for what it refuses (NaN,
+    numbers out of a float's range, lone surrogates) and for integers beyond 64 bits, which
+    it reads as floats: a text it refuses, or whose reading holds a float, is read by json."""
     s = (content or "").strip()
     if s[:1] in "{[":
         try:
-            value = json.loads(s)
-        except ValueError:
-            return content
-        out: list[str] = []
-
-        def walk(v) -> None:  # (json.loads makes plain types only: a bool is no int here)
-            t = type(v)
-            if t is str:
-                out.append(v)
-            elif t is dict:
-                for x in v.values():
-                    walk(x)
-            elif t is list:
-                for x in v:
-                    walk(x)
-            elif t is int or t is float:
-                out.append(str(v))
-        walk(value)
-        return "\n".join(out)
+            leaves = _leaves(orjson.loads(s))
+        except orjson.JSONDecodeError:
+            leaves = None
+        if leaves is None:
+            try:
+                leaves = _leaves(json.loads(s), floats=True)
+            except ValueError:
+                return content
+        return "\n".join(leaves)
     return content
+
+
+def _leaves(value, floats: bool = False) -> list[str] | None:
+    """The string and number leaves of a JSON value, in order; None for one with a float
+    leaf unless `floats`."""
+    out: list[str] = []
+
+    def walk(v) -> None:  # (JSON makes plain types only: a bool is no int here)
+        t = type(v)
+        if t is str:
+            out.append(v)
+        elif t is dict:
+            for x in v.values():
+                walk(x)
+        elif t is list:
+            for x in v:
+                walk(x)
+        elif t is int:
+            out.append(str(v))
+        elif t is float:
+            if not floats:
+                raise _Float
+            out.append(str(v))
+    try:
+        walk(value)
+    except _Float:
+        return None
+    return out
+
+
+class _Float(Exception):
+    """A float leaf where `_leaves` was asked for none."""
 
 
 def _norm(text: str) -> str:
@@ -129,15 +181,43 @@ def names_in(text: str, common: set[str] = frozenset()) -> list[str]:
     return out
 
 
-def stretches(text: str) -> Iterator[tuple[str, str, bool]]:
+def stretches(text: str) -> list[tuple[str, str, bool]]:
     """The stretches of `text` that could make names: capitalised words joined by white space
-    and lower-case connectors, found by one precompiled pattern (`_runs`) that jumps over
-    lower-case words and other characters. Each is given as its first word, the rest, and
-    whether it opens a sentence. Whatever ends a stretch (a lower-case word, punctuation, a
-    number) ends any name open in it: the names of a stretch are parts of it, and `common`
-    can only end names sooner, so the names read with a larger `common` are parts of those
-    read with a smaller one (but for a capitalised connector, "Of" or "La", that a smaller
-    `common` reads as joining two words and a larger one as a name of its own)."""
+    and lower-case connectors. Each is given as its first word, the rest, and whether it opens
+    a sentence. Whatever ends a stretch (a lower-case word, punctuation, a number) ends any
+    name open in it: the names of a stretch are parts of it, and `common` can only end names
+    sooner, so the names read with a larger `common` are parts of those read with a smaller
+    one (but for a capitalised connector, "Of" or "La", that a smaller `common` reads as
+    joining two words and a larger one as a name of its own).
+
+    An ASCII text is searched for its capitals (`_ascii_stretches`): a capital after a letter
+    or a digit is inside a word, one after anything but a letter, a digit, an apostrophe or a
+    hyphen starts one. A capital after a digit, an apostrophe or a hyphen may be either, and
+    such a text, as any other, is read word by word (`_runs`)."""
+    if text.isascii():
+        out = []
+        for m in _ascii_stretches().finditer(text):
+            if m.group(1) is None:  # (a capital after a digit, an apostrophe or a hyphen)
+                break
+            out.append((m.group(1), m.group(2), _opens(text, m.start())))
+        else:
+            return out
+    return list(_word_stretches(text))
+
+
+def _opens(text: str, at: int) -> bool:
+    """Whether the stretch of the ASCII `text` at `at` opens a sentence: no letter is before
+    it, or a sentence end is after the last letter before it (a letter is always in a word,
+    and no word holds a sentence end)."""
+    j = at - 1
+    while j >= 0 and not text[j].isalpha():
+        j -= 1
+    return j < 0 or bool(SENTENCE_END.search(text, j + 1, at))
+
+
+def _word_stretches(text: str) -> Iterator[tuple[str, str, bool]]:
+    """`stretches` of any text, by `_runs`: it jumps over lower-case words and other
+    characters, matching each word whole."""
     pos, runs = 0, _runs()
     while True:
         m = runs.match(text, pos)
@@ -233,10 +313,19 @@ def _runs() -> re.Pattern:
     ranges.remove("A-Z")  # (asked first, alone: a long class is slow)
     cap = "(?:[A-Z]|(?=[^\\x00-\\x7f])[" + "".join(ranges) + "])"
     word = f"(?:{TOKEN_RE.pattern})"  # (the optional stretch ends the pattern: nothing backtracks into a word)
-    connector = "(?:" + "|".join(w[0] + "".join(f"[{c}{c.upper()}]" for c in w[1:]) for w in sorted(CONNECTORS)) + ")"
-    connector += r"(?![^\W_]|['’]|-[^\W\d_])"  # (the whole word: nothing TOKEN_RE would add)
     name = f"(?={cap}){word}"
-    return re.compile(rf"(?:[ -@\[-`{{-~]+|((?!{cap}){word})|[\W\d_])*(?:({name})((?:\s+(?:{connector}\s+)*{name})*))?")
+    stretch = rf"({name})((?:\s+(?:{_CONNECTOR}\s+)*{name})*)"
+    return re.compile(rf"(?:[ -@\[-`{{-~]+|((?!{cap}){word})|[\W\d_])*(?:{stretch})?")
+
+
+@lru_cache(maxsize=1)
+def _ascii_stretches() -> re.Pattern:
+    """A pattern over an ASCII text (`stretches`): a capital that starts a word, with the rest
+    of its word as TOKEN_RE reads it (group 1) and the stretch's other words (group 2); or a
+    capital after a digit, an apostrophe or a hyphen (no group). Its first character is a
+    capital, a digit, an apostrophe or a hyphen, so the search jumps over everything else."""
+    first = r"[A-Z](?<![^\W_].)" + _WORD_TAIL
+    return re.compile(rf"({first})((?:\s+(?:{_CONNECTOR}\s+)*[A-Z]{_WORD_TAIL})*)|[\d'\-][A-Z]")
 
 
 _SPACE = re.compile(r"(\s+)")

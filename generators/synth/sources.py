@@ -35,6 +35,8 @@ class Sources:
     def __init__(self, texts: Iterable[str] = ()):
         self._plain: list[str] = []
         self._asked: dict[tuple, tuple[bool, int]] = {}  # has_lower's answers, and how much of hay they read
+        self._written_names: set[str] = set()  # (sources only grow: what was found stays found)
+        self._written_numbers: set[str] = set()
         self._clear()
         for t in texts:
             self.add(t)
@@ -51,6 +53,12 @@ class Sources:
         self._plain.append(plain_text(content or ""))
         self._clear()
         return self
+
+    def subset(self, positions: Iterable[int]) -> "Sources":
+        """The sources at `positions` (in the order added), without reading them again."""
+        out = Sources()
+        out._plain = [self._plain[k] for k in positions]
+        return out
 
     @property
     def hay(self) -> str:
@@ -90,26 +98,33 @@ class Sources:
 
     def _written(self, name: str) -> bool:
         """Whether `name` occurs as it is written in a source, as `has_name` asks first (a
-        stretch of `_names_held` may hold a line break, which no name does)."""
+        stretch of `_names_held` may hold a line break, which no name does). Looked for from
+        the end (a think mostly names what was just read), and remembered once found."""
+        if name in self._written_names:
+            return True
         if "\u03a3" in name or "\n" in name:
             return False
-        hay, a = self.hay, self.hay.find(name)
+        hay, a = self.hay, self.hay.rfind(name)
         while a >= 0:
             if not (a and _NAME_EDGE.match(hay, a - 1)) and _NAME_END.match(hay, a + len(name)):
+                self._written_names.add(name)
                 return True
-            a = hay.find(name, a + 1)
+            a = hay.rfind(name, 0, a + len(name) - 1)
         return False
 
     def has_number(self, n: str) -> bool:
         """Whether the sources hold the number value `n` (as `numbers_in` writes it). They do
         when its digits occur where NUMBER_RE reads exactly them: no word character, "." or ","
         before; no digit, and no "." or "," before a digit, after. Else `numbers` decides."""
+        if n in self._written_numbers:
+            return True
         if _DIGITS.fullmatch(n):
-            hay, a = self.hay, self.hay.find(n)
+            hay, a = self.hay, self.hay.rfind(n)
             while a >= 0:
                 if not (a and _NUMBER_BEFORE.match(hay, a - 1)) and not _NUMBER_AFTER.match(hay, a + len(n)):
+                    self._written_numbers.add(n)
                     return True
-                a = hay.find(n, a + 1)
+                a = hay.rfind(n, 0, a + len(n) - 1)
             if "." not in n and self._numbers is None:
                 return self._holds_whole(int(n))
         return n in self.numbers
@@ -202,8 +217,9 @@ class Sources:
         """("number" | "name", mention) for every mention of `text` no source holds."""
         bad: list[tuple[str, str]] = []
         nums = numbers_in(text)
-        if any(not _known_small(n) and not self.has_number(n) for n in dict.fromkeys(nums)):
-            held = {n: self.has_number(n) for n in nums}
+        held = {n: self.has_number(n) for n in dict.fromkeys(nums) if not _known_small(n)}
+        if not all(held.values()):
+            held.update((n, self.has_number(n)) for n in nums if n not in held)
             grounded = [n for n in nums if held[n]]
             for n in dict.fromkeys(nums):
                 if not held[n] and not _small(n) and not _derived(n, grounded):

@@ -1,8 +1,9 @@
 """The faster grounding check (generators/synth/sources.py: mentions looked up in the plain
 sources where that is exact, number words and stretches of capitalised words found by
-precompiled patterns, names decided without the sources' lower-case words where they cannot
-matter) gives exactly the verdicts of the check before it (tests/generators/grounding_before.py,
-frozen), and answers each question about its sources as their whole reading does: on 30,000 random texts
+precompiled patterns that jump to them, names decided without the sources' lower-case words
+where they cannot matter, tool results read by orjson where it reads as json) gives exactly
+the verdicts of the check before it (tests/generators/grounding_before.py, frozen), and
+answers each question about its sources as their whole reading does: on 30,000 random texts
 built from the awkward parts of the language the check reads (possessives, hyphenated number
 words, connectors, digits inside words, non-ASCII capitals, JSON tool results), and on every
 message of 400 synthesized trajectories (every reasoning form)."""
@@ -112,3 +113,40 @@ def test_every_message_of_synthesized_trajectories(tmp_path):
             assert _same(sources, m["content"])  # every message read as a text too
             sources.append(m["content"])
     assert checked >= 1200
+
+
+def test_capitals_found_by_search_make_the_stretches_of_reading_word_by_word():
+    """`stretches` of an ASCII text searches for its capitals; on 100,000 random strings of the
+    characters that decide where a word starts and a sentence opens, it finds what reading
+    every word finds (the pattern `_runs`)."""
+    rng = random.Random(5)
+    pieces = list("aAbBzZ '-_09.,;:!?\n\t") + ["of", "de", "The", "Of", "Van", "la", "I", "So", "'s"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(100_000)]
+    differ = [t for t in texts if now.stretches(t) != list(now._word_stretches(t))]
+    assert not differ, differ[:3]
+    unsure = sum(1 for t in texts if any(m.group(1) is None for m in now._ascii_stretches().finditer(t)))
+    assert 10_000 < unsure < 90_000  # (both ways are taken: a capital after a digit, "'" or "-" is read word by word)
+
+
+def test_tool_results_read_as_json_reads_them():
+    """`plain_text` reads JSON with orjson where it reads as json does; integers beyond 64 bits,
+    floats, NaN, numbers out of range and lone surrogates come out as json reads them, on
+    edge cases and on 5,000 random JSON values."""
+    edges = ['[123456789012345678901234567890]', '[-9223372036854775809]', '[18446744073709551616]',
+             '[9223372036854775807, -9223372036854775808]', '[1e400]', '[NaN, Infinity]', '["\\ud800"]',
+             '[0.1, 1E5, -0, 1.0, 5e-324, 0.30000000000000004]', '{"a": 1, "b": 2, "a": 3}',
+             '{"x": {"y": ["a", {"z": "b"}]}, "w": true, "n": null, "e": "\\u00e9\\n"}', '{"a": }', '[1, 2', '{}']
+    rng = random.Random(7)
+
+    def value(depth: int):
+        r = rng.random()
+        if depth > 2 or r < 0.5:
+            return rng.choice([rng.randint(-10**25, 10**25), rng.randint(-99, 99), rng.random() * 10**rng.randint(-5, 30),
+                               _text(rng, 3), True, None, float("nan")])
+        if r < 0.75:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {_text(rng, 1): value(depth + 1) for _ in range(rng.randint(0, 4))}
+    randoms = [json.dumps(value(0), ensure_ascii=rng.random() < 0.5) for _ in range(5_000)]
+    differ = [s for s in edges + randoms if now.plain_text(s) != before.plain_text(s)]
+    assert not differ, differ[:3]
+    assert sum(1 for s in randoms if s[:1] in "{[") > 1_000
