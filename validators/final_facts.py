@@ -109,21 +109,23 @@ def deciding_facts(think: str, kind: str, question: str, results: Sources, looku
 
 
 def check_final_facts(msgs: list[dict], lookups: list[str], answers: list[str], meta: dict,
-                      before: Sources | None = None) -> dict:
+                      before: Sources | None = None, think: str | None = None) -> dict:
     """Checks the final think of `msgs` (module docstring): `lookups` are the string arguments
     of the conversation's calls, `answers` the gold answer first, then its aliases and the
-    answer given; `before` the messages before the final one as Sources, when the caller has
-    them (validators/grounding.py `ground`). Raises Reject, else returns the detail (kind, and
-    the facts found)."""
+    answer given; `before` the messages before the final one as Sources and `think` the final
+    think, when the caller has them (validators/grounding.py `ground`, the format step).
+    Raises Reject, else returns the detail (kind, and the facts found)."""
     question = next((m.get("content") or "" for m in msgs if m.get("role") == "user"), "")
-    results = Sources([m.get("content") or "" for m in msgs[:-1] if m.get("role") == "tool"])
+    tools = [k for k, m in enumerate(msgs[:-1]) if m.get("role") == "tool"]
+    before = before or Sources([m.get("content") or "" for m in msgs[:-1]])
+    results = before.subset(tools)
     kind = answer_kind(answers, results, meta)
     if kind is None:
         return {"reason": UNKNOWN}
     if not kind:
         return {"kind": "other"}
-    think = split_think(msgs[-1].get("content") or "").think or ""
-    before = before or Sources([m.get("content") or "" for m in msgs[:-1]])
+    if think is None:
+        think = split_think(msgs[-1].get("content") or "").think or ""
     common = Either(LowerOf(before), Sources([think]).lower)
     facts = deciding_facts(think, kind, question, results, Sources(lookups), answers, common)
     if not facts:

@@ -28,20 +28,21 @@ def check_grounding(msgs: list[dict]) -> dict:
     return ground(msgs)[0]
 
 
-def ground(msgs: list[dict]) -> tuple[dict, Sources]:
+def ground(msgs: list[dict], thinks: dict[int, str] | None = None) -> tuple[dict, Sources]:
     """`check_grounding`, and the messages before the last as Sources, as the thinks were read
-    against them (validators/final_facts.py reads the final think against the same)."""
-    src, thinks = Sources(), 0
+    against them (validators/final_facts.py reads the final think against the same). `thinks`
+    gives the think of each assistant message by index, where the caller has split them."""
+    src, checked = Sources(), 0
     for i, m in enumerate(msgs):
         content = m.get("content") or ""
         if m.get("role") == "assistant":
-            think = split_think(content).think
+            think = thinks[i] if thinks is not None and i in thinks else split_think(content).think
             if think:
                 bad = src.ungrounded(think)
                 if bad:
                     kind = "number" if any(k == "number" for k, _ in bad) else "name"
                     raise Reject(CODES[kind], index=i, mentions=[v for _, v in bad][:10], think=think[:300])
-                thinks += 1
+                checked += 1
         if i < len(msgs) - 1:
             src.add(content)
-    return {"thinks": thinks}, src
+    return {"thinks": checked}, src

@@ -103,6 +103,7 @@ class Parsed:
     turns: list[list[Call]]  # one list per non-final assistant turn
     tool_msgs: list[list[dict]]
     answer: str
+    thinks: dict[int, str]  # the think of each assistant message, by message index
 
 
 # -- structure and format --------------------------------------------------------------------
@@ -119,7 +120,8 @@ def _structure(row: dict) -> list[dict]:
     return msgs
 
 
-def _think(text: str, index: int) -> str:
+def _think(text: str, index: int, thinks: dict[int, str]) -> str:
+    """The text after the think of an assistant message; the think goes to `thinks`."""
     if not text.lstrip().startswith("<think>"):
         raise Reject("think_missing", index=index)
     sp = split_think(text)
@@ -127,16 +129,17 @@ def _think(text: str, index: int) -> str:
         raise Reject("think_malformed", index=index, error=sp.error)
     if not sp.think.strip():
         raise Reject("think_missing", index=index, why="empty think")
+    thinks[index] = sp.think
     return sp.rest
 
 
 def _format(msgs: list[dict]) -> Parsed:
-    turns, tool_msgs, i, n = [], [], 0, len(msgs)
+    turns, tool_msgs, thinks, i, n = [], [], {}, 0, len(msgs)
     while i < n and msgs[i]["role"] != "assistant":
         i += 1
     while i < n:
         m = msgs[i]
-        rest = _think(m["content"], i)
+        rest = _think(m["content"], i, thinks)
         j = i + 1
         tools = []
         while j < n and msgs[j]["role"] == "tool":
@@ -148,7 +151,7 @@ def _format(msgs: list[dict]) -> Parsed:
             answer, err = extract_answer(rest)
             if err:
                 raise Reject({"answer_unclosed": "answer_empty"}.get(err, err), index=i)
-            return Parsed(turns, tool_msgs, answer)
+            return Parsed(turns, tool_msgs, answer, thinks)
         parsed = parse_tool_calls(rest)
         if parsed.errors:
             code = parsed.errors[0][0]
@@ -290,13 +293,15 @@ def _final_facts(row: dict, p: Parsed, msgs: list[dict], meta: dict, before: Sou
     aliases = [a for a in (meta.get("aliases") or row.get("aliases") or []) if isinstance(a, str)]
     lookups = [v for turn in p.turns for c in turn if isinstance(c.args, dict)
                for v in c.args.values() if isinstance(v, str)]
-    detail = check_final_facts(msgs, lookups, [str(row.get("answer") or ""), *aliases, p.answer], meta, before)
+    detail = check_final_facts(msgs, lookups, [str(row.get("answer") or ""), *aliases, p.answer], meta, before,
+                               p.thinks.get(len(msgs) - 1))
     return ok(LAYER, "final_facts", reason=detail.pop("reason", "ok"), detail=detail or None)
 
 
 def _grounding(st: dict) -> Verdict:
-    """The `grounding` step; keeps the messages before the last as read (`st["before"]`)."""
-    detail, st["before"] = ground(st["msgs"])
+    """The `grounding` step, over the thinks the format step read; keeps the messages before
+    the last as read (`st["before"]`)."""
+    detail, st["before"] = ground(st["msgs"], st["p"].thinks)
     return ok(LAYER, "grounding", detail=detail)
 
 
