@@ -218,7 +218,7 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
             raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
         from generators.llm.openai_backend import OpenAIBackend
 
-        return ServedClient(OpenAIBackend(url, served_model, max_concurrency=64), tokenizer, path)
+        return ServedClient(OpenAIBackend(url, served_model), tokenizer, path)
     from generators.llm.vllm_server import VLLMServer
     from train.weight_sync import ServedEngine
 

@@ -62,7 +62,7 @@ class ServedEngine(Wrapped):
     OpenAI client on it (`inner`); `load_weights` publishes (generators/llm/vllm_server.py);
     a request that fails on a dead server says so, with the server's log."""
 
-    def __init__(self, server, max_concurrency: int = 64) -> None:
+    def __init__(self, server, max_concurrency: int | None = None) -> None:
         self.server = server.start()
         self.inner = self.client = server.backend(max_concurrency=max_concurrency)
 

