@@ -15,8 +15,10 @@ Where the server states its own load (generators/llm/server_load.py: vLLM's and 
 `/metrics`), that decides instead of latency (`report`, a reading every quarter second while
 requests are in flight): while the server queues nothing and the endpoint uses all its room,
 the limit doubles at once; once it queues, the limit becomes what the server runs of ours
-plus an eighth (a short queue refills a slot the moment it frees). So a server of 256
-sequences is filled in about a second from 64, and not flooded. 429s and 503s still shrink it.
+plus a half (a queue that refills the slots that free while the client is busy elsewhere:
+with an eighth, a synthesis at 64 slots kept the engine 84% busy, against 99% when latency
+decided and let such a queue grow). So a server of 256 sequences is filled in about a
+second from 64, and not flooded. 429s and 503s still shrink it.
 
 An endpoint that refused or dropped a connection is down (`mark_down`: a restart, a server
 that went away): until it answers again (`mark_up`) it takes one request at a time,
@@ -115,7 +117,7 @@ class AdaptiveLimit:
         before = self.value
         if waiting > 0 and self.inflight > 0:
             ours = max(1, min(running, self.inflight - waiting))  # (what it runs of ours, if all it queues is ours)
-            self.value = max(float(self.low), min(self.value, float(ours + max(1, ours // 8))))
+            self.value = max(float(self.low), min(self.value, float(ours + max(1, ours // 2))))
             self.slow_start = False
         elif waiting == 0 and self.inflight >= self.limit:
             self.value = min(float(self.high), self.value * 2)

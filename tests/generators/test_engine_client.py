@@ -123,7 +123,7 @@ def test_a_server_stating_its_load_is_filled_fast_and_not_flooded():
             lim.enter()
         lim.report(min(lim.inflight, slots), max(0, lim.inflight - slots))
         seen.append(lim.limit)
-    assert seen[2] >= slots and all(slots <= v <= slots + slots // 8 for v in seen[4:]), seen
+    assert seen[2] >= slots and all(slots <= v <= slots + slots // 2 for v in seen[4:]), seen
     assert lim.reported
     shared = AdaptiveLimit(start=256)
     for _ in range(256):
@@ -155,8 +155,8 @@ def test_the_client_reads_the_engines_load_where_it_states_it(metrics):
         out = b.generate(_reqs(600))
         assert engine.completed == 600 and engine.max_busy == 64
         assert b.limits[0].reported is metrics and (0 in b._unread) is not metrics  # (a page-less server: asked once)
-        if metrics:  # it stopped at the engine's slots plus a short queue, not at latency's guess
-            assert 64 <= b.max_concurrency <= 64 + 8
+        if metrics:  # it stopped at the engine's slots plus a queue of half as many, not at latency's guess
+            assert 64 <= b.max_concurrency <= 64 + 32
         b.close()
     assert _texts(out) == [scripted_text(f'look up "q{i}"', i) for i in range(600)]
 
