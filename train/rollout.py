@@ -22,8 +22,9 @@ every tool call parsed and the reply ended with one answer.
 itself, so updates are visible at once) or any backend with `generate` plus a `tokenizer`
 and `score` (a vLLM engine or server, weights synced by the trainer: train/weight_sync.py).
 A backend with `concurrent = True` gets one request per conversation turn, all in flight at
-once; its `policy_version` (the optimizer step of the weights it holds) is recorded per turn
-in `Rollout.stats["policy_versions"]`.
+once (up to IN_FLIGHT conversations, each a thread; the backend's own limit decides what
+reaches the server); its `policy_version` (the optimizer step of the weights it holds) is
+recorded per turn in `Rollout.stats["policy_versions"]`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from train.reward import score_answer
 from train.configs import RolloutConfig  # noqa: F401  (re-exported)
 from train.sft import IGNORE, tokenize
 
+IN_FLIGHT = 1024  # conversations a concurrent backend is given at once at most (each a thread)
 STOPS = ["</answer>"]  # not `</tool_call>`: that would cut a turn's second parallel call
 
 
@@ -140,7 +142,9 @@ def _asynchronous(backend, simulator, prompts, convs, calls, cfg, seed, progress
                 break
         bar.update(1)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), backend.max_concurrency))) as pool:
+    # (not the backend's limit as it stands now: an adaptive one grows past it while they run)
+    workers = max(1, min(len(prompts), max(IN_FLIGHT, backend.max_concurrency)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one, range(len(prompts))))  # re-raises the first failure
     bar.close()
 

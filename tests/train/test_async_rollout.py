@@ -13,6 +13,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from generators.llm.openai_backend import OpenAIBackend
+from generators.llm.standin_engine import StandinEngine
 from generators.tools.bank import build_bank
 from generators.tools.simulator import Simulator
 from storage import load_table
@@ -121,3 +122,19 @@ def test_concurrent_backend_runs_each_conversation_on_its_own(setup):
     # lockstep: no conversation starts turn 2 before every conversation finished turn 1
     assert min(order_lock.index((p.messages[-1]["content"], 1)) for p in prompts) > \
         max(order_lock.index((p.messages[-1]["content"], 0)) for p in prompts), order_lock
+
+
+def test_conversations_in_flight_follow_the_backends_limit_as_it_grows(setup):
+    """A concurrent backend gets every conversation at once, not as many as its limit allowed
+    when they started (an adaptive client starts at 64): against an engine of 256 slots that
+    states its load, more than 64 of 200 one-turn conversations are served at once."""
+    _, sim, prompts, tok, path = setup
+    many = [p for _ in range(50) for p in prompts]  # (200; each conversation's seed differs)
+    with StandinEngine(slots=256, latency=0.5) as engine:
+        client = ServedClient(OpenAIBackend(engine.url, "standin"), tok, path)
+        try:
+            outs = rollout(client, sim, many, RolloutConfig(max_turns=1), logprobs=False)
+        finally:
+            client.close()
+        assert len(outs) == 200 and engine.completed == 200
+        assert engine.max_busy > 64, engine.max_busy
