@@ -6,6 +6,8 @@ defaults otherwise:
   synthesize     `forgeplay synthesize --texts llm` (n trajectories)
   judge          `forgeplay validate --layers schema,judge` over n template trajectories
   answerability  `forgeplay validate --layers schema,answerability` over the same
+  eval           `forgeplay train eval --rollout-backend openai` over n triples of the world (a
+                 turn of a rollout is a request; the stand-in's replies end most in one turn)
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
@@ -49,13 +51,17 @@ STAGES = {  # stage -> its command line (before the backend options), given n
     "synthesize": lambda n: ["synthesize", "--dataset", "w", "--n", str(n), "--texts", "llm"],
     "judge": lambda n: ["validate", "--dataset", "w", "--layers", "schema,judge"],
     "answerability": lambda n: ["validate", "--dataset", "w", "--layers", "schema,answerability"],
+    "eval": lambda n: ["train", "eval", "--dataset", "w", "--limit", str(n), "--no-held-out"],
+}
+ENGINE_OPTIONS = {  # how a command is pointed at the engine, where not by --backend openai --base-url --model
+    "eval": lambda url: ["--rollout-backend", "openai", "--rollout-url", url, "--served-model", "standin"],
 }
 
 
 def run_stage(stage: str, code: Path, data_root: Path, url: str, n: int, extra: list[str]) -> float:
     """Run the stage's command from checkout `code`; its wall seconds."""
-    cmd = [sys.executable, "-m", "flows.cli", *STAGES[stage](n), "--backend", "openai", "--base-url", url,
-           "--model", "standin", "--data-root", str(data_root), *extra]
+    engine = ENGINE_OPTIONS.get(stage, lambda u: ["--backend", "openai", "--base-url", u, "--model", "standin"])
+    cmd = [sys.executable, "-m", "flows.cli", *STAGES[stage](n), *engine(url), "--data-root", str(data_root), *extra]
     t = time.perf_counter()
     res = subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True)
     wall = time.perf_counter() - t
@@ -66,7 +72,7 @@ def run_stage(stage: str, code: Path, data_root: Path, url: str, n: int, extra: 
 
 def prepare(world: Path, stage: str, n: int) -> None:
     """What the stage reads besides the world: n template trajectories for a validation layer."""
-    if stage != "synthesize":
+    if stage in ("judge", "answerability"):
         cmd = [sys.executable, "-m", "flows.cli", "synthesize", "--dataset", "w", "--n", str(n), "--texts", "template",
                "--data-root", str(world)]
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
