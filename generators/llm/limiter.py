@@ -115,7 +115,7 @@ class AdaptiveLimit:
             return
         self.reported = True
         before = self.value
-        if waiting > 0 and self.inflight > 0:
+        if waiting > 0:
             ours = max(1, min(running, self.inflight - waiting))  # (what it runs of ours, if all it queues is ours)
             self.value = max(float(self.low), min(self.value, float(ours + max(1, ours // 2))))
             self.slow_start = False
