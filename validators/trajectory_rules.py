@@ -20,6 +20,9 @@ left out when RuleContext.final_facts is off, `forgeplay validate --no-final-fac
     from validators.trajectory_rules import check_trajectory, RuleContext
     verdicts = check_trajectory(row, RuleContext())
 
+`structure` and `format` read the record (validators/trajectory_format.py); the checks after
+them read what it parsed.
+
 Triples and tasks have their own rules (validators.question_rules); `check_record` picks by kind.
 `TrajectoryRules` is the rules layer's check for trajectories, `NoRules` the one for kinds
 without rules (validators/check.py).
@@ -28,7 +31,6 @@ without rules (validators/check.py).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -36,7 +38,6 @@ from typing import Any, Callable
 import fastjsonschema
 
 from generators.answers import match
-from generators.llm.toolcalls import extract_answer, parse_tool_calls, split_think
 from generators.synth.sources import Sources
 from generators.tools.fill import roles_of
 from storage.schema import meta_of
@@ -46,12 +47,11 @@ from validators.grounding import ground
 from validators.question_rules import check_task_rules, check_triple_rules
 from validators.replay import replay, replay_requests
 from validators.rule_context import RuleContext
+from validators.trajectory_format import Call, Parsed, parse, structure
 from validators.verdict import Reject, Verdict, fail, ok, run_steps
 
 LAYER = "rules"
 ROUTES = ("single", "parallel", "sequential", "mixed")
-_ROLE_CODE = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
-_ROLE_ORDER = re.compile(r"s?u(at+)*a")
 
 
 @dataclass
@@ -81,111 +81,6 @@ def tool_validator(parameters: str) -> ToolSchema | None:
         return ToolSchema(fastjsonschema.compile(schema), roles_of(schema).lookup or "query")
     except (ValueError, TypeError, fastjsonschema.JsonSchemaDefinitionException):
         return None
-
-
-@dataclass
-class Call:
-    id: str | None
-    name: str
-    args: Any
-    flag: str | None
-    turn: int
-    lookup: str = "query"  # the tool's lookup argument, set by the tools check
-
-    @property
-    def query(self) -> str | None:
-        q = self.args.get(self.lookup) if isinstance(self.args, dict) else None
-        return q if isinstance(q, str) else None
-
-
-@dataclass
-class Parsed:
-    turns: list[list[Call]]  # one list per non-final assistant turn
-    tool_msgs: list[list[dict]]
-    answer: str
-    thinks: dict[int, str]  # the think of each assistant message, by message index
-
-
-# -- structure and format --------------------------------------------------------------------
-def _structure(row: dict) -> list[dict]:
-    msgs = row.get("messages")
-    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-        raise Reject("no_messages")
-    roles = "".join(_ROLE_CODE.get(m.get("role"), "?") for m in msgs)
-    if not _ROLE_ORDER.fullmatch(roles):
-        raise Reject("role_order", roles=roles)
-    for i, m in enumerate(msgs):
-        if not isinstance(m.get("content"), str) or not m["content"].strip():
-            raise Reject("empty_message", index=i, role=m.get("role"))
-    return msgs
-
-
-def _think(text: str, index: int, thinks: dict[int, str]) -> str:
-    """The text after the think of an assistant message; the think goes to `thinks`."""
-    if not text.lstrip().startswith("<think>"):
-        raise Reject("think_missing", index=index)
-    sp = split_think(text)
-    if sp.think is None or sp.error:
-        raise Reject("think_malformed", index=index, error=sp.error)
-    if not sp.think.strip():
-        raise Reject("think_missing", index=index, why="empty think")
-    thinks[index] = sp.think
-    return sp.rest
-
-
-def _format(msgs: list[dict]) -> Parsed:
-    turns, tool_msgs, thinks, i, n = [], [], {}, 0, len(msgs)
-    while i < n and msgs[i]["role"] != "assistant":
-        i += 1
-    while i < n:
-        m = msgs[i]
-        rest = _think(m["content"], i, thinks)
-        j = i + 1
-        tools = []
-        while j < n and msgs[j]["role"] == "tool":
-            tools.append(msgs[j])
-            j += 1
-        if j >= n and not tools:  # final turn
-            if "<tool_call>" in rest or "</tool_call>" in rest or m.get("tool_calls"):
-                raise Reject("final_not_answer", index=i)
-            answer, err = extract_answer(rest)
-            if err:
-                raise Reject({"answer_unclosed": "answer_empty"}.get(err, err), index=i)
-            return Parsed(turns, tool_msgs, answer, thinks)
-        parsed = parse_tool_calls(rest)
-        if parsed.errors:
-            code = parsed.errors[0][0]
-            raise Reject("tool_call_bad_json" if code == "tool_call_bad_json" else "tool_call_malformed",
-                         index=i, error=code, raw=parsed.errors[0][1][:200])
-        if not parsed.calls:
-            raise Reject("no_tool_calls", index=i)
-        if parsed.content:
-            raise Reject("text_outside_calls", index=i, text=parsed.content[:200])
-        structured = m.get("tool_calls") or []
-        calls = []
-        if structured:
-            if len(structured) != len(parsed.calls):
-                raise Reject("tool_calls_mismatch", index=i, why="count")
-            for s, p in zip(structured, parsed.calls):
-                try:
-                    sargs = json.loads(s.get("arguments") or "{}")
-                except (TypeError, ValueError):
-                    raise Reject("tool_call_bad_json", index=i, why="structured arguments") from None
-                if s.get("name") != p["name"] or sargs != p["arguments"]:
-                    raise Reject("tool_calls_mismatch", index=i, name=p["name"])
-                calls.append(Call(s.get("id"), p["name"], p["arguments"], s.get("injected_error"), len(turns)))
-        else:
-            calls = [Call(None, p["name"], p["arguments"], None, len(turns)) for p in parsed.calls]
-        if len(tools) != len(calls):
-            raise Reject("tool_message_mismatch", index=i, calls=len(calls), tool_messages=len(tools))
-        for c, t in zip(calls, tools):
-            if (c.id is not None and t.get("tool_call_id") not in (None, c.id)) or \
-                    (t.get("name") not in (None, c.name)):
-                raise Reject("tool_message_mismatch", index=i, call=c.name)
-        turns.append(calls)
-        tool_msgs.append(tools)
-        i = j
-    raise Reject("final_not_answer", why="no final assistant turn")
 
 
 # -- tools and route ---------------------------------------------------------------------------
@@ -308,13 +203,13 @@ def _grounding(st: dict) -> Verdict:
 def _parse_steps(row: dict, st: dict) -> list:
     """The steps up to the replay: they parse the record into `st` (messages, calls, repairs)."""
     def fmt() -> Verdict:
-        st["p"] = p = _format(st["msgs"])
+        st["p"] = p = parse(st["msgs"])
         return ok(LAYER, "format", detail={"turns": len(p.turns)})
 
     def route() -> Verdict:
         return ok(LAYER, "route", detail={"shape": _route(row, st["p"], st["repairs"])})
 
-    return [("structure", lambda: st.update(msgs=_structure(row))),
+    return [("structure", lambda: st.update(msgs=structure(row))),
             ("format", fmt),
             ("tools", lambda: st.update(repairs=_tools(row, st["p"]))),
             ("route", route)]
