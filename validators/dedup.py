@@ -1,7 +1,8 @@
 """Layer 5 (dataset): exact and near-duplicate removal across the dataset and against
 held-out evaluation files (contamination check).
 
-Exact duplicates share the hash of the normalized text (generators.answers.normalize).
+Exact duplicates share the hash of the normalized text (generators.answers.normalize; 64 bits
+of its SHA-256).
 Near duplicates: word n-gram shingles -> MinHash signature (numpy, `num_perm` universal
 hashes over 64-bit xxhash shingle hashes) -> LSH bands for candidates -> estimated Jaccard
 >= threshold. The first record seen wins; later copies are rejected.
@@ -30,6 +31,7 @@ import xxhash
 from generators.answers import normalize
 from storage.userfiles import iter_records
 from validators.check import Check, CheckContext
+from validators.key_table import KeyTable
 from validators.verdict import Verdict, fail, ok
 
 LAYER = "dataset"
@@ -55,7 +57,7 @@ def record_body(row: dict) -> str:
                                      ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def bodies(records, kind: str, con) -> list[str | None]:
+def bodies(records, kind: str, con) -> list[str | int | None]:
     """`record_body` of each record that has a group, else None. Rows read from a dataset's shards
     are hashed by DuckDB over their Arrow messages (`hash`, 64 bits; the Python rows are not
     rebuilt for it); the values of a user's file by `record_body`."""
@@ -66,27 +68,33 @@ def bodies(records, kind: str, con) -> list[str | None]:
         return [record_body(r) if isinstance(r, dict) and record_group(r, kind) else None for r in records.values]
     con.register("chunk", table.select(["messages"]))
     try:
-        return [f"duckdb:{h}" for (h,) in con.execute("SELECT hash(messages) FROM chunk").fetchall()]
+        return [h for (h,) in con.execute("SELECT hash(messages) FROM chunk").fetchall()]
     finally:
         con.unregister("chunk")
 
 
 class Deduper:
-    """The index of one run (module docstring). Signatures sit in one growing numpy array, and
-    a band's bucket holds its first record as an int (a list only once a second one shares it),
-    so a question costs ~1.5 KB; a record's candidates are compared with it in one vectorised step."""
+    """The index of one run (module docstring), compact so that 10^6 records fit: signatures
+    sit in numpy blocks, and the exact hashes, the bands and the conversations' hashes are
+    64-bit keys in KeyTables (validators/key_table.py), so a question costs under 1 KB and a
+    conversation ~100 bytes. A record's candidates are compared with it in one vectorised step."""
+
+    BLOCK = 4096  # signatures per block
 
     def __init__(self, threshold: float = 0.8, ngram: int = 3, num_perm: int = 64, bands: int = 16, seed: int = 1):
         self.threshold, self.ngram, self.num_perm, self.bands = threshold, ngram, num_perm, bands
         rng = np.random.default_rng(seed)
         self.a = rng.integers(1, (1 << 61) - 1, num_perm, dtype=np.uint64)
         self.b = rng.integers(0, (1 << 61) - 1, num_perm, dtype=np.uint64)
-        self.exact: dict[str, str] = {}
-        self.buckets: list[dict[bytes, int | list[int]]] = [{} for _ in range(bands)]
-        self._sigs = np.zeros((1024, num_perm), dtype=np.uint64)
+        # a band's key: its values weighted by odd 64-bit numbers of its own, summed (mod 2^64)
+        self.mix = rng.integers(0, 1 << 63, (bands, num_perm // bands), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        self.exact = KeyTable()    # hash of a normalized text -> the record that indexed it
+        self.buckets = KeyTable()  # a band's key -> the records whose signature has that band
+        self.bodies = KeyTable()   # hash of a conversation -> the first record of a group that had it
+        self.body_ids: list[str] = []
+        self._blocks: list[np.ndarray] = []
         self.owners: list[str] = []
-        self.groups: dict[str, str] = {}  # owner -> its group, for owners that have one
-        self.bodies: dict[str, str] = {}  # body hash -> the record of a group that had it first
+        self.groups: list[str | None] = []  # each owner's group, None where it has none
 
     def signature(self, text: str) -> np.ndarray:
         return self._signature(normalize(text))
@@ -100,29 +108,37 @@ class Deduper:
             mixed = (h[:, None] * self.a[None, :] + self.b[None, :]) % _PRIME
         return mixed.min(axis=0)
 
-    def _bands(self, sig: np.ndarray) -> list[bytes]:
-        r = self.num_perm // self.bands
-        return [sig[i * r:(i + 1) * r].tobytes() for i in range(self.bands)]
+    def _bands(self, sig: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return (sig[:self.bands * self.mix.shape[1]].reshape(self.mix.shape) * self.mix).sum(axis=1, dtype=np.uint64)
 
     @staticmethod
-    def _key(norm: str) -> str:
-        return hashlib.sha256(norm.encode('utf-8', 'surrogatepass')).hexdigest()
+    def _key(norm: str) -> int:
+        return int.from_bytes(hashlib.sha256(norm.encode('utf-8', 'surrogatepass')).digest()[:8], "little")
 
-    def _add(self, owner: str, key: str, sig: np.ndarray) -> None:
-        self.exact.setdefault(key, owner)
+    def _add(self, owner: str, key: int, sig: np.ndarray, group: str | None = None) -> None:
         idx = len(self.owners)
-        if idx == len(self._sigs):
-            self._sigs = np.concatenate([self._sigs, np.zeros_like(self._sigs)])
-        self._sigs[idx] = sig
+        if self.exact.first(key) is None:
+            self.exact.add(key, idx)
+        if idx % self.BLOCK == 0:
+            self._blocks.append(np.empty((self.BLOCK, self.num_perm), dtype=np.uint64))
+        self._blocks[-1][idx % self.BLOCK] = sig
         self.owners.append(owner)
-        for band, k in zip(self.buckets, self._bands(sig)):
-            v = band.get(k)
-            if v is None:
-                band[k] = idx
-            elif type(v) is int:
-                band[k] = [v, idx]
-            else:
-                v.append(idx)
+        self.groups.append(group)
+        for k in self._bands(sig).tolist():
+            self.buckets.add(k, idx)
+
+    def _signatures(self, idx: list[int]) -> np.ndarray:
+        """The signatures of indexed records `idx`, in their order."""
+        if len(idx) <= 8:
+            return np.stack([self._blocks[i // self.BLOCK][i % self.BLOCK] for i in idx])
+        at = np.array(idx, dtype=np.int64)
+        block, row = at // self.BLOCK, at % self.BLOCK
+        out = np.empty((len(at), self.num_perm), dtype=np.uint64)
+        for b in np.unique(block).tolist():
+            m = block == b
+            out[m] = self._blocks[b][row[m]]
+        return out
 
     def add_heldout(self, texts, name: str = "heldout") -> None:
         for i, t in enumerate(texts):
@@ -132,50 +148,57 @@ class Deduper:
     def _candidates(self, sig: np.ndarray) -> list[int]:
         """Indexed records sharing a band with `sig`, in the order a set of them iterates."""
         found: set[int] = set()
-        for band, k in zip(self.buckets, self._bands(sig)):
-            v = band.get(k)
-            if v is None:
-                continue
-            if type(v) is int:
-                found.add(v)
-            else:
-                found.update(v)
+        for v in self.buckets.get_many(self._bands(sig)):
+            found.update(v)
         return list(found)
 
-    def check(self, record_id: str, text: str, group: str | None = None, body: str | None = None) -> Verdict:
-        """Verdict for `text` (of `group`, with `body`: module docstring); a passing text joins
-        the index."""
+    def _body(self, body: str | int) -> tuple[int, str | None]:
+        """The conversation's key, and the record of a group that had it first (None: none had it)."""
+        key = body if type(body) is int else xxhash.xxh64_intdigest(str(body).encode("utf-8", "surrogatepass"))
+        j = self.bodies.first(key)
+        return key, None if j is None else self.body_ids[j]
+
+    def _keep_body(self, key: int | None, record_id: str) -> None:
+        if key is not None:
+            self.bodies.add(key, len(self.body_ids))
+            self.body_ids.append(record_id)
+
+    def check(self, record_id: str, text: str, group: str | None = None, body: str | int | None = None) -> Verdict:
+        """Verdict for `text` (of `group`, with `body`, a hash of its conversation: module
+        docstring); a passing text joins the index."""
         norm = normalize(text)
         key = self._key(norm)
-        first = self.exact.get(key)
-        if first is not None and first != record_id and (group is None or self.groups.get(first) != group):
+        first_i = self.exact.first(key)
+        first = None if first_i is None else self.owners[first_i]
+        if first is not None and first != record_id and (group is None or self.groups[first_i] != group):
             reason = "heldout_overlap" if first.startswith("heldout") else "exact_duplicate"
             return fail(LAYER, "dedup", reason, score=1.0, detail={"duplicate_of": first})
+        new_body = None
         if body is not None:
-            copy = self.bodies.setdefault(body, record_id)
-            if copy != record_id:
+            body_key, copy = self._body(body)
+            if copy is None:
+                new_body = body_key
+            elif copy != record_id:
                 return fail(LAYER, "dedup", "exact_duplicate", score=1.0, detail={"duplicate_of": copy})
         if first is not None and first != record_id:  # another record of the group asked it first
+            self._keep_body(new_body, record_id)
             return ok(LAYER, "dedup", detail={"same_question_as": first})
         sig = self._signature(norm)
         best, best_i = 0.0, None
         cands = [i for i in self._candidates(sig) if self.owners[i] != record_id and
-                 (group is None or self.groups.get(self.owners[i]) != group)]
+                 (group is None or self.groups[i] != group)]
         if cands:
-            same = (self._sigs[cands] == sig).sum(axis=1)
+            same = (self._signatures(cands) == sig).sum(axis=1)
             top = int(np.argmax(same))  # the first of the best, as a loop keeping a strictly better one
             if same[top]:
                 best, best_i = float(same[top]) / self.num_perm, cands[top]
         if best_i is not None and best >= self.threshold:
             owner = self.owners[best_i]
             reason = "heldout_overlap" if owner.startswith("heldout") else "near_duplicate"
-            if body is not None:
-                self.bodies.pop(body, None)
             return fail(LAYER, "dedup", reason, score=best, detail={"duplicate_of": owner, "jaccard": round(best, 3)})
         if first is None:
-            if group is not None:
-                self.groups[record_id] = group
-            self._add(record_id, key, sig)
+            self._add(record_id, key, sig, group)
+        self._keep_body(new_body, record_id)
         return ok(LAYER, "dedup", score=best)
 
 
