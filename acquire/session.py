@@ -50,10 +50,10 @@ class AcquireConfig(LabelConfig):
     backend: str = field(default="transformers", metadata={
         "flag": "rollout-backend", "aliases": ("backend",), "choices": kinds_with(ROLLOUT),
         "help": "what samples the answers: transformers (in this process), vllm-server (vLLM's server from "
-                ".venv-vllm, or the one at --rollout-url; every answer in flight at once) or openai (any "
-                "OpenAI-compatible server at --rollout-url serving --model); token probabilities and hidden "
+                ".venv-vllm, or the one at --base-url; every answer in flight at once) or openai (any "
+                "OpenAI-compatible server at --base-url serving --model); token probabilities and hidden "
                 "states, when the strategy reads them, come from one teacher-forced pass of --model in this process"})
-    url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
+    url: str = field(default="", metadata={"flag": "base-url", "aliases": ("rollout-url", "url"),
                                            "help": f"vllm-server / openai: the server's URL, {URL_FORM}"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
     n: int = field(default=8, metadata={"help": "answers sampled per prompt"})
@@ -86,7 +86,7 @@ class AcquireConfig(LabelConfig):
         check_option(self.tools)
         require(self.backend, "--rollout-backend", ROLLOUT)
         if self.backend == "openai" and not self.url:
-            raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
+            raise ValueError("--rollout-backend openai needs --base-url (the server's address)")
         self.check_labelling()
         if self.n < 2 or self.batch < 1 or self.budget < 0:
             raise ValueError("need --n >= 2, --batch-size >= 1 and --budget >= 0")

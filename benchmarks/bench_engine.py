@@ -54,7 +54,7 @@ STAGES = {  # stage -> its command line (before the backend options), given n
     "eval": lambda n: ["train", "eval", "--dataset", "w", "--limit", str(n), "--no-held-out"],
 }
 ENGINE_OPTIONS = {  # how a command is pointed at the engine, where not by --backend openai --base-url --model
-    "eval": lambda url: ["--rollout-backend", "openai", "--rollout-url", url, "--served-model", "standin"],
+    "eval": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
 }
 
 

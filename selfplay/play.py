@@ -101,11 +101,11 @@ class PlayConfig:
     train_layers: int = field(default=0, metadata={"help": "update only the last N transformer blocks of each role (0 = all)"})
     rollout_backend: str = field(default="transformers", metadata={
         "choices": ROLLOUT_BACKENDS, "help": "what samples the examiner's, reader's and student's rollouts: transformers (each role's model "
-                "in this process) or vllm-server (one vLLM server from .venv-vllm, or --rollout-url, that each "
+                "in this process) or vllm-server (one vLLM server from .venv-vllm, or --base-url, that each "
                 "role's current weights are published to before it samples; the roles must share the "
                 "architecture, as checkpoints of one model do). The updates and the teacher run here either way"})
     rollout_url: str = field(default="", metadata={
-        "help": f"vllm-server: a running server's URL, {URL_FORM} (default: start one on a free port of 127.0.0.1)"})
+        "flag": "base-url", "aliases": ("rollout-url",), "help": f"vllm-server: a running server's URL, {URL_FORM} (default: start one on a free port of 127.0.0.1)"})
     resume: bool = field(default=False, metadata={"help": "continue a killed run at its last completed phase"})
 
     def out_dataset(self) -> str:

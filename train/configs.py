@@ -120,9 +120,10 @@ class GRPOConfig(LabelConfig, RolloutConfig):
     rollout_backend: str = field(default="transformers", metadata={
         "choices": ROLLOUT_BACKENDS, "help": "what samples rollouts: transformers (the policy module itself), vllm (an in-process vLLM "
                 "engine, the policy's weights loaded into it after every optimizer step; needs vllm) or "
-                "vllm-server (vLLM's server from .venv-vllm, or --rollout-url; weights published after every "
+                "vllm-server (vLLM's server from .venv-vllm, or --base-url; weights published after every "
                 "optimizer step, every rollout in flight at once)"})
     rollout_url: str = field(default="", metadata={
+        "flag": "base-url", "aliases": ("rollout-url",),
         "help": f"vllm-server: a running server's URL, {URL_FORM}, one started with `python -m "
                 "generators.llm.vllm_server` (default: start one on a free port of 127.0.0.1)"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={

@@ -51,9 +51,9 @@ class EvalConfig(RolloutConfig):
     backend: str = field(default="transformers", metadata={
         "flag": "rollout-backend", "aliases": ("backend",), "choices": lambda: BACKEND_KINDS,
         "help": "what samples: transformers (in this process, turns in lockstep), vllm-server (vLLM's server "
-                "from .venv-vllm, or the one at --rollout-url; every conversation in flight at once) or openai "
-                "(any OpenAI-compatible server at --rollout-url)"})
-    url: str = field(default="", metadata={"flag": "rollout-url", "aliases": ("url",),
+                "from .venv-vllm, or the one at --base-url; every conversation in flight at once) or openai "
+                "(any OpenAI-compatible server at --base-url)"})
+    url: str = field(default="", metadata={"flag": "base-url", "aliases": ("rollout-url", "url"),
                                            "help": f"vllm-server / openai: the server's URL, {URL_FORM}"})
     served_model: str = field(default="policy", metadata={"help": "openai: the model name the server knows"})
 
@@ -215,7 +215,7 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if kind == "openai":
         if not url:
-            raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
+            raise ValueError("--rollout-backend openai needs --base-url (the server's address)")
         from generators.llm.openai_backend import OpenAIBackend
 
         return ServedClient(OpenAIBackend(url, served_model), tokenizer, path)
@@ -231,13 +231,13 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
 
 def check_sampling(kind: str, model, url: str = "") -> None:
     """A rollout backend's options checked before anything loads (one-line ValueError): a
-    known --rollout-backend, --rollout-url for openai, a --model that is a model folder or a prepared name
+    known --rollout-backend, --base-url for openai, a --model that is a model folder or a prepared name
     (every kind reads its tokenizer)."""
     from generators.llm.model_store import check_model
 
     require(kind, "--rollout-backend", ROLLOUT)
     if kind == "openai" and not url:
-        raise ValueError("--rollout-backend openai needs --rollout-url (the server's address)")
+        raise ValueError("--rollout-backend openai needs --base-url (the server's address)")
     check_model(model)
 
 

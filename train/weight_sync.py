@@ -14,7 +14,7 @@ accumulation) the weights are unchanged and nothing is pushed. Two engines:
                than vLLM's multi-process one (measured here: ~4.5 against ~35 tok/s).
   vllm-server  vLLM's OpenAI-compatible server with its multi-process engine and prefix
                caching (generators/llm/vllm_server.py), started from .venv-vllm or reached
-               at `--rollout-url`: weights published as a safetensors file and reloaded;
+               at `--base-url`: weights published as a safetensors file and reloaded;
                every conversation of a batch in flight at once (`concurrent`).
 
     backend = SyncedPolicy.from_config(model_path, model, cfg)

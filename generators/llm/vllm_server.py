@@ -26,7 +26,7 @@ already in use, a server that exits while starting or dies later (its exit code 
     server.close()
 
 `python -m generators.llm.vllm_server --model DIR --port 8000` serves in the foreground with
-the same flags (for `--rollout-url http://127.0.0.1:8000`; weights are published as files, so
+the same flags (for `--base-url http://127.0.0.1:8000`; weights are published as files, so
 the server must see the trainer's folders).
 """
 
@@ -160,7 +160,7 @@ class VLLMServer:
         if self.port and port_in_use(self.port):
             self.close()
             raise ServerError(f"port {self.port} on 127.0.0.1 is already in use: choose another port, or pass "
-                              f"--rollout-url http://127.0.0.1:{self.port} to use the server running there")
+                              f"--base-url http://127.0.0.1:{self.port} to use the server running there")
         python = vllm_python(self.python)
         port = self.port or free_port()
         self.url = f"http://127.0.0.1:{port}"

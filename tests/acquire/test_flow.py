@@ -78,7 +78,7 @@ def test_labels_report_command_and_its_error_without_a_ledger(root, tiny_llama_d
 
 
 def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass(root, tiny_llama_dir):  # noqa: F811
-    """`--rollout-backend openai --rollout-url`: the answers come from a real OpenAI-compatible server on
+    """`--rollout-backend openai --base-url`: the answers come from a real OpenAI-compatible server on
     127.0.0.1 (the project's own, over the tiny model), and CARE's probes read hidden states
     from a teacher-forced pass of --model in the flow's process."""
     import torch
@@ -101,4 +101,4 @@ def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass
     assert len(buffer) == 3 and all(x.responses.shape == (4, 128) for x in buffer)
     res = CliRunner().invoke(__import__("flows.cli", fromlist=["app"]).app,
                              ["acquire-labels", "--dataset", "w", "--rollout-backend", "openai"])
-    assert res.exit_code == 2 and "--rollout-backend openai needs --rollout-url" in res.output, res.output
+    assert res.exit_code == 2 and "--rollout-backend openai needs --base-url" in res.output, res.output

@@ -174,6 +174,10 @@ def test_an_option_two_commands_share_has_one_default():
     (["corpus", "world", "--out", "w", "--entities", "1"], "--out", "--dataset", "--entities must be at least"),
     (["validate", "--dataset", "nope", "--out", "v"], "--out", "--out-dataset", "--dataset 'nope' has no trajectories rows"),
     (["acquire-labels", "--dataset", "nope", "--p", "0.5"], "--p", "--label-p", "--dataset 'nope' has no triples rows"),
+    (["train", "eval", "--dataset", "nope", "--rollout-url", "http://127.0.0.1:9"], "--rollout-url", "--base-url",
+     "--dataset 'nope' has no triples rows"),
+    (["selfplay", "run", "--dataset", "nope", "--rollout-url", "http://127.0.0.1:9"], "--rollout-url", "--base-url",
+     "--checkpoints DIR is required"),
 ])
 def test_an_old_spelling_still_works_with_a_one_line_note(args, old, new, says, tmp_path):
     """Renamed options (one name per concept): the old spelling `old` works, says so once, and

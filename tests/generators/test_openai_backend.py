@@ -47,9 +47,9 @@ def test_url_and_retry_after_helpers():
 
 
 def test_every_url_option_reads_a_server_with_or_without_v1():
-    """One form for --base-url, --rollout-url and --annotator-url: `http://host:port`, with or
-    without /v1; the model list of a real HTTP server is read either way, and each URL option's
-    help says the same form."""
+    """One form for --base-url and --annotator-url: `http://host:port`, with or without /v1; the
+    model list of a real HTTP server is read either way. The server a command samples from is
+    --base-url in every command that has one, and each URL option's help says the same form."""
     from typer.testing import CliRunner
 
     from flows.cli import app
@@ -62,8 +62,10 @@ def test_every_url_option_reads_a_server_with_or_without_v1():
     with StandinEngine(slots=1, latency=0.0, model="m7") as engine:
         root = engine.url.removesuffix("/v1")
         assert server_model(root) == server_model(engine.url) == server_model(f"{root}/,{engine.url}") == "m7"
-    for args, option in ((["synthesize"], "--base-url"), (["acquire-labels"], "--annotator-url"),
-                         (["train", "eval"], "--rollout-url"), (["selfplay", "run"], "--rollout-url")):
+    for args, option in ((["synthesize"], "--base-url"), (["validate"], "--base-url"),
+                         (["acquire-labels"], "--base-url"), (["acquire-labels"], "--annotator-url"),
+                         (["train", "eval"], "--base-url"), (["train", "grpo"], "--base-url"),
+                         (["selfplay", "run"], "--base-url")):
         out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "400"}).output
         line = next(x for x in out.splitlines() if x.split()[1:2] == [option])
         assert URL_FORM in " ".join(line.split()), line

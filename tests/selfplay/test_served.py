@@ -2,7 +2,7 @@
 from .venv-vllm on 127.0.0.1, real HTTP, a tiny random Llama in every role. Each role's
 weights are published to the server before it samples (train.evaluate.OnServer), so a
 trained iteration's next phases sample from the updated checkpoints. Both tests talk to one
-server this module starts (the self-play run by `--rollout-url`), as a user with a server
+server this module starts (the self-play run by `--base-url`), as a user with a server
 running would: whatever weights it holds, each role publishes its own before sampling."""
 
 from __future__ import annotations

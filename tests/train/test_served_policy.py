@@ -165,7 +165,7 @@ def test_grpo_with_served_policy_and_with_transformers(served, world_root, tiny_
 
 @pytest.mark.vllm_server
 def test_a_server_reached_by_its_url_is_sent_weights_from_a_new_folder(served, tmp_path):
-    """`--rollout-url`: the trainer's client of a running server writes the weights it sends
+    """`--base-url`: the trainer's client of a running server writes the weights it sends
     into OUT/served-rank0, a folder no one has made yet (the first publish failed there), and
     deletes them on close without stopping the server it did not start."""
     from train.weight_sync import named_weights
