@@ -17,12 +17,19 @@ beside a served backend (`--rollout-backend vllm-server`) that samples faster.
 
 A batch whose rollouts are committed is done: a rerun (same config) skips it, and the ledger
 never pays twice for a prompt. The probes' state is saved after each batch.
+
+A backend that serves concurrent requests samples the next batches while one is scored,
+bought and committed (`Session.rolled`): a batch's rollouts do not depend on what earlier
+batches bought, so the engine keeps working through the steps that run here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -127,8 +134,8 @@ class Session:
         self.strategy = get_strategy(cfg.strategy)
         self.out = cfg.labels_dataset()
 
-    def sample(self, prompts: list[Prompted], step: int) -> tuple[list[Group], list[dict]]:
-        """n rollouts per prompt; the groups (with the signals the strategy needs) and the rollout rows."""
+    def roll(self, prompts: list[Prompted], step: int) -> list:
+        """The n rollouts of each prompt of batch `step`, in prompt order (the batch's seed)."""
         from train.configs import RolloutConfig
         from train.grpo import make_prompts
         from train.rollout import rollout
@@ -138,7 +145,39 @@ class Session:
         asked = [q for q in make_prompts(triples, self.tools, self.cfg.tool_style) for _ in range(self.cfg.n)]
         rc = RolloutConfig(max_turns=self.cfg.max_turns, max_new_tokens=self.cfg.max_new_tokens,
                            temperature=self.cfg.temperature, format_weight=0.0)
-        outs = rollout(self.backend, self.sim, asked, rc, seed=self.cfg.seed * 7919 + step, logprobs=False)
+        return rollout(self.backend, self.sim, asked, rc, seed=self.cfg.seed * 7919 + step, logprobs=False)
+
+    def rolled(self, batches: list[tuple[int, list[Prompted]]], ahead: int | None = None):
+        """(step, prompts, rollouts) of each of `batches` ((step, prompts) pairs), in order. A
+        backend that serves concurrent requests (a server) samples the batches after the one
+        given out too, `ahead` batches at once (default: `IN_FLIGHT` conversations, at least two
+        batches), so that it stays busy while a batch is scored, bought and committed; the
+        rollouts are those each batch gets alone (its own seed)."""
+        from train.rollout import IN_FLIGHT
+
+        if ahead is None:
+            ahead = max(2, IN_FLIGHT // max(1, self.cfg.batch * self.cfg.n)) if self.backend.concurrent else 1
+        if ahead == 1:
+            for step, prompts in batches:
+                yield step, prompts, self.roll(prompts, step)
+            return
+        pool, waiting, todo = ThreadPoolExecutor(ahead), deque(), iter(batches)
+        try:
+            while True:
+                for step, prompts in itertools.islice(todo, ahead - len(waiting)):
+                    waiting.append((step, prompts, pool.submit(self.roll, prompts, step)))
+                if not waiting:
+                    return
+                step, prompts, outs = waiting.popleft()
+                yield step, prompts, outs.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def sample(self, prompts: list[Prompted], step: int, outs: list | None = None) -> tuple[list[Group], list[dict]]:
+        """n rollouts per prompt (`outs`, else sampled now); the groups (with the signals the
+        strategy needs) and the rollout rows."""
+        if outs is None:
+            outs = self.roll(prompts, step)
         groups, rows = [], []
         for k, p in enumerate(prompts):
             mine = outs[k * self.cfg.n:(k + 1) * self.cfg.n]
@@ -155,10 +194,12 @@ class Session:
                              "meta": json.dumps({"sample": i, "strategy": self.cfg.strategy})})
         return groups, rows
 
-    def run_batch(self, prompts: list[Prompted], step: int, learned: Callable[[], None] | None = None) -> dict:
-        """Sample, vote, score, buy, teach the probes, commit; counts of the batch. `learned` is
-        called once the probes have learned, before the commits (the flow saves them there)."""
-        groups, rows = self.sample(prompts, step)
+    def run_batch(self, prompts: list[Prompted], step: int, learned: Callable[[], None] | None = None,
+                  outs: list | None = None) -> dict:
+        """Sample (unless given the rollouts, `outs`), vote, score, buy, teach the probes,
+        commit; counts of the batch. `learned` is called once the probes have learned, before
+        the commits (the flow saves them there)."""
+        groups, rows = self.sample(prompts, step, outs)
         ctx = Context(step=step, seed=self.cfg.seed, probes=self.probes, warmup=self.cfg.label_warmup, gate=self.cfg.label_gate)
         scores = self.strategy.score(groups, ctx)
         ledger = self.ledger.summary()  # what is queued for people is held for their labels

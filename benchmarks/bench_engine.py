@@ -8,6 +8,8 @@ defaults otherwise:
   answerability  `forgeplay validate --layers schema,answerability` over the same
   eval           `forgeplay train eval --rollout-backend openai` over n triples of the world (a
                  turn of a rollout is a request; the stand-in's replies end most in one turn)
+  acquire        `forgeplay acquire-labels --rollout-backend openai` over n/8 prompts (8 answers
+                 each, the default; CARE's signals from the embedded model in the command's process)
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
@@ -52,9 +54,11 @@ STAGES = {  # stage -> its command line (before the backend options), given n
     "judge": lambda n: ["validate", "--dataset", "w", "--layers", "schema,judge"],
     "answerability": lambda n: ["validate", "--dataset", "w", "--layers", "schema,answerability"],
     "eval": lambda n: ["train", "eval", "--dataset", "w", "--limit", str(n), "--no-held-out"],
+    "acquire": lambda n: ["acquire-labels", "--dataset", "w", "--limit", str(max(1, n // 8))],
 }
 ENGINE_OPTIONS = {  # how a command is pointed at the engine, where not by --backend openai --base-url --model
     "eval": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
+    "acquire": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
 }
 
 

@@ -6,7 +6,10 @@ rollouts are committed is skipped, so a rerun continues where a killed run stopp
 for nothing twice. CARE's probes are saved after each batch (`<out>/_care/<run>.pt`) and
 loaded by a rerun. The source is built from the registry (acquire/sources.py: column,
 queue, llm) and closed at the end; the result has its summary (`source`: e.g. the queue
-files written for people to fill in).
+files written for people to fill in). With `--rollout-backend openai` every answer is
+journaled as it arrives (`<out>/_journal/<run>.jsonl`, removed once every batch is
+committed), so a killed run resumed asks the server nothing it had answered; with a server
+the next batches are sampled while one is scored and bought (acquire/session.py).
 
     forgeplay acquire-labels --dataset world --strategy care --budget 200 --source column
     run_acquire(AcquireConfig(dataset="world", strategy="random", budget=20))   # from Python
@@ -26,6 +29,7 @@ from flows.common import Stages, require_world, tie_temporary_server
 from flows.engine import flow, task
 from generators.llm.model_store import check_model
 from storage import resolve_root
+from storage.journal import Journal, journal_path
 from storage.manifest import dataset_dir
 from storage.resumable import RunWriter
 from storage.runs import config_hash, without_later_defaults
@@ -36,8 +40,8 @@ LATER_DEFAULTS = {"tools": "auto"}  # options added after runs were made, with t
 
 
 @task(name="acquire-batch")
-def batch_task(session: Session, prompts: list, step: int, learned=None) -> dict:
-    return session.run_batch(prompts, step, learned)
+def batch_task(session: Session, prompts: list, step: int, learned=None, outs=None) -> dict:
+    return session.run_batch(prompts, step, learned, outs)
 
 
 def _probes_path(root, cfg: AcquireConfig, run: str, step: int | None = None):
@@ -86,9 +90,11 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     docs = load_inputs(root, cfg.dataset).documents
     tools = bank_rows(cfg.tools, docs, base_rows)  # auto: the corpus's own for an imported corpus
     source = make_source(cfg, root, prompts, ledger)
+    # a server's answers are journaled as they arrive: a killed run resumed asks none of them again
+    journal = Journal(journal_path(root, out, run)) if cfg.backend == "openai" else None
     try:
         backend = sampling_backend(cfg.backend, cfg.model, cfg.url, cfg.served_model, max(8, cfg.n),
-                                   cfg.turn_cache_mb)
+                                   cfg.turn_cache_mb, journal)
     except BaseException:
         source.close()
         raise
@@ -109,14 +115,17 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
                 probes.load_state_dict(torch.load(_probes_path(root, cfg, run, last), weights_only=False))
         session = Session(cfg, root, backend, Simulator(docs, seed=cfg.seed, tools=tools), tools, ledger, writer,
                           source, probes, lm)
+        todo = []
         for step, start in enumerate(range(0, len(prompts), cfg.batch)):
             chunk = prompts[start:start + cfg.batch]
             if all(p.prompt_id in done for p in chunk):
                 skipped += 1
-                continue
+            else:
+                todo.append((step, chunk))
+        for step, chunk, outs in session.rolled(todo):  # a server samples the next batches meanwhile
             with stages.stage(f"batch {step}", rows_in=len(chunk)) as st:
                 counts = batch_task(session, chunk, step, None if probes is None else partial(
-                    _save_probes, probes, _probes_path(root, cfg, run, step)))
+                    _save_probes, probes, _probes_path(root, cfg, run, step)), outs)
                 st.rows_out, st.notes = counts["bought"], f"{counts['chosen']} chosen"
             if probes is not None:
                 _save_probes(probes, _probes_path(root, cfg, run))
@@ -125,6 +134,10 @@ def acquire_flow(config: dict, data_root: str | None = None, progress: bool = Tr
     finally:
         backend.close()
         source.close()
+        if journal is not None:
+            journal.close()  # kept unless every batch is committed: a rerun reads its answers back
+    if journal is not None:
+        journal.remove()
     summary = ledger.summary()
     report = stages.publish("acquire-labels", f"labels for {cfg.dataset} ({cfg.strategy})",
                             {"ledger": {k: v for k, v in summary.items() if isinstance(v, (int, float))}})

@@ -197,11 +197,12 @@ BACKEND_KINDS = kinds_with(ROLLOUT)
 
 
 def sampling_backend(kind: str, model, url: str = "", served_model: str = "policy", batch_size: int = 16,
-                     turn_cache_mb: int = 1024):
+                     turn_cache_mb: int = 1024, journal=None):
     """A backend for rollouts: `transformers` loads `model` here (turns in lockstep, each
     continuing from its KV cache); `vllm-server` starts vLLM's server from .venv-vllm with it
     (or talks to the one at `url`) and `openai` talks to any OpenAI-compatible server at `url`,
-    both with `model`'s tokenizer and every conversation in flight at once."""
+    both with `model`'s tokenizer and every conversation in flight at once. `journal`
+    (storage.journal.Journal): where `openai` keeps every answer it paid for."""
     from generators.llm.model_store import resolve_model
 
     if kind == "transformers":
@@ -218,7 +219,7 @@ def sampling_backend(kind: str, model, url: str = "", served_model: str = "polic
             raise ValueError("--rollout-backend openai needs --base-url (the server's address)")
         from generators.llm.openai_backend import OpenAIBackend
 
-        return ServedClient(OpenAIBackend(url, served_model), tokenizer, path)
+        return ServedClient(OpenAIBackend(url, served_model, journal=journal), tokenizer, path)
     from generators.llm.vllm_server import VLLMServer
     from train.weight_sync import ServedEngine
 

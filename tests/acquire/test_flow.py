@@ -102,3 +102,99 @@ def test_a_served_policy_samples_and_the_signals_come_from_a_teacher_forced_pass
     res = CliRunner().invoke(__import__("flows.cli", fromlist=["app"]).app,
                              ["acquire-labels", "--dataset", "w", "--rollout-backend", "openai"])
     assert res.exit_code == 2 and "--rollout-backend openai needs --base-url" in res.output, res.output
+
+
+def test_a_server_samples_the_next_batches_while_one_is_bought(root, tiny_llama_dir, monkeypatch):  # noqa: F811
+    """With a server (`--rollout-backend openai`, the stand-in engine), the batches after the one
+    being scored and bought are sampled meanwhile: more than one batch's answers are in flight
+    at once, and the rows are exactly those of sampling batch by batch."""
+    from functools import partialmethod
+
+    from acquire.session import Session
+    from flows.acquire import run_acquire
+    from generators.llm.standin_engine import StandinEngine
+
+    rows, peaks = {}, {}
+    for ahead in (None, 1):
+        if ahead:
+            monkeypatch.setattr(Session, "rolled", partialmethod(Session.rolled, ahead=ahead))
+        with StandinEngine(slots=256, latency=0.05) as engine:
+            cfg = _cfg(tiny_llama_dir, "vote_entropy", out=f"w_ahead_{ahead}", backend="openai", url=engine.url,
+                       served_model="standin", limit=24)
+            s = run_acquire(cfg, root, progress=False)
+            peaks[ahead] = engine.max_busy
+        assert len(s["batches"]) == 6 and s["ledger"]["labels"] == 3
+        rows[ahead] = sorted((r["prompt_id"], r["meta"], json.dumps(r["messages"]), r["answer"])
+                             for r in load_table(cfg.labels_dataset(), "rollouts", root).to_pylist())
+    assert len(rows[None]) == 96 and rows[None] == rows[1]
+    assert peaks[1] <= 16 < peaks[None], peaks  # a batch is 4 prompts x 4 answers
+
+
+def test_killed_mid_way_and_resumed_pays_no_answer_twice(root, tiny_llama_dir, tmp_path):  # noqa: F811
+    """kill -9 an acquisition against the stand-in engine while its answers arrive (several
+    batches sampled at once); the rerun asks the engine nothing it had completed (the answers
+    were journaled), writes an uninterrupted run's rows, and removes the journal at the end."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from flows.acquire import run_acquire
+    from generators.llm.standin_engine import StandinEngine
+    from storage.configcli import to_args
+    from storage.journal import journal_path
+
+    def rows(r):
+        return sorted((x["prompt_id"], x["meta"], json.dumps(x["messages"]), x["answer"])
+                      for x in load_table("w_kill", "rollouts", r).to_pylist())
+
+    def committed(r) -> int:
+        try:
+            return load_table("w_kill", "rollouts", r, columns=["prompt_id"]).num_rows
+        except Exception:  # nothing committed yet
+            return 0
+
+    def wait(cond, what: str, seconds: float = 120.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not cond():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
+    roots = {}
+    for name in ("clean", "killed"):
+        roots[name] = tmp_path / name
+        shutil.copytree(dataset_dir(root, "w"), dataset_dir(roots[name], "w"))
+    with StandinEngine(slots=4, latency=0.3) as engine:
+        cfg = _cfg(tiny_llama_dir, "vote_entropy", out="w_kill", backend="openai", url=engine.url,
+                   served_model="standin", limit=24)
+        clean = run_acquire(cfg, roots["clean"], progress=False)
+        engine.reset_counts()
+        journal = journal_path(roots["killed"], "w_kill", clean["run_id"])
+        repo = Path(__file__).resolve().parents[2]
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "--data-root", str(roots["killed"]),
+                                 "acquire-labels", *to_args(cfg)], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait(lambda: engine.completed >= 30 or proc.poll() is not None, "30 answers")
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            engine.pause()  # answers stop: what the engine completed is all the client has seen
+            lines = lambda: sum(1 for x in journal.read_text().splitlines() if x.strip()) if journal.exists() else 0
+            wait(lambda: lines() >= engine.completed, "the journal to catch up", 30)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            engine.resume()
+        paid_before = engine.completed
+        assert committed(roots["killed"]) < 96 and lines() >= 30
+        resumed = run_acquire(cfg, roots["killed"], progress=False)
+        assert engine.repaid == 0 and engine.twice_completed() == 0  # no completed answer asked again
+        assert engine.completed > paid_before  # the rest was asked for after the resume
+    assert resumed["run_id"] == clean["run_id"]
+    assert rows(roots["killed"]) == rows(roots["clean"]) and len(rows(roots["clean"])) == 96
+    assert resumed["ledger"]["labels"] == clean["ledger"]["labels"] == 3
+    assert not journal.exists()
