@@ -136,16 +136,15 @@ def test_killed_mid_way_and_resumed_pays_no_answer_twice(root, tiny_llama_dir, t
     were journaled), writes an uninterrupted run's rows, and removes the journal at the end."""
     import os
     import shutil
-    import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     from flows.acquire import run_acquire
     from generators.llm.standin_engine import StandinEngine
     from storage.configcli import to_args
     from storage.journal import journal_path
+    from tests.engine_kill import journal_lines, kill_once_journaled
 
     def rows(r):
         return sorted((x["prompt_id"], x["meta"], json.dumps(x["messages"]), x["answer"])
@@ -156,12 +155,6 @@ def test_killed_mid_way_and_resumed_pays_no_answer_twice(root, tiny_llama_dir, t
             return load_table("w_kill", "rollouts", r, columns=["prompt_id"]).num_rows
         except Exception:  # nothing committed yet
             return 0
-
-    def wait(cond, what: str, seconds: float = 120.0) -> None:
-        deadline = time.monotonic() + seconds
-        while not cond():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.05)
 
     roots = {}
     for name in ("clean", "killed"):
@@ -177,20 +170,9 @@ def test_killed_mid_way_and_resumed_pays_no_answer_twice(root, tiny_llama_dir, t
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "--data-root", str(roots["killed"]),
                                  "acquire-labels", *to_args(cfg)], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait(lambda: engine.completed >= 30 or proc.poll() is not None, "30 answers")
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            engine.pause()  # answers stop: what the engine completed is all the client has seen
-            lines = lambda: sum(1 for x in journal.read_text().splitlines() if x.strip()) if journal.exists() else 0
-            wait(lambda: lines() >= engine.completed, "the journal to catch up", 30)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            engine.resume()
+        kill_once_journaled(proc, engine, journal, lambda: engine.completed >= 30, "30 answers")
         paid_before = engine.completed
-        assert committed(roots["killed"]) < 96 and lines() >= 30
+        assert committed(roots["killed"]) < 96 and journal_lines(journal) >= 30
         resumed = run_acquire(cfg, roots["killed"], progress=False)
         assert engine.repaid == 0 and engine.twice_completed() == 0  # no completed answer asked again
         assert engine.completed > paid_before  # the rest was asked for after the resume

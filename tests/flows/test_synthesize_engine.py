@@ -25,6 +25,7 @@ from generators.llm.standin_engine import StandinEngine
 from generators.synth.synthesize import SynthConfig
 from storage import load_table
 from storage.journal import journal_path
+from tests.engine_kill import journal_lines, kill_once_journaled, wait
 
 REPO = Path(__file__).resolve().parents[2]
 N, CHUNK = 36, 6
@@ -64,23 +65,11 @@ def _args(root: Path, url: str) -> list[str]:
             "--data-root", str(root)]
 
 
-def _wait(cond, seconds: float = 120.0, what: str = "") -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _committed(root: Path) -> int:
     try:
         return load_table("w", "trajectories", root, columns=["traj_id"]).num_rows
     except Exception:  # nothing committed yet
         return 0
-
-
-def _journal_lines(path: Path) -> int:
-    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
 
 
 def test_sigterm_stops_the_stage_says_how_to_resume_and_the_rerun_completes(world, tmp_path):
@@ -94,7 +83,7 @@ def test_sigterm_stops_the_stage_says_how_to_resume_and_the_rerun_completes(worl
                                 env={**os.environ, "PYTHONPATH": str(REPO)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            _wait(lambda: _committed(root) >= CHUNK or proc.poll() is not None, what="a committed chunk")
+            wait(lambda: _committed(root) >= CHUNK or proc.poll() is not None, what="a committed chunk")
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             sent = time.monotonic()
             proc.send_signal(signal.SIGTERM)
@@ -122,20 +111,10 @@ def test_killed_mid_stage_resumes_to_the_same_rows_and_pays_nothing_twice(world,
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *_args(root, engine.url)], cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": str(REPO)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            _wait(lambda: _committed(root) >= CHUNK or proc.poll() is not None, what="a committed chunk")
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            engine.pause()  # answers stop: what the engine completed is all the client has seen
-            journal = journal_path(root, "w", clean["run_id"])
-            _wait(lambda: _journal_lines(journal) >= engine.completed, 30, "the journal to catch up")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            engine.resume()
+        journal = journal_path(root, "w", clean["run_id"])
+        kill_once_journaled(proc, engine, journal, lambda: _committed(root) >= CHUNK, "a committed chunk")
         paid_before = engine.completed
-        assert 0 < _committed(root) < N and _journal_lines(journal) > 0
+        assert 0 < _committed(root) < N and journal_lines(journal) > 0
 
         resumed = run(*_cfgs(engine.url), root, progress=False)
         assert resumed["run_id"] == clean["run_id"] and resumed["usage"]["journaled"] > 0

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -20,6 +18,7 @@ from generators.llm.registry import BackendConfig
 from generators.llm.standin_engine import StandinEngine
 from storage import load_table
 from storage.journal import journal_path
+from tests.engine_kill import kill_once_journaled
 from validators.validator import ValidateConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,17 +42,6 @@ def _verdicts(root: Path) -> list[dict]:
     return sorted(({k: v for k, v in r.items() if k != "created_at"} for r in rows), key=lambda r: r["id"])
 
 
-def _wait(cond, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def _lines(path: Path) -> int:
-    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
-
-
 def test_judge_killed_mid_stage_resumes_and_pays_nothing_twice(world, tmp_path):
     cfg = ValidateConfig(dataset="w", layers="judge", chunk=5, run_id="j1")
     with StandinEngine(slots=2, latency=0.05) as engine:
@@ -69,17 +57,7 @@ def test_judge_killed_mid_stage_resumes_and_pays_nothing_twice(world, tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *_args(root, engine.url)], cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": str(REPO)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            _wait(lambda: len(_verdicts(root)) >= 5 or proc.poll() is not None)
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            engine.pause()
-            _wait(lambda: _lines(journal) >= engine.completed, 30)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            engine.resume()
+        kill_once_journaled(proc, engine, journal, lambda: len(_verdicts(root)) >= 5, "5 verdicts")
         assert 0 < len(_verdicts(root)) < len(expected)
         fv.run(cfg, bcfg, root, progress=False)
         assert _verdicts(root) == expected
