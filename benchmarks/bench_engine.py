@@ -10,6 +10,11 @@ defaults otherwise:
                  turn of a rollout is a request; the stand-in's replies end most in one turn)
   acquire        `forgeplay acquire-labels --rollout-backend openai` over n/8 prompts (8 answers
                  each, the default; CARE's signals from the embedded model in the command's process)
+  grpo           `forgeplay train grpo --rollout-backend vllm-server --base-url` (the stand-in as
+                 the policy server: weights published to it after each step), n/16 steps of the
+                 defaults (4 prompts x 4 rollouts); the engine measures the rollouts between weight
+                 loads (its phases), the policy updates on this machine's CPU left out, and the
+                 bare client sends each phase's requests on their own
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
@@ -49,23 +54,28 @@ from generators.corpus.build import WorldConfig, write  # noqa: E402
 from generators.llm.standin_engine import StandinEngine  # noqa: E402
 
 
-STAGES = {  # stage -> its command line (before the backend options), given n
-    "synthesize": lambda n: ["synthesize", "--dataset", "w", "--n", str(n), "--texts", "llm"],
-    "judge": lambda n: ["validate", "--dataset", "w", "--layers", "schema,judge"],
-    "answerability": lambda n: ["validate", "--dataset", "w", "--layers", "schema,answerability"],
-    "eval": lambda n: ["train", "eval", "--dataset", "w", "--limit", str(n), "--no-held-out"],
-    "acquire": lambda n: ["acquire-labels", "--dataset", "w", "--limit", str(max(1, n // 8))],
+STAGES = {  # stage -> its command line (before the backend options), given n and a scratch folder
+    "synthesize": lambda n, tmp: ["synthesize", "--dataset", "w", "--n", str(n), "--texts", "llm"],
+    "judge": lambda n, tmp: ["validate", "--dataset", "w", "--layers", "schema,judge"],
+    "answerability": lambda n, tmp: ["validate", "--dataset", "w", "--layers", "schema,answerability"],
+    "eval": lambda n, tmp: ["train", "eval", "--dataset", "w", "--limit", str(n), "--no-held-out"],
+    "acquire": lambda n, tmp: ["acquire-labels", "--dataset", "w", "--limit", str(max(1, n // 8))],
+    "grpo": lambda n, tmp: ["train", "grpo", "--dataset", "w", "--out", str(tmp / "grpo"),
+                            "--max-steps", str(max(1, n // 16)), "--checkpoint-every", "0"],
 }
+PHASED = ("grpo",)  # stages measured between the engine's weight loads
 ENGINE_OPTIONS = {  # how a command is pointed at the engine, where not by --backend openai --base-url --model
     "eval": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
     "acquire": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
+    "grpo": lambda url: ["--rollout-backend", "vllm-server", "--base-url", url],
 }
 
 
 def run_stage(stage: str, code: Path, data_root: Path, url: str, n: int, extra: list[str]) -> float:
     """Run the stage's command from checkout `code`; its wall seconds."""
     engine = ENGINE_OPTIONS.get(stage, lambda u: ["--backend", "openai", "--base-url", u, "--model", "standin"])
-    cmd = [sys.executable, "-m", "flows.cli", *STAGES[stage](n), *engine(url), "--data-root", str(data_root), *extra]
+    cmd = [sys.executable, "-m", "flows.cli", *STAGES[stage](n, data_root.parent), *engine(url),
+           "--data-root", str(data_root), *extra]
     t = time.perf_counter()
     res = subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True)
     wall = time.perf_counter() - t
@@ -120,8 +130,14 @@ def measure(world: Path, code: Path, stage: str, slots: int, latency: float, fau
             command_share = engine.busy_share(start)
             stage_s = engine.last_at - engine.first_at
             bodies, stats, stage_share = list(engine.bodies), engine.stats(), engine.stage_share()
-    with engine_for(slots, latency, faults, expected=len(bodies)) as engine:
-        bare_s = asyncio.run(_bare(engine.url, bodies, slots))
+            phases = list(engine.body_phases) if stage in PHASED else [0] * len(bodies)
+            if stage in PHASED:
+                stage_s, stage_share = engine.phase_share()
+    bare_s = 0.0
+    for phase in sorted(set(phases)):  # each phase's requests on their own (one phase but for PHASED)
+        mine = [b for b, p in zip(bodies, phases) if p == phase]
+        with engine_for(slots, latency, faults, expected=len(mine)) as engine:
+            bare_s += asyncio.run(_bare(engine.url, mine, slots))
     return {"slots": slots, "faults": faults, "requests": len(bodies), "wall": wall, "stage_s": stage_s,
             "busy_command": command_share, "busy_stage": stage_share,
             "rps": len(bodies) / stage_s, "bare_rps": len(bodies) / bare_s, **stats}

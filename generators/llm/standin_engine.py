@@ -14,6 +14,12 @@ and benchmarks can load any model-bound stage the way a real one would, in a sec
 - Its load at `GET /metrics`, as vLLM states it (generators/llm/server_load.py): the
   requests holding a slot and those waiting for one (`metrics=False`: no such page, as a
   hosted API).
+- A policy server's development endpoints, as a trainer uses vLLM's (`--rollout-backend
+  vllm-server --base-url`, generators/llm/vllm_server.py): `GET /health`, `POST
+  /collective_rpc` (a weight load: counted in `loads`, the weights themselves not read) and
+  `POST /reset_prefix_cache`. A load ends a phase: `phases` holds, per phase, its first
+  request's arrival and last answer's completion with the busy slot-seconds at each, so
+  `phase_share()` measures a trainer's rollouts without its updates between them.
 - Counters: `received`, `completed`, `answered_503`, `timed_out`, `dropped`; per request
   key (`request_key`, the client's journal key), how many times it was received and
   completed, and `repaid`: receptions of a request already completed (work paid twice);
@@ -74,6 +80,10 @@ class StandinEngine:
             self.busy, self.max_busy, self._integral, self._t = 0, 0, 0.0, time.monotonic()
             self.first_at = self.last_at = None  # first request received, last answer completed
             self.bodies: list[dict] = []
+            self.body_phases: list[int] = []  # the phase each kept body was completed in
+            self.loads = 0
+            self.phases: list[tuple[float, float, float, float]] = []  # (first at, busy then, last at, busy then)
+            self._phase: list[float] | None = None
 
     def _busy_change(self, delta: int) -> None:
         with self._lock:
@@ -102,6 +112,18 @@ class StandinEngine:
             return 0.0
         return self.busy_seconds() / (self.slots * (self.last_at - self.first_at))
 
+    def _busy_now(self, now: float) -> float:  # (under the lock)
+        return self._integral + self.busy * (now - self._t)
+
+    def phase_share(self) -> tuple[float, float]:
+        """(seconds, busy share) over the phases between weight loads, each from its first
+        request's arrival to its last answer's completion."""
+        with self._lock:
+            phases = self.phases + ([tuple(self._phase)] if self._phase and self._phase[3] >= 0 else [])
+        seconds = sum(p[2] - p[0] for p in phases)
+        busy = sum(p[3] - p[1] for p in phases)
+        return seconds, (busy / (self.slots * seconds) if seconds > 0 else 0.0)
+
     def twice_completed(self) -> int:
         """Requests completed more than once."""
         return sum(1 for v in self.completed_by_key.values() if v > 1)
@@ -120,6 +142,9 @@ class StandinEngine:
         app.router.add_get("/v1/models", self._models)
         if self.metrics:
             app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
+        app.router.add_post("/collective_rpc", self._load)
+        app.router.add_post("/reset_prefix_cache", self._health)
         self._app, self._runner = app, None
 
     async def _listen(self, port: int) -> int:
@@ -138,6 +163,18 @@ class StandinEngine:
             lines += [f"# TYPE {name} gauge", f'{name}{{model_name="{self.model}"}} {float(value)}']
         return web.Response(text="\n".join(lines) + "\n")
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _load(self, request: web.Request) -> web.Response:
+        await request.read()
+        with self._lock:
+            self.loads += 1
+            if self._phase is not None and self._phase[3] >= 0:
+                self.phases.append(tuple(self._phase))
+            self._phase = None
+        return web.json_response({"results": [None]})
+
     async def _chat(self, request: web.Request) -> web.Response:
         task = asyncio.current_task()
         self._handlers.add(task)
@@ -152,6 +189,9 @@ class StandinEngine:
         with self._lock:
             self.received += 1
             self.first_at = self.first_at or time.monotonic()
+            if self._phase is None:
+                now = time.monotonic()
+                self._phase = [now, self._busy_now(now), now, -1.0]
             self.received_by_key[key] += 1
             self.repaid += self.completed_by_key[key] > 0
             draw = self._rng.random()
@@ -195,9 +235,12 @@ class StandinEngine:
         with self._lock:
             self.completed += 1
             self.completed_by_key[key] += 1
-            self.last_at = time.monotonic()
+            self.last_at = now = time.monotonic()
+            if self._phase is not None:
+                self._phase[2], self._phase[3] = now, self._busy_now(now)
             if self.keep_bodies:
                 self.bodies.append(body)
+                self.body_phases.append(len(self.phases))
         return web.json_response({"object": "chat.completion", "model": self.model, "choices": choices,
                                   "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": sum(tokens)}})
 

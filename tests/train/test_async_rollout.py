@@ -138,3 +138,35 @@ def test_conversations_in_flight_follow_the_backends_limit_as_it_grows(setup):
             client.close()
         assert len(outs) == 200 and engine.completed == 200
         assert engine.max_busy > 64, engine.max_busy
+
+
+def test_the_standin_engine_takes_a_trainers_weights_and_times_its_rollouts_between_them(tiny_llama_dir, tmp_path):  # noqa: F811
+    """The stand-in engine serves as the policy server of `--rollout-backend vllm-server
+    --base-url`: the trainer's client publishes its weights to it (vLLM's development
+    endpoints), each load ends a phase, and `phase_share` covers the rollouts of each step, not
+    the updates between them (here a one-second pause with the engine idle)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from generators.llm.base import ChatRequest
+    from generators.llm.vllm_server import VLLMServer
+    from train.weight_sync import ServedEngine, SyncedPolicy
+
+    policy = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir))
+    with StandinEngine(slots=8, latency=0.2, keep_bodies=True) as engine:
+        synced = SyncedPolicy(ServedEngine(VLLMServer(tiny_llama_dir, url=engine.url, work_dir=tmp_path)),
+                              tiny_llama_dir, policy)
+        try:
+            for step in range(2):
+                assert synced.sync(policy, step)  # new weights: published
+                outs = synced.generate([ChatRequest([{"role": "user", "content": f"q{i}"}], seed=i) for i in range(8)])
+                assert len(outs) == 8 and all(o[0].text for o in outs)
+                with torch.no_grad():  # the update, while the engine waits
+                    next(policy.parameters()).add_(0.01)
+                time.sleep(1.0)
+        finally:
+            synced.close()
+        seconds, share = engine.phase_share()
+        whole = engine.stage_share()
+    assert engine.loads == 2 and len(engine.phases) == 1 and engine.body_phases == [0] * 8 + [1] * 8
+    assert seconds < 1.0 and share > 0.5 and whole < 0.5 * share, (seconds, share, whole)
