@@ -60,7 +60,7 @@ def _word_number_re() -> re.Pattern:
     return re.compile("(?:" + "|".join(re.escape(c) + r"(?<!\w.)" + branch(tree[c]) for c in sorted(tree)) + r")(?!\w)")
 
 
-_WORD_NUMBER_RE = _word_number_re()
+WORD_NUMBER_RE = _word_number_re()
 _WORD_TAIL = r"[^\W_]*(?:['’\-][^\W\d_]+)*['’]?"  # (what follows a word's first letter)
 TOKEN_RE = re.compile(r"[^\W\d_]" + _WORD_TAIL)
 CONNECTORS = {"of", "the", "de", "van", "von", "la"}
@@ -142,7 +142,7 @@ class _Float(Exception):
     """A float leaf where `_leaves` was asked for none."""
 
 
-def _norm(text: str) -> str:
+def normalized(text: str) -> str:
     """Lower case, "'s" and apostrophes dropped, the words joined by single spaces."""
     t = text.lower()
     if "'" in t or "’" in t:
@@ -150,7 +150,8 @@ def _norm(text: str) -> str:
     return " ".join(_WORD.findall(t))
 
 
-def _num(raw: str) -> str:
+def number_value(raw: str) -> str:
+    """A number as written ("1,654,300", "3.50") as one form of its value ("1654300", "3.5")."""
     raw = raw.replace(",", "")
     return str(float(raw)) if "." in raw else str(int(raw))
 
@@ -159,14 +160,16 @@ def numbers_in(text: str) -> list[str]:
     """Number values of `text` in order (digits, then number words). A number word is a whole
     part of a run of words joined by hyphens, read left to right with a tens word and a unit
     word taken as one ("twenty-one" is 21, "one-time" holds 1, "twenty--one" is 20 and 1)."""
-    return [_num(m) for m in NUMBER_RE.findall(text)] + [str(WORD_NUMBERS[w]) for w in _WORD_NUMBER_RE.findall(text.lower())]
+    return [number_value(m) for m in NUMBER_RE.findall(text)] + [str(WORD_NUMBERS[w]) for w in WORD_NUMBER_RE.findall(text.lower())]
 
 
-def _small(n: str) -> bool:
+def is_small(n: str) -> bool:
+    """Whether a number value (`number_value`) is a whole number below SMALL."""
     return "." not in n and int(n) < SMALL
 
 
-def _lower_words(text: str) -> set[str]:
+def lower_words(text: str) -> set[str]:
+    """The words of `text` written in lower case, lowered, a trailing apostrophe dropped."""
     return {w.lower().rstrip("'’") for w in set(TOKEN_RE.findall(text)) if w[0].islower()}
 
 

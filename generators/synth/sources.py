@@ -19,8 +19,8 @@ import re
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
-from generators.synth.grounding import (NUMBER_RE, TOKEN_RE, _WORD_NUMBER_RE, Either, Lookup, _lower_words,
-                                        _norm, _num, _small, names_in, numbers_in, plain_text,
+from generators.synth.grounding import (NUMBER_RE, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup, lower_words,
+                                        normalized, number_value, is_small, names_in, numbers_in, plain_text,
                                         stretch_names, stretches)
 
 
@@ -77,23 +77,23 @@ class Sources:
     def lower(self) -> set[str]:
         """The lower-case words of the sources (what `names_in` reads as common words)."""
         if self._lower is None:
-            self._lower = _lower_words(self.hay)
+            self._lower = lower_words(self.hay)
         return self._lower
 
     @property
     def text(self) -> str:
-        """The sources normalised (`_norm`), " | " between two sources."""
+        """The sources normalised (`normalized`), " | " between two sources."""
         if self._text is None:
-            self._text = " " + " | ".join(map(_norm, self._plain)) + " "
+            self._text = " " + " | ".join(map(normalized, self._plain)) + " "
         return self._text
 
     def has_name(self, name: str) -> bool:
         """Whether the sources hold `name` as whole words, case and punctuation ignored. It
         does when `name` occurs as it is written between characters that are neither word
-        characters nor apostrophes (or before "'s", which `_norm` drops): its normalised words
+        characters nor apostrophes (or before "'s", which `normalized` drops): its normalised words
         then occur in the normalised sources. A capital sigma in `name` goes to `text` (its
         lower case depends on the letters around it), as does a name not written so."""
-        key = _norm(name)
+        key = normalized(name)
         return bool(key) and (self._written(name) or f" {key} " in self.text)
 
     def _written(self, name: str) -> bool:
@@ -136,8 +136,8 @@ class Sources:
         lower-cased text) would, from the last character before it no match holds."""
         n = str(v)
         for text, pattern, forms, inside, value in (
-                (self.hay, NUMBER_RE, dict.fromkeys([n, f"{v:,}"]), _IN_NUMBER, _num),
-                (self.low, _WORD_NUMBER_RE, _WORDS_OF.get(v, ()), _IN_WORD_NUMBER, lambda w: str(WORD_NUMBERS[w]))):
+                (self.hay, NUMBER_RE, dict.fromkeys([n, f"{v:,}"]), _IN_NUMBER, number_value),
+                (self.low, WORD_NUMBER_RE, _WORDS_OF.get(v, ()), _IN_WORD_NUMBER, lambda w: str(WORD_NUMBERS[w]))):
             for form in forms:
                 a = text.find(form)
                 while a >= 0:
@@ -222,13 +222,13 @@ class Sources:
             held.update((n, self.has_number(n)) for n in nums if n not in held)
             grounded = [n for n in nums if held[n]]
             for n in dict.fromkeys(nums):
-                if not held[n] and not _small(n) and not _derived(n, grounded):
+                if not held[n] and not is_small(n) and not _derived(n, grounded):
                     bad.append(("number", n))
                 elif n not in grounded:
                     grounded.append(n)
         if self._names_held(text):
             return bad
-        common = Either(LowerOf(self), _lower_words(text))
+        common = Either(LowerOf(self), lower_words(text))
         bad += [("name", n) for n in dict.fromkeys(names_in(text, common)) if not self.has_name(n)]
         return bad
 
@@ -236,12 +236,12 @@ class Sources:
 _CAPITAL_CONNECTOR = re.compile(r"(?<![^\W\d_])(?:O[fF]|D[eE]|V[aA][nN]|V[oO][nN]|L[aA])(?![^\W_])")
 _NAME_EDGE = re.compile(r"[\w'’]")
 _NAME_END = re.compile(r"(?:['’]s?)?(?![\w'’])")
-_DIGITS = re.compile(r"(?:0|[1-9][0-9]*)(?:\.0|\.[0-9]*[1-9])?")  # (a number as `_num` writes it)
+_DIGITS = re.compile(r"(?:0|[1-9][0-9]*)(?:\.0|\.[0-9]*[1-9])?")  # (a number as `number_value` writes it)
 _NUMBER_BEFORE = re.compile(r"[\w.,]")
 _NUMBER_AFTER = re.compile(r"\d|[.,]\d")
 _TOKEN_CHAR = re.compile(r"[^\W_]|['’\-]")  # (what a token of TOKEN_RE may hold)
 _IN_NUMBER = re.compile(r"[\d.,]")  # (what a match of NUMBER_RE may hold)
-_IN_WORD_NUMBER = re.compile(r"[\w-]")  # (what a match of _WORD_NUMBER_RE may hold)
+_IN_WORD_NUMBER = re.compile(r"[\w-]")  # (what a match of WORD_NUMBER_RE may hold)
 _WORDS_OF: dict[int, list[str]] = {}  # the number words of each value
 for _word, _value in WORD_NUMBERS.items():
     _WORDS_OF.setdefault(_value, []).append(_word)
@@ -249,7 +249,7 @@ for _word, _value in WORD_NUMBERS.items():
 
 def _known_small(n: str) -> bool:
     try:
-        return _small(n)
+        return is_small(n)
     except ValueError:  # ("1e-05": `ungrounded` then reads it as it always did)
         return False
 

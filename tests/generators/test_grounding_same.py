@@ -57,7 +57,7 @@ def _parts(text: str, common: set[str]) -> bool:
     name read with `common` is one of a name read without it, but where a capitalised
     connector follows the stretch's first word."""
     def within(part: str, whole: str) -> bool:
-        return f" {now._norm(part)} " in f" {now._norm(whole)} "
+        return f" {now.normalized(part)} " in f" {now.normalized(whole)} "
 
     for first, rest, starts in now.stretches(text):
         loose, strict = now.stretch_names(first, rest, starts), now.stretch_names(first, rest, starts, common)
