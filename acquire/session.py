@@ -123,6 +123,9 @@ def load_prompts(root, cfg: AcquireConfig) -> list[Prompted]:
             for t in rows]
 
 
+AHEAD = 64  # batches a server samples at once at most (each a thread, its conversations threads of their own)
+
+
 class Session:
     """The acquisition loop's state: backend, simulator, tools, ledger, source, probes (module docstring)."""
 
@@ -150,13 +153,14 @@ class Session:
     def rolled(self, batches: list[tuple[int, list[Prompted]]], ahead: int | None = None):
         """(step, prompts, rollouts) of each of `batches` ((step, prompts) pairs), in order. A
         backend that serves concurrent requests (a server) samples the batches after the one
-        given out too, `ahead` batches at once (default: `IN_FLIGHT` conversations, at least two
-        batches), so that it stays busy while a batch is scored, bought and committed; the
-        rollouts are those each batch gets alone (its own seed)."""
+        given out too, `ahead` batches at once (default: `IN_FLIGHT` conversations, at least
+        two batches and at most AHEAD), so that it stays busy while a batch is scored, bought
+        and committed; the rollouts are those each batch gets alone (its own seed)."""
         from train.rollout import IN_FLIGHT
 
         if ahead is None:
-            ahead = max(2, IN_FLIGHT // max(1, self.cfg.batch * self.cfg.n)) if self.backend.concurrent else 1
+            ahead = min(AHEAD, max(2, IN_FLIGHT // max(1, self.cfg.batch * self.cfg.n)))
+            ahead = ahead if self.backend.concurrent else 1
         if ahead == 1:
             for step, prompts in batches:
                 yield step, prompts, self.roll(prompts, step)
