@@ -76,7 +76,7 @@ def bodies(records, kind: str, con) -> list[str | int | None]:
 class Deduper:
     """The index of one run (module docstring), compact so that 10^6 records fit: signatures
     sit in numpy blocks, and the exact hashes, the bands and the conversations' hashes are
-    64-bit keys in KeyTables (validators/key_table.py), so a question costs under 1 KB and a
+    64-bit keys in KeyTables (validators/key_table.py), so a question costs about 1 KB and a
     conversation ~100 bytes. A record's candidates are compared with it in one vectorised step."""
 
     BLOCK = 4096  # signatures per block
