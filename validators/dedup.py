@@ -116,10 +116,9 @@ class Deduper:
     def _key(norm: str) -> int:
         return int.from_bytes(hashlib.sha256(norm.encode('utf-8', 'surrogatepass')).digest()[:8], "little")
 
-    def _add(self, owner: str, key: int, sig: np.ndarray, group: str | None = None) -> None:
+    def _add(self, owner: str, sig: np.ndarray, group: str | None = None) -> None:
+        """Index `owner`'s signature (its exact hash is the caller's to add)."""
         idx = len(self.owners)
-        if self.exact.first(key) is None:
-            self.exact.add(key, idx)
         if idx % self.BLOCK == 0:
             self._blocks.append(np.empty((self.BLOCK, self.num_perm), dtype=np.uint64))
         self._blocks[-1][idx % self.BLOCK] = sig
@@ -143,7 +142,10 @@ class Deduper:
     def add_heldout(self, texts, name: str = "heldout") -> None:
         for i, t in enumerate(texts):
             norm = normalize(t)
-            self._add(f"{name}:{i}", self._key(norm), self._signature(norm))
+            key = self._key(norm)
+            if self.exact.first(key) is None:
+                self.exact.add(key, len(self.owners))
+            self._add(f"{name}:{i}", self._signature(norm))
 
     def _candidates(self, sig: np.ndarray) -> list[int]:
         """Indexed records sharing a band with `sig`, in the order a set of them iterates."""
@@ -197,7 +199,8 @@ class Deduper:
             reason = "heldout_overlap" if owner.startswith("heldout") else "near_duplicate"
             return fail(LAYER, "dedup", reason, score=best, detail={"duplicate_of": owner, "jaccard": round(best, 3)})
         if first is None:
-            self._add(record_id, key, sig, group)
+            self.exact.add(key, len(self.owners))
+            self._add(record_id, sig, group)
         self._keep_body(new_body, record_id)
         return ok(LAYER, "dedup", score=best)
 

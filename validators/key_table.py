@@ -68,9 +68,7 @@ class KeyTable:
 
     def get(self, key: int) -> list[int]:
         """Every value of `key`, in the order they were added."""
-        k = np.uint64(key)
-        lo, hi = int(np.searchsorted(self.keys, k, "left")), int(np.searchsorted(self.keys, k, "right"))
-        return self._with_recent(key, self.values[lo:hi].tolist() if hi > lo else [])
+        return self.get_many(np.array([key], dtype=np.uint64))[0]
 
     def first(self, key: int) -> int | None:
         """The first value added for `key`, or None."""
