@@ -147,10 +147,10 @@ def rules_share(root: Path, ds: str, limit: int = 10_000) -> dict:
     rules_layer.check_trajectories(rows[:10], ctx)  # (builds the index: once per process, not per record)
     step, spent = rules_layer._grounding, [0.0]
 
-    def timed(st: dict):
+    def timed(*args):
         t = time.perf_counter()
         try:
-            return step(st)
+            return step(*args)
         finally:
             spent[0] += time.perf_counter() - t
 

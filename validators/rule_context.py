@@ -1,6 +1,7 @@
 """What the rules layer needs besides a record (`RuleContext`): the simulator for replay, the
 dataset's documents for the triple and task rules, the options of the layer, and the replayed
-answers of the chunk being checked (validators/replay.py asks for them in one batch).
+answers of the chunk being checked (validators/replay.py asks for them in one batch), with
+their plain texts, which the grounding step reads instead of parsing the messages again.
 
     ctx = RuleContext(simulator_for=lambda seed: Simulator(docs, seed=seed), documents=docs)
     ctx.prefetch(requests)          # one batched ask per seed; ctx.replay_call reads from it
@@ -27,6 +28,7 @@ class RuleContext:
     documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
     final_facts: bool = True
     _replays: dict = field(default_factory=dict, repr=False)  # the answers of the batch being checked
+    texts: dict = field(default_factory=dict, repr=False)  # their plain texts (Simulator.answers), for grounding
     derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
 
     def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:
@@ -54,7 +56,8 @@ class RuleContext:
                     name, args, key.get("golden_doc_ids", ()), key.get("mode", "good"), None,
                     key.get("supporting", ()), key.get("answers", ()))
         for seed, calls in by_seed.items():  # (the request keys name the calls: equal calls, equal keys)
-            self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()), list(calls))))
+            self._replays.update(zip(calls, self.simulator_for(seed).answers(list(calls.values()), list(calls),
+                                                                             self.texts)))
 
     def retriever_of(self, seed: int) -> dict:
         """{"retriever": name, "fingerprint": ...} of the simulator that replays (validators/replay.py)."""
@@ -70,3 +73,4 @@ class RuleContext:
     def forget(self) -> None:
         """Drop the prefetched answers (a chunk's batch is not kept for the next)."""
         self._replays.clear()
+        self.texts.clear()

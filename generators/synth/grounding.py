@@ -194,18 +194,36 @@ def stretches(text: str) -> list[tuple[str, str, bool]]:
     joining two words and a larger one as a name of its own).
 
     An ASCII text is searched for its capitals (`_ascii_stretches`): a capital after a letter
-    or a digit is inside a word, one after anything but a letter, a digit, an apostrophe or a
-    hyphen starts one. A capital after a digit, an apostrophe or a hyphen may be either, and
-    such a text, as any other, is read word by word (`_runs`)."""
-    if text.isascii():
-        out = []
-        for m in _ascii_stretches().finditer(text):
-            if m.group(1) is None:  # (a capital after a digit, an apostrophe or a hyphen)
-                break
+    is inside a word, one after anything but a letter, a digit, an apostrophe or a hyphen
+    starts one. A capital after a digit, an apostrophe or a hyphen may be either: the words
+    around it are read as TOKEN_RE reads them (`_starts_word`). Any other text is read word by
+    word (`_runs`)."""
+    if not text.isascii():
+        return list(_word_stretches(text))
+    out, search, pos = [], _ascii_stretches().search, 0
+    while m := search(text, pos):
+        if m.group(1) is not None:
             out.append((m.group(1), m.group(2), _opens(text, m.start())))
-        else:
-            return out
-    return list(_word_stretches(text))
+            pos = m.end()
+            continue
+        at = m.end() - 1  # (a capital after a digit, an apostrophe or a hyphen)
+        s = _starts_word(text, at) and _ASCII_STRETCH.match(text, at)
+        if s:
+            out.append((s.group(1), s.group(2), _opens(text, at)))
+        pos = s.end() if s else at + 1
+    return out
+
+
+def _starts_word(text: str, at: int) -> bool:
+    """Whether a word of TOKEN_RE starts at `at`: the words are read from the last character
+    before it that no word holds (a reading from the start reaches that place alike)."""
+    r = at
+    while r and TOKEN_CHAR.match(text, r - 1):
+        r -= 1
+    for w in TOKEN_RE.finditer(text, r):
+        if w.end() > at:
+            return w.start() == at
+    return False
 
 
 def _opens(text: str, at: int) -> bool:
@@ -233,8 +251,8 @@ def _word_stretches(text: str) -> Iterator[tuple[str, str, bool]]:
 
 def stretch_names(first: str, rest: str, starts: bool, common: set[str] = frozenset()) -> list[str]:
     """The names of one stretch (`stretches`), without a leading "The"."""
-    if not rest and first != "I" and not first.endswith(("'", "’", "'s", "’s")):  # (one word, no possessive)
-        return [] if first == "The" or _opener(first.lower(), starts, common) else [first]
+    if not rest and not first.endswith(("'", "’", "'s", "’s")):  # (one word, no possessive)
+        return [] if first in ("The", "I") or _opener(first.lower(), starts, common) else [first]
     out: list[str] = []
     _read_stretch(first + rest, starts, common, out)
     return [n[4:] if n.startswith("The ") else n for n in out if n != "The"]
@@ -319,6 +337,10 @@ def _runs() -> re.Pattern:
     name = f"(?={cap}){word}"
     stretch = rf"({name})((?:\s+(?:{_CONNECTOR}\s+)*{name})*)"
     return re.compile(rf"(?:[ -@\[-`{{-~]+|((?!{cap}){word})|[\W\d_])*(?:{stretch})?")
+
+
+_ASCII_STRETCH = re.compile(rf"([A-Z]{_WORD_TAIL})((?:\s+(?:{_CONNECTOR}\s+)*[A-Z]{_WORD_TAIL})*)")
+TOKEN_CHAR = re.compile(r"[^\W_]|['’\-]")  # (what a word of TOKEN_RE may hold)
 
 
 @lru_cache(maxsize=1)

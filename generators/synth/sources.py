@@ -19,7 +19,7 @@ import re
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
-from generators.synth.grounding import (NUMBER_RE, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup, lower_words,
+from generators.synth.grounding import (COMMON, NUMBER_RE, TOKEN_CHAR, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup, lower_words,
                                         normalized, number_value, is_small, names_in, numbers_in, plain_text,
                                         stretch_names, stretches)
 
@@ -49,8 +49,9 @@ class Sources:
         self._lower: set[str] | None = None
         self._text: str | None = None
 
-    def add(self, content: str) -> "Sources":
-        self._plain.append(plain_text(content or ""))
+    def add(self, content: str, plain: str | None = None) -> "Sources":
+        """Adds a source; `plain` is its plain text where the caller knows it (else read)."""
+        self._plain.append(plain_text(content or "") if plain is None else plain)
         self._clear()
         return self
 
@@ -191,7 +192,7 @@ class Sources:
         while a >= 0:
             if hay[a].islower():
                 r = a
-                while r and _TOKEN_CHAR.match(hay, r - 1):
+                while r and TOKEN_CHAR.match(hay, r - 1):
                     r -= 1
                 for m in TOKEN_RE.finditer(hay, r):
                     if m.start() >= a:
@@ -208,6 +209,8 @@ class Sources:
         common words are parts of these (a stretch with a capitalised connector, which may be
         a name alone, is left to the whole reading)."""
         for first, rest, starts in stretches(text):
+            if not rest and (first in ("The", "I") or starts and first.lower() in COMMON):
+                continue  # (a word that is no name: `stretch_names` reads none in it)
             if not (rest and self._written(first + rest)) and (
                     _CAPITAL_CONNECTOR.search(rest) or not all(self.has_name(n) for n in stretch_names(first, rest, starts))):
                 return False
@@ -239,7 +242,6 @@ _NAME_END = re.compile(r"(?:['’]s?)?(?![\w'’])")
 _DIGITS = re.compile(r"(?:0|[1-9][0-9]*)(?:\.0|\.[0-9]*[1-9])?")  # (a number as `number_value` writes it)
 _NUMBER_BEFORE = re.compile(r"[\w.,]")
 _NUMBER_AFTER = re.compile(r"\d|[.,]\d")
-_TOKEN_CHAR = re.compile(r"[^\W_]|['’\-]")  # (what a token of TOKEN_RE may hold)
 _IN_NUMBER = re.compile(r"[\d.,]")  # (what a match of NUMBER_RE may hold)
 _IN_WORD_NUMBER = re.compile(r"[\w-]")  # (what a match of WORD_NUMBER_RE may hold)
 _WORDS_OF: dict[int, list[str]] = {}  # the number words of each value

@@ -260,12 +260,15 @@ class Simulator:
             raise bad
         return out
 
-    def answers(self, batch: Sequence[SimCall], keys: Sequence[str] | None = None) -> list[str | Exception]:
+    def answers(self, batch: Sequence[SimCall], keys: Sequence[str] | None = None,
+                texts: dict[str, str] | None = None) -> list[str | Exception]:
         """For each call, its tool message, or the error that stops it (ValueError: a bad mode,
         a golden id not in the corpus; KeyError, TypeError: arguments of the wrong shape). The
         searches of the batch go to the index at once (`BM25Index.score_many`), and a call
         asked twice is answered once (`keys`: the calls' identities when the caller has them,
-        equal for equal calls; else SimCall.key)."""
+        equal for equal calls; else SimCall.key). `texts`, when given, gets the plain text of
+        each search's message (its string leaves, as generators/synth/grounding.py
+        `plain_text` reads the message), which the grounding check then need not parse."""
         keys = list(keys) if keys is not None else [c.key() for c in batch]
         first: dict[str, int] = {}
         todo = [i for i, k in enumerate(keys) if k is None or first.setdefault(k, i) == i]
@@ -283,7 +286,7 @@ class Simulator:
             self._recent.update((out[i][0], sc) for i, sc in zip(searches, found))
         for i, scored in zip(searches, found):
             try:
-                out[i] = self._answer(batch[i], *out[i], scored)
+                out[i] = self._answer(batch[i], *out[i], scored, texts)
             except (ValueError, KeyError, TypeError) as e:
                 out[i] = e
         return [out[i] if k is None else out[first[k]] for i, k in enumerate(keys)]
@@ -329,8 +332,10 @@ class Simulator:
         lookup, names, k_arg = self.search_args[c.tool]
         return " ".join(self._terms(c.arguments, lookup, names)), domain, k_arg
 
-    def _answer(self, c: SimCall, query: str, domain: str, k_arg: str | None, scored: Scored) -> str:
-        """The results of one search call (module docstring), from its query's scores."""
+    def _answer(self, c: SimCall, query: str, domain: str, k_arg: str | None, scored: Scored,
+                texts: dict[str, str] | None = None) -> str:
+        """The results of one search call (module docstring), from its query's scores; its
+        plain text goes to `texts` (`answers`)."""
         mask, mode, supporting = self.masks[domain], c.mode, c.supporting
         n = int((c.arguments.get(k_arg) if k_arg else None) or c.k or self.config.default_k)
         golden = sorted({self.index_of[g] for g in c.golden_doc_ids})
@@ -370,4 +375,9 @@ class Simulator:
                 results.append((i, snip))
         rng.shuffle(results)
         out = [{"doc_id": self.doc_ids[i], "title": self.titles[i], "snippet": s} for i, s in results]
-        return json.dumps({"results": out}, ensure_ascii=False)
+        message = json.dumps({"results": out}, ensure_ascii=False)
+        if texts is not None:
+            leaves = [v for r in out for v in r.values()]
+            if all(type(v) is str for v in leaves):
+                texts[message] = "\n".join(leaves)
+        return message

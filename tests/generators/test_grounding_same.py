@@ -116,7 +116,8 @@ def test_every_message_of_synthesized_trajectories(tmp_path):
 
 
 def test_capitals_found_by_search_make_the_stretches_of_reading_word_by_word():
-    """`stretches` of an ASCII text searches for its capitals; on 100,000 random strings of the
+    """`stretches` of an ASCII text searches for its capitals, and reads the words around a
+    capital after a digit, an apostrophe or a hyphen; on 100,000 random strings of the
     characters that decide where a word starts and a sentence opens, it finds what reading
     every word finds (the pattern `_runs`)."""
     rng = random.Random(5)
@@ -125,7 +126,7 @@ def test_capitals_found_by_search_make_the_stretches_of_reading_word_by_word():
     differ = [t for t in texts if now.stretches(t) != list(now._word_stretches(t))]
     assert not differ, differ[:3]
     unsure = sum(1 for t in texts if any(m.group(1) is None for m in now._ascii_stretches().finditer(t)))
-    assert 10_000 < unsure < 90_000  # (both ways are taken: a capital after a digit, "'" or "-" is read word by word)
+    assert 10_000 < unsure < 90_000  # (texts with and without a capital after a digit, "'" or "-")
 
 
 def test_tool_results_read_as_json_reads_them():

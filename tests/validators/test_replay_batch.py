@@ -70,3 +70,23 @@ def test_random_batches_of_good_and_corrupted_trajectories(data, many, corrupted
             if tools:
                 rng.choice(tools)["content"] += " "
     assert _table(check_trajectories(rows, _ctx(world))) == _table([check_trajectory(r, _ctx(world)) for r in rows])
+
+
+def test_the_plain_texts_replay_keeps_for_grounding_are_how_grounding_reads_the_messages(many, world):
+    """Each search answer of a batch comes with its plain text (Simulator.answers), which the
+    grounding step reads instead of parsing the message: it is `plain_text` of the message;
+    errors and the calculator's results get none (they are parsed); `forget` drops them."""
+    from generators.synth.grounding import plain_text
+    from storage.schema import meta_of
+    from validators.replay import replay_requests
+    from validators.trajectory_format import parse, structure
+
+    ctx = _ctx(world)
+    ctx.prefetch([q for r in many[:300] for q in replay_requests(parse(structure(r)), meta_of(r))])
+    answers = [a for a in ctx._replays.values() if isinstance(a, str)]
+    searches = [a for a in answers if a.startswith('{"results"')]
+    assert len(searches) > 300 and len(searches) < len(answers)  # (the calculator's answers are among them)
+    assert set(ctx.texts) == set(searches)
+    assert all(ctx.texts[a] == plain_text(a) for a in searches)
+    ctx.forget()
+    assert not ctx.texts and not ctx._replays
