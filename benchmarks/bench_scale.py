@@ -134,12 +134,13 @@ def replay_floor(root: Path, ds: str, limit: int = 10_000) -> dict:
 
 def rules_share(root: Path, ds: str, limit: int = 10_000) -> dict:
     """The rules layer (replay, grounding, final facts: the defaults) over `limit` trajectories,
-    in chunks as validation checks them; the time its grounding step took within it; and
+    in chunks as validation checks them (the collector paused, as there); the time its grounding step took within it; and
     `ground` alone over the same rows, each record's thinks split by it."""
     import validators.trajectory_rules as rules_layer
     from storage import load_table
     from validators.context import corpus_fingerprint, rule_context
     from validators.grounding import ground
+    from validators.records import gc_paused
     from validators.verdict import Reject
 
     rows = load_table(ds, "trajectories", root).slice(0, limit).to_pylist()
@@ -160,15 +161,17 @@ def rules_share(root: Path, ds: str, limit: int = 10_000) -> dict:
         for _ in range(3):
             spent[0], t = 0.0, time.perf_counter()
             for i in range(0, len(rows), 2_000):
-                rules_layer.check_trajectories(rows[i:i + 2_000], ctx)
+                with gc_paused():  # (as validation checks a chunk: validators/validator.py)
+                    rules_layer.check_trajectories(rows[i:i + 2_000], ctx)
             rules.append(time.perf_counter() - t)
             within.append(spent[0])
             t = time.perf_counter()
-            for r in rows:
-                try:
-                    ground(r["messages"])
-                except Reject:
-                    pass
+            with gc_paused():
+                for r in rows:
+                    try:
+                        ground(r["messages"])
+                    except Reject:
+                        pass
             alone.append(time.perf_counter() - t)
     finally:
         rules_layer._grounding = step

@@ -29,11 +29,12 @@ def check_grounding(msgs: list[dict]) -> dict:
 
 
 def ground(msgs: list[dict], thinks: dict[int, str] | None = None,
-           texts: dict[str, str] | None = None) -> tuple[dict, Sources]:
+           plain: dict[int, str] | None = None) -> tuple[dict, Sources]:
     """`check_grounding`, and the messages before the last as Sources, as the thinks were read
     against them (validators/final_facts.py reads the final think against the same). `thinks`
     gives the think of each assistant message by index, where the caller has split them;
-    `texts` the plain text of a message where the caller has it (`Sources.add`)."""
+    `plain` the plain text of a message, by the message's id(), where the caller has it
+    (`Sources.add`; the replay step finds those of the tool messages)."""
     src, checked = Sources(), 0
     for i, m in enumerate(msgs):
         content = m.get("content") or ""
@@ -46,5 +47,5 @@ def ground(msgs: list[dict], thinks: dict[int, str] | None = None,
                     raise Reject(CODES[kind], index=i, mentions=[v for _, v in bad][:10], think=think[:300])
                 checked += 1
         if i < len(msgs) - 1:
-            src.add(content, texts.get(content) if texts else None)
+            src.add(content, plain.get(id(m)) if plain else None)
     return {"thinks": checked}, src

@@ -52,8 +52,10 @@ def replay_requests(parsed, meta: dict) -> list[tuple[int, str, Any, dict]]:
     return out
 
 
-def replay(parsed, ctx, meta: dict) -> Verdict:
-    """The replay step's verdict for a parsed trajectory (module docstring)."""
+def replay(parsed, ctx, meta: dict, plain: dict | None = None) -> Verdict:
+    """The replay step's verdict for a parsed trajectory (module docstring). `plain` gets,
+    by the id of each tool message that replayed, the plain text the batch has of it
+    (`RuleContext.texts`), for the grounding step."""
     if not ctx.replay or ctx.simulator_for is None:
         return ok(LAYER, "replay", reason="replay_skipped_no_corpus")
     calls_meta = meta.get("calls") or {}
@@ -73,6 +75,8 @@ def replay(parsed, ctx, meta: dict) -> Verdict:
                 if why:
                     return fail(LAYER, "replay", "retriever_changed", detail={"call": c.id, "why": why})
                 return fail(LAYER, "replay", "replay_mismatch", detail={"call": c.id, "tool": c.name})
+            if plain is not None and ctx.texts and out in ctx.texts:
+                plain[id(t)] = ctx.texts[out]  # (`out` is the batch's own key: found without reading it)
             n += 1
     return ok(LAYER, "replay", detail={"calls": n})
 

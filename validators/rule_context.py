@@ -28,7 +28,7 @@ class RuleContext:
     documents: dict[str, tuple[str, str]] | None = None  # None = documents unknown
     final_facts: bool = True
     _replays: dict = field(default_factory=dict, repr=False)  # the answers of the batch being checked
-    texts: dict = field(default_factory=dict, repr=False)  # their plain texts (Simulator.answers), for grounding
+    texts: dict = field(default_factory=dict, repr=False)  # their plain texts (Simulator.answers), for grounding (validators/replay.py)
     derive_cache: dict = field(default_factory=dict, repr=False)  # facts per document (derive.check_triple)
 
     def replay_call(self, seed: int, name: str, args: Any, key: dict) -> str:

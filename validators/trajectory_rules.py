@@ -193,10 +193,10 @@ def _final_facts(row: dict, p: Parsed, msgs: list[dict], meta: dict, before: Sou
     return ok(LAYER, "final_facts", reason=detail.pop("reason", "ok"), detail=detail or None)
 
 
-def _grounding(st: dict, ctx: RuleContext) -> Verdict:
-    """The `grounding` step, over the thinks the format step read and the plain texts of the
-    replayed messages; keeps the messages before the last as read (`st["before"]`)."""
-    detail, st["before"] = ground(st["msgs"], st["p"].thinks, ctx.texts)
+def _grounding(st: dict) -> Verdict:
+    """The `grounding` step, over the thinks the format step read and the plain texts the
+    replay step found; keeps the messages before the last as read (`st["before"]`)."""
+    detail, st["before"] = ground(st["msgs"], st["p"].thinks, st.get("plain"))
     return ok(LAYER, "grounding", detail=detail)
 
 
@@ -217,9 +217,9 @@ def _parse_steps(row: dict, st: dict) -> list:
 
 def _result_steps(row: dict, st: dict, ctx: RuleContext) -> list:
     """The steps from the replay on, over what `_parse_steps` parsed."""
-    steps = [("replay", lambda: replay(st["p"], ctx, st.setdefault("meta", meta_of(row)))),
+    steps = [("replay", lambda: replay(st["p"], ctx, st.setdefault("meta", meta_of(row)), st.setdefault("plain", {}))),
              ("answer", lambda: _answer(row, st["p"], ctx, st["meta"])),
-             ("grounding", lambda: _grounding(st, ctx))]
+             ("grounding", lambda: _grounding(st))]
     if ctx.final_facts:
         steps.append(("final_facts", lambda: _final_facts(row, st["p"], st["msgs"], st["meta"], st.get("before"))))
     return steps

@@ -200,16 +200,22 @@ def stretches(text: str) -> list[tuple[str, str, bool]]:
     word (`_runs`)."""
     if not text.isascii():
         return list(_word_stretches(text))
+    return [(first, rest, opens(text, at)) for first, rest, at in ascii_sites(text)]
+
+
+def ascii_sites(text: str) -> list[tuple[str, str, int]]:
+    """The stretches of an ASCII text (`stretches`), each with where it starts instead of
+    whether it opens a sentence (`opens` says that, for a caller that needs it)."""
     out, search, pos = [], _ascii_stretches().search, 0
     while m := search(text, pos):
         if m.group(1) is not None:
-            out.append((m.group(1), m.group(2), _opens(text, m.start())))
+            out.append((m.group(1), m.group(2), m.start()))
             pos = m.end()
             continue
         at = m.end() - 1  # (a capital after a digit, an apostrophe or a hyphen)
         s = _starts_word(text, at) and _ASCII_STRETCH.match(text, at)
         if s:
-            out.append((s.group(1), s.group(2), _opens(text, at)))
+            out.append((s.group(1), s.group(2), at))
         pos = s.end() if s else at + 1
     return out
 
@@ -226,7 +232,7 @@ def _starts_word(text: str, at: int) -> bool:
     return False
 
 
-def _opens(text: str, at: int) -> bool:
+def opens(text: str, at: int) -> bool:
     """Whether the stretch of the ASCII `text` at `at` opens a sentence: no letter is before
     it, or a sentence end is after the last letter before it (a letter is always in a word,
     and no word holds a sentence end)."""

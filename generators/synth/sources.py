@@ -16,12 +16,13 @@ words are not looked up.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
 from generators.synth.grounding import (COMMON, NUMBER_RE, TOKEN_CHAR, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup, lower_words,
                                         normalized, number_value, is_small, names_in, numbers_in, plain_text,
-                                        stretch_names, stretches)
+                                        ascii_sites, opens, stretch_names, stretches)
 
 
 class Sources:
@@ -208,11 +209,20 @@ class Sources:
         whole, or each of its names read without common words is held. The names read with
         common words are parts of these (a stretch with a capitalised connector, which may be
         a name alone, is left to the whole reading)."""
-        for first, rest, starts in stretches(text):
-            if not rest and (first in ("The", "I") or starts and first.lower() in COMMON):
+        if text.isascii():  # (whether a stretch opens a sentence is read only where it matters)
+            sites, starts_at = ascii_sites(text), partial(opens, text)
+        else:
+            sites, starts_at = stretches(text), bool
+        for first, rest, at in sites:
+            if rest:
+                if self._written(first + rest):
+                    continue
+            elif first in ("The", "I"):
                 continue  # (a word that is no name: `stretch_names` reads none in it)
-            if not (rest and self._written(first + rest)) and (
-                    _CAPITAL_CONNECTOR.search(rest) or not all(self.has_name(n) for n in stretch_names(first, rest, starts))):
+            starts = starts_at(at)
+            if not rest and starts and first.lower() in COMMON:
+                continue  # (as "The")
+            if _CAPITAL_CONNECTOR.search(rest) or not all(self.has_name(n) for n in stretch_names(first, rest, starts)):
                 return False
         return True
 
@@ -220,7 +230,7 @@ class Sources:
         """("number" | "name", mention) for every mention of `text` no source holds."""
         bad: list[tuple[str, str]] = []
         nums = numbers_in(text)
-        held = {n: self.has_number(n) for n in dict.fromkeys(nums) if not _known_small(n)}
+        held = {n: self.has_number(n) for n in dict.fromkeys(nums) if not _known_small(n)} if nums else {}
         if not all(held.values()):
             held.update((n, self.has_number(n)) for n in nums if n not in held)
             grounded = [n for n in nums if held[n]]

@@ -75,18 +75,25 @@ def test_random_batches_of_good_and_corrupted_trajectories(data, many, corrupted
 def test_the_plain_texts_replay_keeps_for_grounding_are_how_grounding_reads_the_messages(many, world):
     """Each search answer of a batch comes with its plain text (Simulator.answers), which the
     grounding step reads instead of parsing the message: it is `plain_text` of the message;
-    errors and the calculator's results get none (they are parsed); `forget` drops them."""
+    errors and the calculator's results get none (they are parsed); the replay step hands
+    each replayed message's text on by the message; `forget` drops them."""
     from generators.synth.grounding import plain_text
     from storage.schema import meta_of
-    from validators.replay import replay_requests
+    from validators.replay import replay, replay_requests
     from validators.trajectory_format import parse, structure
 
     ctx = _ctx(world)
-    ctx.prefetch([q for r in many[:300] for q in replay_requests(parse(structure(r)), meta_of(r))])
+    parsed = [parse(structure(r)) for r in many[:300]]
+    ctx.prefetch([q for r, p in zip(many, parsed) for q in replay_requests(p, meta_of(r))])
     answers = [a for a in ctx._replays.values() if isinstance(a, str)]
     searches = [a for a in answers if a.startswith('{"results"')]
     assert len(searches) > 300 and len(searches) < len(answers)  # (the calculator's answers are among them)
     assert set(ctx.texts) == set(searches)
     assert all(ctx.texts[a] == plain_text(a) for a in searches)
+    for r, p in zip(many, parsed):  # the replay step hands each replayed search message's text on
+        plain: dict = {}
+        assert replay(p, ctx, meta_of(r), plain).passed
+        tools = [t for turn in p.tool_msgs for t in turn]
+        assert plain == {id(t): plain_text(t["content"]) for t in tools if t["content"].startswith('{"results"')}
     ctx.forget()
     assert not ctx.texts and not ctx._replays
