@@ -15,6 +15,11 @@ defaults otherwise:
                  defaults (4 prompts x 4 rollouts); the engine measures the rollouts between weight
                  loads (its phases), the policy updates on this machine's CPU left out, and the
                  bare client sends each phase's requests on their own
+  selfplay       `forgeplay selfplay --rollout-backend vllm-server --base-url --no-train`, two
+                 iterations of n/8 tasks: iteration 0 poses the world's demonstrations as tasks
+                 (`--demo-tasks`; the stand-in's replies pose none), checks their answerability
+                 and makes the student's 5 attempts at each; iteration 1 samples the examiner
+                 (updates left out, as in grpo)
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
@@ -62,12 +67,15 @@ STAGES = {  # stage -> its command line (before the backend options), given n an
     "acquire": lambda n, tmp: ["acquire-labels", "--dataset", "w", "--limit", str(max(1, n // 8))],
     "grpo": lambda n, tmp: ["train", "grpo", "--dataset", "w", "--out", str(tmp / "grpo"),
                             "--max-steps", str(max(1, n // 16)), "--checkpoint-every", "0"],
+    "selfplay": lambda n, tmp: ["selfplay", "--dataset", "w", "--no-train", "--demo-tasks", "--iterations", "2",
+                                "--tasks", str(max(1, n // 8))],
 }
 PHASED = ("grpo",)  # stages measured between the engine's weight loads
 ENGINE_OPTIONS = {  # how a command is pointed at the engine, where not by --backend openai --base-url --model
     "eval": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
     "acquire": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
     "grpo": lambda url: ["--rollout-backend", "vllm-server", "--base-url", url],
+    "selfplay": lambda url: ["--rollout-backend", "vllm-server", "--base-url", url],
 }
 
 

@@ -77,7 +77,7 @@ class PlayConfig:
                 "student's SFT data"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per turn at most"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of examiner and student"})
-    batch_size: int = field(default=16, metadata={"help": "rollouts generated together"})
+    batch_size: int = field(default=16, metadata={"help": "rollouts generated together in this process; a served backend (--rollout-backend vllm-server) gets every batch of a phase at once, with the same seeds"})
     answerability: bool = field(default=True, metadata={"help": "the filter keeps only tasks the reader answers from their path's documents mixed with distractors and not without them (--no-answerability: skip this check)"})
     reader: str | None = field(default=None, metadata={"help": "model that reads for the answerability check: folder or prepared name (default: the current student)"})
     answer_distractors: int = field(default=3, metadata={"help": "answerability: distractor documents mixed into a task's path documents"})
@@ -205,14 +205,32 @@ def draw_seeds(documents: list[dict], cfg: PlayConfig, iteration: int) -> list[t
 
 def _rollouts(backend, simulator, prompts: list[Prompt], cfg: PlayConfig, turns: int, seed: int,
               progress: bool) -> list:
-    """The prompts' rollouts, `cfg.batch_size` at a time (a batch's seed: `seed` + its start)."""
-    from train.rollout import rollout
+    """The prompts' rollouts in batches of `cfg.batch_size` (a batch's seed: `seed` + its
+    start). A backend that serves concurrent requests (a vLLM server) gets the batches at once
+    (IN_FLIGHT conversations at most), each conversation on its own (train/rollout.py), so the
+    server is never left with one batch's stragglers; any other takes the batches one after
+    another. The rows are the same either way."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    outs = []
-    for start in range(0, len(prompts), cfg.batch_size):
-        outs += rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(turns),
-                        seed=seed + start, progress=progress, logprobs=False)
-    return outs
+    from tqdm.auto import tqdm
+
+    from train.rollout import IN_FLIGHT, rollout
+
+    starts = list(range(0, len(prompts), cfg.batch_size))
+
+    def batch(start: int, shown: bool) -> list:
+        return rollout(backend, simulator, prompts[start:start + cfg.batch_size], cfg.rollout_config(turns),
+                       seed=seed + start, progress=shown, logprobs=False)
+
+    if not backend.concurrent or len(starts) < 2:
+        return [r for start in starts for r in batch(start, progress)]
+    with tqdm(total=len(prompts), desc="rollouts", unit="rollout", disable=not progress) as bar, \
+            ThreadPoolExecutor(max_workers=min(len(starts), max(1, IN_FLIGHT // cfg.batch_size))) as pool:
+        def counted(start: int) -> list:
+            out = batch(start, False)
+            bar.update(len(out))
+            return out
+        return [r for part in pool.map(counted, starts) for r in part]  # (in order; re-raises a batch's failure)
 
 
 def examine(backend, simulator, documents: list[dict], tools: list[dict], cfg: PlayConfig, run: str,

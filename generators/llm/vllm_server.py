@@ -263,11 +263,11 @@ class VLLMServer:
 
     def backend(self, max_concurrency: int | None = None, timeout: float = 600):
         """An OpenAIBackend on this server (one request per conversation turn): as many in
-        flight as the server's load page says it takes, or `max_concurrency`."""
+        flight as the server's load page says it takes, or `max_concurrency`; a 503, a timeout
+        or a restart is retried with backoff, as with any served engine (the client's defaults)."""
         from generators.llm.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(self.url + "/v1", SERVED_NAME, max_concurrency=max_concurrency, timeout=timeout,
-                             max_retries=1)
+        return OpenAIBackend(self.url + "/v1", SERVED_NAME, max_concurrency=max_concurrency, timeout=timeout)
 
     def publish(self, weights) -> float:
         """Load `weights` ((name, tensor) pairs, checkpoint names) into the server; seconds taken."""

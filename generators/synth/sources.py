@@ -20,9 +20,9 @@ from functools import partial
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
-from generators.synth.grounding import (COMMON, NUMBER_RE, TOKEN_CHAR, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup, lower_words,
-                                        normalized, number_value, is_small, names_in, numbers_in, plain_text,
-                                        ascii_sites, opens, stretch_names, stretches)
+from generators.synth.grounding import (COMMON, NUMBER_RE, TOKEN_CHAR, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup,
+                                        ascii_sites, is_small, lower_words, names_in, normalized, number_value,
+                                        numbers_in, opens, plain_text, stretch_names, stretches)
 
 
 class Sources:

@@ -189,3 +189,33 @@ def test_demo_tasks_pose_iteration_0_from_demonstrations_and_the_student_attempt
     assert run_id(replace(plain, demo_tasks=True), root) != run_id(plain, root)
     with pytest.raises(ValueError, match="--demo-tasks: the triples of 'w' make no demonstration"):
         demonstrated(plain, docs, [], Simulator(docs, seed=0, tools=tools), tools)
+
+
+def test_a_served_model_gets_every_batch_of_a_phase_at_once(world, tiny_llama_dir):  # noqa: F811
+    """A concurrent backend (a server) is given all batches of a phase together: against the
+    stand-in engine, 48 attempts in batches of 8 are in flight at once, and the rollouts equal
+    those of the same client taking the batches one after another in lockstep."""
+    from transformers import AutoTokenizer
+
+    from generators.llm.openai_backend import OpenAIBackend
+    from generators.llm.standin_engine import StandinEngine
+    from selfplay.play import _rollouts
+    from train.evaluate import ServedClient
+    from train.grpo import make_prompts
+
+    root, docs, triples, tools = world
+    sim = Simulator(docs, seed=0, tools=tools)
+    prompts = make_prompts(triples[:48], tools)  # (each conversation its own: lockstep asks each alone too)
+    cfg = PlayConfig(dataset="w", batch_size=8)
+    with StandinEngine(slots=64, latency=0.3) as engine:
+        client = ServedClient(OpenAIBackend(engine.url, "standin"), AutoTokenizer.from_pretrained(str(tiny_llama_dir)),
+                              tiny_llama_dir)
+        try:
+            together = _rollouts(client, sim, prompts, cfg, 2, 5, False)
+            peak = engine.max_busy
+            client.concurrent = False
+            apart = _rollouts(client, sim, prompts, cfg, 2, 5, False)
+        finally:
+            client.close()
+    assert len(together) == 48 and [r.messages for r in together] == [r.messages for r in apart]
+    assert peak > 2 * cfg.batch_size, peak
