@@ -17,9 +17,11 @@ defaults otherwise:
                  bare client sends each phase's requests on their own
   selfplay       `forgeplay selfplay --rollout-backend vllm-server --base-url --no-train`, two
                  iterations of n/8 tasks: iteration 0 poses the world's demonstrations as tasks
-                 (`--demo-tasks`; the stand-in's replies pose none), checks their answerability
-                 and makes the student's 5 attempts at each; iteration 1 samples the examiner
-                 (updates left out, as in grpo)
+                 (`--demo-tasks`), iteration 1 the examiner's (the stand-in answers it with
+                 generators/llm/scripted_examiner.py: a search a hop, then a task); each checks
+                 its tasks' answerability and makes the student's 5 attempts at each (updates
+                 left out, as in grpo). The bare client sends every request at once, where a
+                 conversation's turns and the phases follow one another: a floor no client reaches
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first

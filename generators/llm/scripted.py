@@ -2,7 +2,8 @@
 (synthesis, validation, export) without the cost of one: deterministic replies built from
 the prompt, with every 7th reply broken (markup, off-topic, or naming a person and a year
 the prompt never gave), so both the model path and the template fallbacks run. The corpus
-question builder's prompts get the replies of generators/llm/scripted_chain.py. It has the backend shape (`generate(requests) -> completions`)
+question builder's prompts get the replies of generators/llm/scripted_chain.py, self-play's
+examiner those of generators/llm/scripted_examiner.py. It has the backend shape (`generate(requests) -> completions`)
 but writes no real reasoning: never use it to make data.
 
     from generators.llm.scripted import ScriptedBackend
@@ -15,6 +16,7 @@ import re
 
 from generators.llm.base import Completion, Declared
 from generators.llm.scripted_chain import scripted_chain_text
+from generators.llm.scripted_examiner import scripted_examiner_text
 
 
 class ScriptedBackend(Declared):
@@ -29,11 +31,17 @@ class ScriptedBackend(Declared):
 
     def generate(self, requests, progress=False):
         self.calls += 1
-        return [[Completion(text=scripted_text(r.messages[-1]["content"], i)) for _ in range(r.n)]
-                for i, r in enumerate(requests)]
+        return [[Completion(text=scripted_reply(r.messages, i)) for _ in range(r.n)] for i, r in enumerate(requests)]
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def scripted_reply(messages: list[dict], i: int) -> str:
+    """The scripted reply to a conversation as the `i`-th request of a batch: the examiner's
+    next turn for self-play's examiner (generators/llm/scripted_examiner.py), else
+    `scripted_text` of the last message."""
+    return scripted_examiner_text(messages) or scripted_text(str(messages[-1].get("content") or ""), i)
 
 
 def scripted_text(prompt: str, i: int) -> str:

@@ -8,9 +8,10 @@ and benchmarks can load any model-bound stage the way a real one would, in a sec
   the client's timeout fires), `unauthorized` (every request answered 401), `restart(down)`
   (drops every connection, refuses new ones for `down` seconds, comes back on the same
   port; `restart_at=K`: as the K-th request arrives), `pause()` / `resume()` (requests are taken and held unanswered).
-- Replies are deterministic: choice c of a request is `scripted_text(last message,
-  seed + c)` (generators/llm/scripted.py), so a rerun gets the same rows, and a request
-  whose seed is its index in a batch gets what `ScriptedBackend` gives it.
+- Replies are deterministic: choice c of a request is `scripted_reply(messages, seed + c)`
+  (generators/llm/scripted.py: `scripted_text` of the last message, or the examiner's next
+  turn for self-play's examiner), so a rerun gets the same rows, and a request whose seed
+  is its index in a batch gets what `ScriptedBackend` gives it.
 - Its load at `GET /metrics`, as vLLM states it (generators/llm/server_load.py): the
   requests holding a slot and those waiting for one (`metrics=False`: no such page, as a
   hosted API).
@@ -43,7 +44,7 @@ from collections import Counter
 from aiohttp import web
 
 from generators.llm.openai_backend import request_key
-from generators.llm.scripted import scripted_text
+from generators.llm.scripted import scripted_reply
 
 
 class StandinEngine:
@@ -210,7 +211,7 @@ class StandinEngine:
             raise web.HTTPServiceUnavailable()
         prompt = str(body["messages"][-1].get("content"))
         seed = int(body.get("seed") or 0)
-        texts = [scripted_text(prompt, seed + c) for c in range(int(body.get("n", 1)))]
+        texts = [scripted_reply(body["messages"], seed + c) for c in range(int(body.get("n", 1)))]
         tokens = [len(t.split()) for t in texts]
         self.waiting += 1
         try:

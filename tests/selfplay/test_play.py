@@ -219,3 +219,39 @@ def test_a_served_model_gets_every_batch_of_a_phase_at_once(world, tiny_llama_di
             client.close()
     assert len(together) == 48 and [r.messages for r in together] == [r.messages for r in apart]
     assert peak > 2 * cfg.batch_size, peak
+
+
+def test_the_scripted_examiner_poses_tasks_the_parser_and_the_task_rules_accept(world):
+    """The stand-in's examiner replies (generators/llm/scripted_examiner.py), answered by the
+    simulator as a rollout answers them, make tasks that `parse_examiner` accepts with the
+    documents given (answer in the last search's pages, one search per hop), for most start
+    documents and hop counts; the others are rejects with a reason."""
+    from generators.llm.scripted_examiner import scripted_examiner_text
+    from generators.llm.toolcalls import parse_tool_calls, render_tools_block
+    from selfplay.examiner import examiner_messages, parse_examiner
+    from selfplay.warmstart import examiner_tool
+    from train.sft import template_messages
+    from validators.verdict import Reject
+
+    root, docs, _, tools = world
+    sim = Simulator(docs, seed=0, tools=tools)
+    block = render_tools_block([examiner_tool(tools)])
+    texts = {d["doc_id"]: (d["title"], d["text"]) for d in docs}
+    accepted, reasons = [], []
+    for j, doc in enumerate(docs[:40]):
+        hops = 1 + j % 4
+        messages = examiner_messages(doc, hops, block)
+        for _ in range(6):
+            reply = scripted_examiner_text(template_messages(messages))
+            messages.append({"role": "assistant", "content": reply})
+            calls = parse_tool_calls(reply).calls
+            if not calls:
+                break
+            messages += [{"role": "tool", "content": sim.call(c["name"], c["arguments"])} for c in calls]
+        try:
+            accepted.append((hops, parse_examiner(messages, hops, f"t{j}", "w", seed_doc_id=doc["doc_id"], documents=texts)))
+        except Reject as r:
+            reasons.append(r.reason)
+    assert len(accepted) >= 30, reasons
+    assert all(row["hop_count"] == hops for hops, row in accepted)
+    assert scripted_examiner_text([{"role": "user", "content": "Name a city."}]) is None
