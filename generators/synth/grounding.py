@@ -31,6 +31,7 @@ import sys
 from functools import lru_cache
 from typing import Iterator
 
+import ahocorasick
 import orjson
 
 from generators.corpus.names import WORD_NUMBERS
@@ -160,7 +161,32 @@ def numbers_in(text: str) -> list[str]:
     """Number values of `text` in order (digits, then number words). A number word is a whole
     part of a run of words joined by hyphens, read left to right with a tens word and a unit
     word taken as one ("twenty-one" is 21, "one-time" holds 1, "twenty--one" is 20 and 1)."""
-    return [number_value(m) for m in NUMBER_RE.findall(text)] + [str(WORD_NUMBERS[w]) for w in WORD_NUMBER_RE.findall(text.lower())]
+    return [number_value(m) for m in NUMBER_RE.findall(text)] + _word_numbers(text)
+
+
+def _word_numbers(text: str) -> list[str]:
+    """The values of the number words of `text`, as `numbers_in` reads them. Most texts have
+    none: WORD_NUMBER_RE reads a text only when `_number_word_parts` finds one of the number
+    words that hold no other in it (every number word holds one of those)."""
+    low = text.lower()
+    if next(_number_word_parts().iter(low), None) is None:
+        return []
+    return [str(WORD_NUMBERS[w]) for w in WORD_NUMBER_RE.findall(low)]
+
+
+@lru_cache(maxsize=1)
+def _number_word_parts() -> ahocorasick.Automaton:
+    """An automaton that finds the number words holding no other number word ("four", not
+    "fourteen") anywhere in a text. It reads a reasoning step in under a microsecond, where
+    WORD_NUMBER_RE's search takes two or more: the words' first letters are common ones, and
+    the search stops at each of them."""
+    words = [w for w in WORD_NUMBERS if "-" not in w]
+    parts = ahocorasick.Automaton()
+    for w in words:
+        if not any(v != w and v in w for v in words):
+            parts.add_word(w, w)
+    parts.make_automaton()
+    return parts
 
 
 def is_small(n: str) -> bool:
@@ -193,19 +219,44 @@ def stretches(text: str) -> list[tuple[str, str, bool]]:
     one (but for a capitalised connector, "Of" or "La", that a smaller `common` reads as
     joining two words and a larger one as a name of its own).
 
-    An ASCII text is searched for its capitals (`_ascii_stretches`): a capital after a letter
-    is inside a word, one after anything but a letter, a digit, an apostrophe or a hyphen
-    starts one. A capital after a digit, an apostrophe or a hyphen may be either: the words
-    around it are read as TOKEN_RE reads them (`_starts_word`). Any other text is read word by
-    word (`_runs`)."""
+    An ASCII text is searched for its capitals and its sentence ends in one scan
+    (`_ascii_scan`): a capital after a letter is inside a word, one after anything but a
+    letter, a digit, an apostrophe or a hyphen starts one, and it opens a sentence when a
+    sentence end comes after the last letter before it. A capital after a digit, an apostrophe
+    or a hyphen may be either: such a text is read stretch by stretch (`_ascii_sites`), the
+    words around that capital as TOKEN_RE reads them (`_starts_word`). Any other text is read
+    word by word (`_runs`)."""
+    return mentions(text)[1] if text.isascii() else list(_word_stretches(text))
+
+
+def mentions(text: str) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    """`numbers_in(text)` and `stretches(text)`, read together: an ASCII text's digits, capitals
+    and sentence ends in one scan (`_ascii_scan`)."""
     if not text.isascii():
-        return list(_word_stretches(text))
-    return [(first, rest, opens(text, at)) for first, rest, at in ascii_sites(text)]
+        return numbers_in(text), list(_word_stretches(text))
+    numbers: list[str] = []
+    out: list[tuple[str, str, bool]] = []
+    opener = unsure = False
+    for capital, tail, rest, end, digit, digits, capital_next in _ascii_scan()("\n" + text):  # (a text's start opens)
+        if digit:
+            numbers.append(number_value(digit + digits))
+            opener = opener or bool(capital_next) and "." in digits  # (its point is a sentence end)
+        elif end:
+            opener = True
+        elif capital:
+            out.append((capital + tail, rest, opener))
+            opener = False
+        else:  # (a capital after a digit, an apostrophe or a hyphen)
+            unsure = True
+    if unsure:
+        out = [(first, rest, _opens(text, at)) for first, rest, at in _ascii_sites(text)]
+    return numbers + _word_numbers(text), out
 
 
-def ascii_sites(text: str) -> list[tuple[str, str, int]]:
+def _ascii_sites(text: str) -> list[tuple[str, str, int]]:
     """The stretches of an ASCII text (`stretches`), each with where it starts instead of
-    whether it opens a sentence (`opens` says that, for a caller that needs it)."""
+    whether it opens a sentence (`_opens` says that), found one by one: `mentions` reads a
+    text so where a capital follows a digit, an apostrophe or a hyphen."""
     out, search, pos = [], _ascii_stretches().search, 0
     while m := search(text, pos):
         if m.group(1) is not None:
@@ -232,7 +283,7 @@ def _starts_word(text: str, at: int) -> bool:
     return False
 
 
-def opens(text: str, at: int) -> bool:
+def _opens(text: str, at: int) -> bool:
     """Whether the stretch of the ASCII `text` at `at` opens a sentence: no letter is before
     it, or a sentence end is after the last letter before it (a letter is always in a word,
     and no word holds a sentence end)."""
@@ -357,6 +408,21 @@ def _ascii_stretches() -> re.Pattern:
     capital, a digit, an apostrophe or a hyphen, so the search jumps over everything else."""
     first = r"[A-Z](?<![^\W_].)" + _WORD_TAIL
     return re.compile(rf"({first})((?:\s+(?:{_CONNECTOR}\s+)*[A-Z]{_WORD_TAIL})*)|[\d'\-][A-Z]")
+
+
+@lru_cache(maxsize=1)
+def _ascii_scan():
+    """findall of a pattern over an ASCII text (`mentions`), one tuple a match: a capital that
+    starts a word (group 1), the rest of its word as TOKEN_RE reads it (group 2) and the
+    stretch's other words (group 3); a capital after a digit, an apostrophe or a hyphen (no
+    group); a sentence end with no letter between it and a capital (group 4); or a number of
+    NUMBER_RE, its first digit (group 5), the rest (group 6) and, when no letter but a capital
+    comes next, what comes up to it (group 7). Every branch starts with one character of one
+    class, so the search jumps to them."""
+    word = rf"(?<![^\W_].)(?<!['\-].)(?<=(.))({_WORD_TAIL})((?:\s+(?:{_CONNECTOR}\s+)*[A-Z]{_WORD_TAIL})*)"
+    number = r"(?<=(\d))(?<![\w.,]\d)(\d{0,2}(?:,\d{3})+|\d*(?:\.\d+)?)(?!\d)(?:(?=([^A-Za-z]*[A-Z])))?"
+    return re.compile(rf"[A-Z.!?:;\n0-9](?:(?<=[A-Z])(?:{word}|(?<=[\d'\-].))|(?<=([.!?:;\n]))(?=[^A-Za-z]*[A-Z])"
+                      rf"|{number})").findall
 
 
 _SPACE = re.compile(r"(\s+)")

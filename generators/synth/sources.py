@@ -16,13 +16,12 @@ words are not looked up.
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
 from generators.synth.grounding import (COMMON, NUMBER_RE, TOKEN_CHAR, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup,
-                                        ascii_sites, is_small, lower_words, names_in, normalized, number_value,
-                                        numbers_in, opens, plain_text, stretch_names, stretches)
+                                        is_small, lower_words, mentions, names_in, normalized, number_value,
+                                        numbers_in, plain_text, stretch_names)
 
 
 class Sources:
@@ -106,7 +105,8 @@ class Sources:
             return True
         if "\u03a3" in name or "\n" in name:
             return False
-        hay, a = self.hay, self.hay.rfind(name)
+        hay = self.hay
+        a = hay.rfind(name)
         while a >= 0:
             if not (a and _NAME_EDGE.match(hay, a - 1)) and _NAME_END.match(hay, a + len(name)):
                 self._written_names.add(name)
@@ -203,25 +203,18 @@ class Sources:
             a = low.find(first, a + 1)
         return False
 
-    def _names_held(self, text: str) -> bool:
-        """Whether the sources hold every name of `text`, whatever words they use in lower
-        case: each stretch of capitalised words (grounding.py `stretches`) is written in them
-        whole, or each of its names read without common words is held. The names read with
-        common words are parts of these (a stretch with a capitalised connector, which may be
-        a name alone, is left to the whole reading)."""
-        if text.isascii():  # (whether a stretch opens a sentence is read only where it matters)
-            sites, starts_at = ascii_sites(text), partial(opens, text)
-        else:
-            sites, starts_at = stretches(text), bool
-        for first, rest, at in sites:
-            if rest:
-                if self._written(first + rest):
-                    continue
-            elif first in ("The", "I"):
-                continue  # (a word that is no name: `stretch_names` reads none in it)
-            starts = starts_at(at)
-            if not rest and starts and first.lower() in COMMON:
-                continue  # (as "The")
+    def _names_held(self, sites: list[tuple[str, str, bool]]) -> bool:
+        """Whether the sources hold every name of a text, given its stretches of capitalised
+        words (grounding.py `mentions`), whatever words they use in lower case: each stretch
+        is written in them whole, or each of its names read without common words is held.
+        The names read with common words are parts of these (a stretch with a capitalised
+        connector, which may be a name alone, is left to the whole reading)."""
+        for first, rest, starts in sites:
+            if ((not rest or rest[-1] == "I" and rest[:-1].isspace())  # (a word, or a word and "I": "So I")
+                    and (first in ("The", "I") or starts and first.lower() in COMMON)):
+                continue  # (words that are no names: `stretch_names` reads none in them)
+            if self._written(first + rest):
+                continue
             if _CAPITAL_CONNECTOR.search(rest) or not all(self.has_name(n) for n in stretch_names(first, rest, starts)):
                 return False
         return True
@@ -229,7 +222,7 @@ class Sources:
     def ungrounded(self, text: str) -> list[tuple[str, str]]:
         """("number" | "name", mention) for every mention of `text` no source holds."""
         bad: list[tuple[str, str]] = []
-        nums = numbers_in(text)
+        nums, sites = mentions(text)
         held = {n: self.has_number(n) for n in dict.fromkeys(nums) if not _known_small(n)} if nums else {}
         if not all(held.values()):
             held.update((n, self.has_number(n)) for n in nums if n not in held)
@@ -239,7 +232,7 @@ class Sources:
                     bad.append(("number", n))
                 elif n not in grounded:
                     grounded.append(n)
-        if self._names_held(text):
+        if self._names_held(sites):
             return bad
         common = Either(LowerOf(self), lower_words(text))
         bad += [("name", n) for n in dict.fromkeys(names_in(text, common)) if not self.has_name(n)]

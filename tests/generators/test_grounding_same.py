@@ -1,12 +1,13 @@
 """The faster grounding check (generators/synth/sources.py: mentions looked up in the plain
-sources where that is exact, number words and stretches of capitalised words found by
-precompiled patterns that jump to them, names decided without the sources' lower-case words
-where they cannot matter, tool results read by orjson where it reads as json) gives exactly
-the verdicts of the check before it (tests/generators/grounding_before.py, frozen), and
-answers each question about its sources as their whole reading does: on 30,000 random texts
-built from the awkward parts of the language the check reads (possessives, hyphenated number
-words, connectors, digits inside words, non-ASCII capitals, JSON tool results), and on every
-message of 400 synthesized trajectories (every reasoning form)."""
+sources where that is exact; numbers, sentence ends and stretches of capitalised words found by
+one precompiled pattern that jumps to them; number words looked for only where an automaton
+finds one; names decided without the sources' lower-case words where they cannot matter; tool
+results read by orjson where it reads as json) gives exactly the verdicts of the check before
+it (tests/generators/grounding_before.py, frozen), and answers each question about its sources
+as their whole reading does: on 30,000 random texts built from the awkward parts of the
+language the check reads (possessives, hyphenated number words, connectors, digits inside
+words, non-ASCII capitals, JSON tool results), and on every message of 400 synthesized
+trajectories (every reasoning form)."""
 
 from __future__ import annotations
 
@@ -119,11 +120,15 @@ def test_capitals_found_by_search_make_the_stretches_of_reading_word_by_word():
     """`stretches` of an ASCII text searches for its capitals, and reads the words around a
     capital after a digit, an apostrophe or a hyphen; on 100,000 random strings of the
     characters that decide where a word starts and a sentence opens, it finds what reading
-    every word finds (the pattern `_runs`)."""
+    every word finds (the pattern `_runs`); `mentions`, which reads the numbers in the same scan,
+    finds those of `numbers_in` too (the frozen reading's)."""
     rng = random.Random(5)
-    pieces = list("aAbBzZ '-_09.,;:!?\n\t") + ["of", "de", "The", "Of", "Van", "la", "I", "So", "'s"]
+    pieces = list("aAbBzZ '-_09.,;:!?\n\t") + ["of", "de", "The", "Of", "Van", "la", "I", "So", "'s", "1.5", "2,000",
+                                                  "twenty-one", "Ten", "often"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(100_000)]
     differ = [t for t in texts if now.stretches(t) != list(now._word_stretches(t))]
+    assert not differ, differ[:3]
+    differ = [t for t in texts if now.mentions(t) != (before.numbers_in(t), list(now._word_stretches(t)))]
     assert not differ, differ[:3]
     unsure = sum(1 for t in texts if any(m.group(1) is None for m in now._ascii_stretches().finditer(t)))
     assert 10_000 < unsure < 90_000  # (texts with and without a capital after a digit, "'" or "-")
