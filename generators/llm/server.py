@@ -246,13 +246,14 @@ def create_app(backend: Backend, model_name: str | None = None, max_batch: int =
 
 
 def build_backend(kind: str, model: str | None, options: dict) -> Backend:
-    """A backend through the registry; `options` are BackendConfig fields (batch_size, dtype,
-    base_url, ...); for vllm, any other key goes to vllm.LLM (e.g. max_model_len)."""
+    """A backend through the registry; `options` are the kind's options (batch_size, dtype,
+    base_url, ...: generators/llm/registry.py); for vllm, any other key goes to vllm.LLM (e.g.
+    max_model_len)."""
     from dataclasses import fields
 
-    from generators.llm.registry import BackendConfig, make_backend
+    from generators.llm.registry import BACKENDS, BackendConfig, make_backend
 
-    names = {f.name for f in fields(BackendConfig)} - {"backend", "model"}
+    names = {f.name for f in fields(BACKENDS[kind].options)} - {"model"} if kind in BACKENDS else set()
     known = {k: v for k, v in options.items() if k in names}
     extra = {k: v for k, v in options.items() if k not in names}
     if extra and kind != "vllm":

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, make_dataclass
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from flows.synthesize import run, synthesize_flow
 from generators.corpus.build import WorldConfig, write
-from generators.llm.registry import BACKENDS, BackendConfig
+from generators.llm.registry import BACKENDS, BackendConfig, Kind
 from generators.llm.scripted import ScriptedBackend
 from generators.llm.standin_engine import StandinEngine
 from generators.synth.synthesize import SynthConfig
@@ -155,7 +155,7 @@ def test_a_401_stops_the_stage_at_once_with_one_line(world, tmp_path):
 
 
 def test_scripted_backend_and_engine_give_identical_rows(world, tmp_path, monkeypatch):
-    monkeypatch.setitem(BACKENDS, "scripted", lambda cfg, journal=None: ScriptedBackend())
+    monkeypatch.setitem(BACKENDS, "scripted", Kind(make_dataclass("NoOptions", []), lambda opts, journal=None: ScriptedBackend()))
     synth = SynthConfig(dataset="w", n=N, chunk=CHUNK, variants_per_tool=1, run_id="same")
     assert synth.seed % 7 == 0  # the engine's reply to seed s is the scripted reply at batch index s
     scripted_root, served_root = fresh(world, tmp_path, "scripted"), fresh(world, tmp_path, "served")
