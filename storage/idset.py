@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 import xxhash
 
 
-def _hash(x: str) -> int:
+def hash_id(x: str) -> int:
+    """An id's 64-bit hash (xxhash of its UTF-8 bytes)."""
     return xxhash.xxh64_intdigest(x.encode("utf-8", "surrogatepass"))
 
 
@@ -31,7 +32,7 @@ class IdSet:
         if not isinstance(ids, pa.Array):
             ids = pa.array(list(ids), pa.string())
         ids = pc.unique(ids.drop_null().cast(pa.string()))
-        hashes = np.fromiter((_hash(x) for x in ids.to_pylist()), dtype=np.uint64, count=len(ids))
+        hashes = np.fromiter((hash_id(x) for x in ids.to_pylist()), dtype=np.uint64, count=len(ids))
         order = np.argsort(hashes, kind="stable")
         self._hashes, self._ids = hashes[order], ids.take(pa.array(order))
 
@@ -41,7 +42,7 @@ class IdSet:
     def __contains__(self, x: object) -> bool:
         if not isinstance(x, str) or not len(self._hashes):
             return False
-        h = np.uint64(_hash(x))
+        h = np.uint64(hash_id(x))
         i = int(np.searchsorted(self._hashes, h))
         while i < len(self._hashes) and self._hashes[i] == h:
             if self._ids[i].as_py() == x:

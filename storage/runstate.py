@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage import manifest
+from storage.hashed_ids import HashedIds
 
 KEEP = 8  # run states kept per process after their writers are done (each holds a run's ids)
 _STATES: OrderedDict[tuple[str, str, str], "RunState"] = OrderedDict()
@@ -60,7 +61,7 @@ class RunState:
         self.entries: list[manifest.Entry] = []
         self.max_part = -1
         self._arrays: list[pa.Array] = []
-        self._set: set[str] | None = None
+        self._hashes: HashedIds | None = None
         self.compact_above = 0  # small shards past which a writer compacts next (storage/compact.py)
 
     @classmethod
@@ -87,7 +88,7 @@ class RunState:
             mine = [e for e in new if e.kind == self.kind and e.run_id == self.run_id]
             try:
                 if whole and mine[:len(self.entries)] != self.entries:  # this run's shards changed
-                    self.entries, self._arrays, self._set = [], [], None  # under us: read its ids again
+                    self.entries, self._arrays, self._hashes = [], [], None  # under us: read its ids again
                 if whole:  # (the first sync, or the manifest was swapped: mostly other runs' shards)
                     mine = mine[len(self.entries):]
                     self._scan_disk()
@@ -95,7 +96,7 @@ class RunState:
                 return
             except FileNotFoundError:
                 self.tail = manifest.Tail(self.ddir)
-                self.entries, self._arrays, self._set = [], [], None
+                self.entries, self._arrays, self._hashes = [], [], None
                 if attempt == 4:
                     raise
 
@@ -105,8 +106,8 @@ class RunState:
             if ids is None:
                 ids = pq.read_table(e.abspath(self.ddir), columns=["id"]).column("id").combine_chunks()
             ids = ids.cast(pa.string())
-            if self._set is not None:
-                self._set.update(ids.to_pylist())
+            if self._hashes is not None:
+                self._hashes.update(ids.to_pylist())
             else:
                 self._arrays.append(ids)
             self.entries.append(e)
@@ -137,26 +138,35 @@ class RunState:
 
     def ids(self) -> pa.Array:
         """Ids of every committed row of the run (in no particular order)."""
-        if self._set is not None:
-            return pa.array(list(self._set), pa.string())
-        arrays = [a for a in self._arrays if len(a)]
+        if self._hashes is not None:
+            arrays = list(self._disk_ids())
+        else:
+            arrays = self._arrays = [a for a in self._arrays if len(a)]
         if len(arrays) > 1:
-            self._arrays = arrays = [pa.concat_arrays(arrays)]
+            arrays = [pa.concat_arrays(arrays)]
+            if self._hashes is None:
+                self._arrays = arrays
         return arrays[0] if arrays else pa.array([], pa.string())
 
-    def id_set(self) -> set[str]:
-        """The same ids as a Python set, built once (the arrays are then let go) and kept up
-        to date: what a writer checks chunk by chunk."""
-        if self._set is None:
-            self._set = set(self.ids().to_pylist())
-            self._arrays = []
-        return self._set
+    def _disk_ids(self):
+        """The ids of each of the run's shards, read from disk."""
+        for e in list(self.entries):
+            yield pq.read_table(e.abspath(self.ddir), columns=["id"]).column("id").combine_chunks().cast(pa.string())
 
-    def has_set(self) -> bool:
-        return self._set is not None
+    def hashed(self) -> HashedIds:
+        """The same ids hashed (storage/hashed_ids.py), built once (the arrays are then let
+        go) and kept up to date: what a writer checks chunk by chunk, at 8 bytes an id."""
+        if self._hashes is None:
+            self._hashes = HashedIds(self._disk_ids)
+            self._hashes.update(self.ids().to_pylist())
+            self._arrays = []
+        return self._hashes
+
+    def has_hashes(self) -> bool:
+        return self._hashes is not None
 
     def count(self) -> int:
-        return len(self._set) if self._set is not None else sum(len(a) for a in self._arrays)
+        return len(self._hashes) if self._hashes is not None else sum(len(a) for a in self._arrays)
 
     def small(self, rows: int) -> int:
         """How many of the run's shards hold fewer than `rows` rows."""

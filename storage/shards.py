@@ -197,11 +197,12 @@ class ShardWriter:
     def _drop_seen(self, table: pa.Table) -> pa.Table:
         """Drop rows whose id is committed or already buffered, and repeats inside the batch
         (caller holds the state's lock). A large batch against few known ids is checked in
-        Arrow (C++ hash tables); else the ids are checked against Python sets of the known
-        ones, built once and kept up to date (a writer used chunk by chunk would otherwise
-        hash every known id per chunk)."""
+        Arrow (C++ hash tables); else the ids are checked against the committed ones hashed
+        (storage/hashed_ids.py) and a Python set of the buffered ones, built once and kept up
+        to date (a writer used chunk by chunk would otherwise hash every known id per
+        chunk)."""
         ids = table.column("id").combine_chunks()
-        if table.num_rows >= 10_000 and not self.state.has_set() and \
+        if table.num_rows >= 10_000 and not self.state.has_hashes() and \
                 self.state.count() + self._buffered <= table.num_rows and \
                 pc.count_distinct(ids).as_py() == table.num_rows:
             known = self._known_array()
@@ -212,9 +213,9 @@ class ShardWriter:
             if self._buffer_set is not None:
                 self._buffer_set.update(ids.to_pylist())
             return table
-        committed, buffered = self.state.id_set(), self._buffered_set()
         id_list = ids.to_pylist()
-        if committed.isdisjoint(id_list) and buffered.isdisjoint(id_list) and len(set(id_list)) == len(id_list):
+        committed, buffered = self.state.hashed().committed(id_list), self._buffered_set()
+        if not committed and buffered.isdisjoint(id_list) and len(set(id_list)) == len(id_list):
             buffered.update(id_list)  # the usual case: all new
             return table
         keep = []
