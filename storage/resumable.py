@@ -40,7 +40,7 @@ class RunWriter:
         """Rows this run committed to (dataset, kind), counted by the open writer when there
         is one (it knows every id committed before and since it opened)."""
         w = self.open.get((dataset, kind))
-        return len(w.known_ids()) if w is not None else len(self.committed(dataset, kind))
+        return w.known_count() if w is not None else len(self.committed(dataset, kind))
 
     def commit(self, dataset: str, kind: str, rows: pa.Table | list[dict], *, parents: bool = False,
                trusted: bool = False) -> int:

@@ -142,6 +142,12 @@ class ShardWriter:
         with self.state.lock:
             return self._known_array()
 
+    def known_count(self) -> int:
+        """How many ids `known_ids` holds, without reading them (a buffered row's id is never
+        a committed one's)."""
+        with self.state.lock:
+            return self.state.count() + self._buffered
+
     def close(self) -> list[manifest.Entry]:
         """Commit what is buffered; returns every entry this writer committed."""
         if self._buffered:

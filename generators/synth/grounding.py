@@ -226,7 +226,7 @@ def stretches(text: str) -> list[tuple[str, str, bool]]:
     or a hyphen may be either: such a text is read stretch by stretch (`_ascii_sites`), the
     words around that capital as TOKEN_RE reads them (`_starts_word`). Any other text is read
     word by word (`_runs`)."""
-    return mentions(text)[1] if text.isascii() else list(_word_stretches(text))
+    return _ascii_read(text)[1] if text.isascii() else list(_word_stretches(text))
 
 
 def mentions(text: str) -> tuple[list[str], list[tuple[str, str, bool]]]:
@@ -234,6 +234,13 @@ def mentions(text: str) -> tuple[list[str], list[tuple[str, str, bool]]]:
     and sentence ends in one scan (`_ascii_scan`)."""
     if not text.isascii():
         return numbers_in(text), list(_word_stretches(text))
+    digits, out = _ascii_read(text)
+    return digits + _word_numbers(text), out
+
+
+def _ascii_read(text: str) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    """The digit numbers (`NUMBER_RE`'s values) and the stretches of an ASCII text, from one
+    scan (`_ascii_scan`)."""
     numbers: list[str] = []
     out: list[tuple[str, str, bool]] = []
     opener = unsure = False
@@ -250,7 +257,7 @@ def mentions(text: str) -> tuple[list[str], list[tuple[str, str, bool]]]:
             unsure = True
     if unsure:
         out = [(first, rest, _opens(text, at)) for first, rest, at in _ascii_sites(text)]
-    return numbers + _word_numbers(text), out
+    return numbers, out
 
 
 def _ascii_sites(text: str) -> list[tuple[str, str, int]]:

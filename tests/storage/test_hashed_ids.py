@@ -72,5 +72,6 @@ def test_a_writer_drops_exactly_the_committed_rows_of_a_batch(data_root):
             w.write(docs[i:i + 20])
     with ShardWriter(None, "demo", "documents", "r1", rows_per_shard=50) as w:
         assert w.write(docs[150:250]) == 50 and w.skipped == 50
+        assert w.known_count() == len(w.known_ids()) == 250  # (counted from the hashes)
     ids = load_table("demo", "documents").column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 250
