@@ -254,7 +254,7 @@ def _write_group(ddir: Path, group: list[manifest.Entry], result: Result) -> tup
             held = nbytes = 0
             for p in paths:
                 with open(p, "rb") as src:
-                    pf = pq.ParquetFile(src)
+                    pf = pq.ParquetFile(src, pre_buffer=False)  # (read batch by batch: storage/reader.py)
                     if writer is None:
                         schema = pf.schema_arrow
                         writer = pq.ParquetWriter(f, schema, compression="zstd")

@@ -115,7 +115,9 @@ def _chunks(ddir: Path, listed: list[manifest.Entry], rows: int, drop: Sequence[
             continue
         names = [c for c in unified.names if c in s.names]
         with open(e.abspath(ddir), "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=rows, columns=names):
+            # pre_buffer keeps every range it read until the file closes: a 400 MB shard read
+            # batch by batch would end up held whole
+            for batch in pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=rows, columns=names):
                 if skip:
                     if skip >= batch.num_rows:
                         skip -= batch.num_rows

@@ -157,7 +157,7 @@ def iter_parquet(path: Path, batch_size: int = 1000) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+    for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_size):  # (storage/reader.py)
         for rec in batch.to_pylist():
             yield _checked(f"row {row}", rec)
             row += 1
