@@ -28,7 +28,7 @@ from validators.verdict import Verdict, fail, ok
 LAYER = "schema"
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=4096)  # the texts that repeat (tool schemas); each chunk's distinct values are read once
 def _parses(value: str) -> bool:
     try:
         json.loads(value)

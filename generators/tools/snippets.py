@@ -5,7 +5,9 @@ call drops or that name an answer.
 
 Sentences are split once per document; they are normalised (lower case, single spaces) only
 when a snippet looks for a text in them, and tokenised only when a snippet must choose among
-them (the document is longer than the limit), which a short document never needs.
+them (the document is longer than the limit), which a short document never needs. What is
+read is kept for the `kept` documents read last (oldest out first), so memory does not grow
+with the corpus: all of them would be ~6 KB a document, mostly the token sets.
 
     snippets = Snippets(texts, tokenize)          # texts by document index
     snippets.snippet(i, query_tokens, 320, must_n=["she was born in london."])
@@ -31,36 +33,40 @@ def norm(s: str) -> str:
     return " ".join(s.lower().split())
 
 
-class Snippets:
-    """The snippets of a corpus's documents, with each document's sentences read once."""
+KEPT = 8192  # documents whose sentences, normalised sentences and token sets are kept
 
-    def __init__(self, texts: Sequence[str], tokenize: Callable[[str], list[str]]):
-        self.texts, self.tokenize = texts, tokenize
+
+def _kept(cache: dict, i: int, read: Callable[[int], list], size: int) -> list:
+    """`read(i)`, kept in `cache` with at most `size` documents (the oldest leaves first)."""
+    got = cache.get(i)
+    if got is None:
+        if len(cache) >= size:
+            del cache[next(iter(cache))]
+        got = cache[i] = read(i)
+    return got
+
+
+class Snippets:
+    """The snippets of a corpus's documents, with the sentences of the documents read last kept."""
+
+    def __init__(self, texts: Sequence[str], tokenize: Callable[[str], list[str]], kept: int = KEPT):
+        self.texts, self.tokenize, self.kept = texts, tokenize, kept
         self._sentences: dict[int, list[str]] = {}
         self._normed: dict[int, list[str]] = {}
         self._tokenized: dict[int, list[set[str]]] = {}
 
     def sentences(self, i: int) -> list[str]:
-        """A document's sentences (split once)."""
-        got = self._sentences.get(i)
-        if got is None:
-            got = self._sentences[i] = split_sentences(self.texts[i])
-        return got
+        """A document's sentences."""
+        return _kept(self._sentences, i, lambda i: split_sentences(self.texts[i]), self.kept)
 
     def norms(self, i: int) -> list[str]:
         """A document's sentences normalised, read only when a snippet looks for a text in them."""
-        got = self._normed.get(i)
-        if got is None:
-            got = self._normed[i] = [norm(s) for s in self.sentences(i)]
-        return got
+        return _kept(self._normed, i, lambda i: [norm(s) for s in self.sentences(i)], self.kept)
 
     def tokens(self, i: int) -> list[set[str]]:
         """A document's sentences as sets of BM25 tokens, read only when a snippet must choose
         among them (the document is longer than its limit)."""
-        got = self._tokenized.get(i)
-        if got is None:
-            got = self._tokenized[i] = [set(self.tokenize(s)) for s in self.sentences(i)]
-        return got
+        return _kept(self._tokenized, i, lambda i: [set(self.tokenize(s)) for s in self.sentences(i)], self.kept)
 
     def snippet(self, i: int, qtoks: set[str], limit: int, must_n: Sequence[str] = (),
                 drop_n: Sequence[str] = (), answers_re: AnyOf | None = None) -> str:
