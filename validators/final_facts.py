@@ -52,7 +52,8 @@ from __future__ import annotations
 from typing import Container
 
 from generators.llm.toolcalls import split_think
-from generators.synth.grounding import NUMBER_RE, SMALL, Either, names_in, numbers_in
+from generators.synth.grounding import NUMBER_RE, SMALL, numbers_in
+from generators.synth.names import Either, names_in
 from generators.synth.sources import LowerOf, Sources
 from validators.verdict import Reject
 

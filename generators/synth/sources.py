@@ -19,9 +19,9 @@ import re
 from typing import Iterable
 
 from generators.corpus.names import WORD_NUMBERS
-from generators.synth.grounding import (COMMON, NUMBER_RE, TOKEN_CHAR, TOKEN_RE, WORD_NUMBER_RE, Either, Lookup,
-                                        is_small, lower_words, mentions, names_in, normalized, number_value,
-                                        numbers_in, plain_text, stretch_names)
+from generators.synth.grounding import (NUMBER_RE, WORD_NUMBER_RE, is_small, mentions, normalized, number_value,
+                                        numbers_in, plain_text)
+from generators.synth.names import COMMON, TOKEN_CHAR, TOKEN_RE, Either, Lookup, lower_words, names_in, stretch_names
 
 
 class Sources:

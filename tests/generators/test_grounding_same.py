@@ -16,6 +16,7 @@ import random
 
 from generators.llm.toolcalls import split_think
 from generators.synth import grounding as now
+from generators.synth import names
 from generators.synth.sources import _CAPITAL_CONNECTOR as CAPITAL_CONNECTOR
 from generators.synth.sources import Sources
 from tests.generators import grounding_before as before
@@ -47,21 +48,21 @@ def _source(rng: random.Random) -> str:
 def _same(sources: list[str], text: str) -> bool:
     a, b = before.Sources(sources), Sources(sources)
     return (a.ungrounded(text) == b.ungrounded(text) and a.numbers == b.numbers and a.lower == b.lower
-            and a.text == b.text and before.names_in(text) == now.names_in(text)
-            and before.names_in(text, a.lower) == now.names_in(text, a.lower) and _same_answers(a, sources, text)
+            and a.text == b.text and before.names_in(text) == names.names_in(text)
+            and before.names_in(text, a.lower) == names.names_in(text, a.lower) and _same_answers(a, sources, text)
             and _parts(text, a.lower))
 
 
 def _parts(text: str, common: set[str]) -> bool:
-    """What the quick name check in Sources counts on (grounding.py `stretches`): each name of
+    """What the quick name check in Sources counts on (names.py `stretches`): each name of
     a stretch, read with or without `common`, is a whole-word part of the stretch; and each
     name read with `common` is one of a name read without it, but where a capitalised
     connector follows the stretch's first word."""
     def within(part: str, whole: str) -> bool:
         return f" {now.normalized(part)} " in f" {now.normalized(whole)} "
 
-    for first, rest, starts in now.stretches(text):
-        loose, strict = now.stretch_names(first, rest, starts), now.stretch_names(first, rest, starts, common)
+    for first, rest, starts in names.stretches(text):
+        loose, strict = names.stretch_names(first, rest, starts), names.stretch_names(first, rest, starts, common)
         if not all(within(n, first + rest) for n in loose + strict):
             return False
         if not (CAPITAL_CONNECTOR.search(rest) or all(any(within(n, m) for m in loose) for n in strict)):
@@ -74,7 +75,7 @@ def _same_answers(a: before.Sources, sources: list[str], text: str) -> bool:
     of `text`, and its capitalised words lower-cased, with their plurals) is answered as the whole
     reading of the sources answers it."""
     b = Sources(sources)  # (fresh: nothing read whole yet)
-    words = {w.lower() for w in now.TOKEN_RE.findall(text)}
+    words = {w.lower() for w in names.TOKEN_RE.findall(text)}
     return (all(b.has_name(n) == a.has_name(n) for n in before.names_in(text))
             and all(b.has_number(n) == (n in a.numbers) for n in before.numbers_in(text))
             and all(b.has_lower(w) == (w in a.lower) for w in words)
@@ -126,11 +127,11 @@ def test_capitals_found_by_search_make_the_stretches_of_reading_word_by_word():
     pieces = list("aAbBzZ '-_09.,;:!?\n\t") + ["of", "de", "The", "Of", "Van", "la", "I", "So", "'s", "1.5", "2,000",
                                                   "twenty-one", "Ten", "often"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(100_000)]
-    differ = [t for t in texts if now.stretches(t) != list(now._word_stretches(t))]
+    differ = [t for t in texts if names.stretches(t) != list(names._word_stretches(t))]
     assert not differ, differ[:3]
-    differ = [t for t in texts if now.mentions(t) != (before.numbers_in(t), list(now._word_stretches(t)))]
+    differ = [t for t in texts if now.mentions(t) != (before.numbers_in(t), list(names._word_stretches(t)))]
     assert not differ, differ[:3]
-    unsure = sum(1 for t in texts if any(m.group(1) is None for m in now._ascii_stretches().finditer(t)))
+    unsure = sum(1 for t in texts if any(m.group(1) is None for m in names._ascii_stretches().finditer(t)))
     assert 10_000 < unsure < 90_000  # (texts with and without a capital after a digit, "'" or "-")
 
 
