@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from generators.tools.retriever import check_reachable, check_spec
 from storage import Catalog
+from storage.heap import trim
 from storage.idset import IdSet
 from storage.journal import Journal, journal_path
 from storage.reader import entries, iter_tables, prefetched, require_rows
@@ -220,6 +221,7 @@ class ValidationRun:
             if c.verdicts.num_rows:  # (a chunk the judge's sample left out has none)
                 self.writer.commit(self.verdict_ds, "verdicts", c.verdicts)
             self.written, self.accepted = self.written + c.verdicts.num_rows, self.accepted + n_acc
+            trim()  # what the chunks before left is garbage now: its pages go back (storage/heap.py)
             return c.verdicts.num_rows, n_acc
 
     def close_backend(self) -> None:
