@@ -1,7 +1,7 @@
 """The data path at users' scale, as a user runs it: on a world of >= 50,000 documents, for each
 size N, `forgeplay synthesize --texts template --n N`, `forgeplay validate` with the default
 layers (schema, rules with replay and grounding, dedup), three catalog queries with `forgeplay
-sql`, `forgeplay verify` and `forgeplay export verl`, each its own process as typed at a shell:
+sql`, `forgeplay verify` and `forgeplay export verl --tool-agent`, each its own process as typed at a shell:
 wall seconds, records/s and peak RSS per stage, and the cost per record at the largest size
 against the smallest. Floors, measured in the same run on the same data:
 
@@ -84,7 +84,9 @@ def stages(root: Path, n: int, per_triple: int, out: Path) -> list[dict]:
         ("validate", ["validate", "--dataset", ds], n),
         *[(f"sql {q}", ["sql", sql.format(ds=ds)], n) for q, sql in QUERIES.items()],
         ("verify", ["verify", f"{ds}_valid"], n),
-        ("export verl", ["export", "verl", "--dataset", f"{ds}_valid", "--out", str(out / f"verl-{n}")], n),
+        # (tool-use trajectories are exported only with --tool-agent: without it the export writes no row)
+        ("export verl", ["export", "verl", "--dataset", f"{ds}_valid", "--out", str(out / f"verl-{n}"),
+                         "--tool-agent"], n),
     ]:
         r = run(CLI + args, root)
         rows.append({"stage": stage, "n": n, **r, "per_s": records / r["seconds"]})
