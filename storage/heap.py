@@ -2,11 +2,11 @@
 
 A long run allocates and frees a chunk's rows, verdicts and Parquet buffers over and over
 beside what it keeps (a dedup index, caches); the freed blocks leave holes in glibc's arenas
-that it keeps mapped, so resident memory creeps up with the records a run has read while
-what it holds does not (validation of 10^6 records: ~1.1 GB early, ~1.8 GB late, the
-arenas' free space growing by ~0.7 KB a record). `trim()` hands those pages back, as Dask's
-workers do. It costs a few milliseconds; where the C library has no `malloc_trim` (macOS,
-musl) it does nothing.
+that it keeps mapped, so resident memory creeps up while what the run holds does not
+(validation driven for 250,000 records: glibc's in-use bytes flat at 99-119 MiB, its arenas'
+free space 233 -> 358 MiB). `trim()` hands those pages back, as Dask's workers do; a trim per
+chunk cost nothing measurable (100 chunks: 307 s with, 304 s without). Where the C library
+has no `malloc_trim` (macOS, musl) it does nothing.
 
     from storage.heap import trim
     trim()          # after a chunk is committed
