@@ -16,6 +16,7 @@ with the corpus: all of them would be ~6 KB a document, mostly the token sets.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from typing import Callable, Sequence
 
 from generators.tools.sim_call import AnyOf
@@ -36,12 +37,14 @@ def norm(s: str) -> str:
 KEPT = 8192  # documents whose sentences, normalised sentences and token sets are kept
 
 
-def _kept(cache: dict, i: int, read: Callable[[int], list], size: int) -> list:
-    """`read(i)`, kept in `cache` with at most `size` documents (the oldest leaves first)."""
+def _kept(cache: OrderedDict, i: int, read: Callable[[int], list], size: int) -> list:
+    """`read(i)`, kept in `cache` with at most `size` documents (the oldest leaves first: an
+    OrderedDict drops it in constant time, where a dict's first key is found by a scan past
+    the slots of those dropped before)."""
     got = cache.get(i)
     if got is None:
         if len(cache) >= size:
-            del cache[next(iter(cache))]
+            cache.popitem(last=False)
         got = cache[i] = read(i)
     return got
 
@@ -51,9 +54,9 @@ class Snippets:
 
     def __init__(self, texts: Sequence[str], tokenize: Callable[[str], list[str]], kept: int = KEPT):
         self.texts, self.tokenize, self.kept = texts, tokenize, kept
-        self._sentences: dict[int, list[str]] = {}
-        self._normed: dict[int, list[str]] = {}
-        self._tokenized: dict[int, list[set[str]]] = {}
+        self._sentences: OrderedDict[int, list[str]] = OrderedDict()
+        self._normed: OrderedDict[int, list[str]] = OrderedDict()
+        self._tokenized: OrderedDict[int, list[set[str]]] = OrderedDict()
 
     def sentences(self, i: int) -> list[str]:
         """A document's sentences."""
