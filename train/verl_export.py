@@ -225,7 +225,7 @@ def export_verl(dataset: str, out_dir, root=None, kinds=EXPORT_KINDS, test_fract
         result.tools_in = "template" if prompt_lengths.renders_tools(tok) else "system"
     out.mkdir(parents=True, exist_ok=True)
     lengths, index = [], {"train": 0, "test": 0}
-    schemas = tools if result.tools_in == "template" else None
+    count = prompt_lengths.Lengths(tok, tools if result.tools_in == "template" else None)
     with contextlib.ExitStack() as stack:
         files = {part: stack.enter_context(ParquetRows(out / f"{part}.parquet", verl_schema(names)))
                  for part in ("train", "test")}
@@ -241,7 +241,7 @@ def export_verl(dataset: str, out_dir, root=None, kinds=EXPORT_KINDS, test_fract
                     index[part] += 1
                     files[part].add(row)
                     if tok is not None:  # as verl's dataset filter counts them (with every tool's schema)
-                        lengths.append(prompt_lengths.count(tok, row["prompt"], schemas))
+                        lengths.append(count(row["prompt"]))
                     bar.update()
     result.files = {f"{part}.parquet": files[part].count for part in ("train", "test")}
     if True in groups:
