@@ -85,7 +85,8 @@ def sql(query: Annotated[str, typer.Argument(help="SQL for DuckDB; views are nam
         format: Annotated[Format, typer.Option("--format", "-f", help="Output format on stdout.")] = Format.table,
         out: Annotated[Optional[Path], typer.Option(help="Write the result to FILE.parquet, .csv or .json instead.")] = None,
         limit: Annotated[int, typer.Option(help="Rows printed at most (not applied to --out).")] = 1000) -> None:
-    """Run SQL over the committed shards with DuckDB."""
+    """Run SQL over the committed shards with DuckDB (which holds at most $FORGEPLAY_DUCKDB_MEMORY,
+    default 512MB, and spills to temp files past it)."""
     if out is not None and out.suffix.lower().lstrip(".") not in ("parquet", "csv", "json"):
         err.print(f"[red]--out must end in .parquet, .csv or .json, not {out.name}[/red]")
         raise typer.Exit(2)
@@ -109,6 +110,9 @@ def sql(query: Annotated[str, typer.Argument(help="SQL for DuckDB; views are nam
             result = cat.retrying(run)
         except duckdb.Error as e:
             err.print(f"[red]SQL error:[/red] {e}")
+            if isinstance(e, duckdb.OutOfMemoryException):
+                err.print("DuckDB may hold $FORGEPLAY_DUCKDB_MEMORY (default 512MB): set it higher, e.g. "
+                          "FORGEPLAY_DUCKDB_MEMORY=4GB")
             if cat.views:
                 err.print("views: " + ", ".join(sorted(cat.views)))
             raise typer.Exit(2)
