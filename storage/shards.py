@@ -1,15 +1,18 @@
 """Atomic Parquet shard writer.
 
-Rows go to `<root>/<dataset>/<kind>/run=<run_id>/part-<n>.parquet` by commit only:
-validate every row (a bad row raises `RowError` naming the row and field, and nothing is
-written), write row groups to a hidden temp file, fsync, `os.replace` it into place under
-the dataset lock, fsync the directory, then append the manifest entry. A writer killed at
-any point leaves only whole, committed shards visible. Rows whose `id` is already
-committed in the same (dataset, kind, run) are skipped, so rerunning a run writes only what
-is missing. A commit costs the same whatever the number of shards before it: the writers
-of a process share what their run committed (storage/runstate.py) and read only the
-manifest lines appended since. After a commit that leaves the run with more than 64 small
-shards ($FORGEPLAY_COMPACT_SHARDS) the writer compacts the run (storage/compact.py).
+Rows go to `<root>/<dataset>/<kind>/run=<run_id>/part-<n>.parquet` by commit only: validate
+every row (a bad row raises `RowError` naming the row and field, and nothing is written),
+write row groups to a hidden temp file, fsync, `os.replace` it into place under the dataset
+lock, fsync the directory, then append the manifest entry. Rows written a few at a time wait
+in memory until they fill a row group (or 64 MB), which then goes to the temp file of the
+shard they will be part of: a writer holds at most that, not a shard's rows (250,000
+trajectories with their offered tools are ~4.5 GB in Arrow). A writer killed at any point
+leaves only whole, committed shards visible. Rows whose `id` is already committed in the
+same (dataset, kind, run) are skipped, so rerunning a run writes only what is missing. A
+commit costs the same whatever the number of shards before it: the writers of a process
+share what their run committed (storage/runstate.py) and read only the manifest lines
+appended since. After a commit that leaves the run with more than 64 small shards
+($FORGEPLAY_COMPACT_SHARDS) the writer compacts the run (storage/compact.py).
 
     with ShardWriter(root, "demo", "documents", run_id="r1") as w:
         w.write([{"doc_id": "d1", "title": "T", "text": "...", "source": "me"}])
@@ -17,6 +20,7 @@ shards ($FORGEPLAY_COMPACT_SHARDS) the writer compacts the run (storage/compact.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import os
@@ -113,8 +117,10 @@ class ShardWriter:
         self.run_dir = self.ddir / self.rel_run
         compact.auto_limit()  # a bad $FORGEPLAY_COMPACT_SHARDS is reported before anything is written
         self.state = RunState.of(self.ddir, kind, run_id)  # committed ids, shared by this process's writers
-        self._buffer: list[pa.Table] = []
-        self._buffered = 0
+        self._buffer: list[pa.Table] = []  # rows not in a temp file yet (less than a row group, mostly)
+        self._open: _Open | None = None  # the shard being written: its temp file and the ids in it
+        self._buffered = 0  # rows not committed: in the open temp file and in the buffer
+        self._held_bytes = 0  # the buffer's bytes in memory
         self._buffer_set: set[str] | None = None  # ids of the buffered rows, once a check needs a set
         self.committed: list[manifest.Entry] = []
         self.skipped = 0
@@ -124,17 +130,20 @@ class ShardWriter:
         """Validate and buffer rows (dicts or an Arrow table); commit full shards.
         Returns the number of new rows accepted (already-committed ids are skipped)."""
         table = self._table(rows)
-        if table.num_rows >= max(10_000, self.rows_per_shard) and not self._buffer:
+        if table.num_rows >= max(10_000, self.rows_per_shard) and not self._buffered:
             done = self._write_large(table)
             if done is not None:
+                self._spill()
                 return done
         with self.state.lock:
             table = self._drop_seen(table)
         if table.num_rows:
             self._buffer.append(table)
             self._buffered += table.num_rows
+            self._held_bytes += table.nbytes
         while self._buffered >= self.rows_per_shard:
             self._flush(self.rows_per_shard)
+        self._spill()
         return table.num_rows
 
     def known_ids(self) -> pa.Array:
@@ -161,9 +170,15 @@ class ShardWriter:
         if exc_type is None:
             self.close()
         else:  # nothing half-done becomes visible; buffered ids may be written again
-            self._buffer, self._buffered, self._buffer_set = [], 0, None
+            if self._open is not None:
+                self._open.discard()
+            self._drop()
 
     # -- internals -----------------------------------------------------------------------
+    def _drop(self) -> None:
+        """Forget every row not committed (after an error: a rerun writes them)."""
+        self._buffer, self._open, self._buffered, self._buffer_set, self._held_bytes = [], None, 0, None, 0
+
     def _table(self, rows: Sequence[dict] | pa.Table) -> pa.Table:
         if isinstance(rows, pa.Table):
             return self._check_table(rows)
@@ -236,7 +251,7 @@ class ShardWriter:
         return table
 
     def _buffered_ids(self) -> list[pa.Array]:
-        return [t.column("id").combine_chunks() for t in self._buffer]
+        return (self._open.ids if self._open else []) + [t.column("id").combine_chunks() for t in self._buffer]
 
     def _buffered_set(self) -> set[str]:
         if self._buffer_set is None:
@@ -250,14 +265,50 @@ class ShardWriter:
         return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
 
     def _flush(self, n: int) -> None:
-        table = pa.concat_tables(self._buffer)
-        shard, rest = table.slice(0, n), table.slice(n)
-        self._buffer = [rest] if rest.num_rows else []
-        self._buffered = rest.num_rows
-        ids = shard.column("id").combine_chunks()
+        """Commit the first `n` uncommitted rows as a shard: those of the open temp file, then
+        from the buffer."""
+        take = n - (self._open.rows if self._open else 0)
+        if take:
+            table = pa.concat_tables(self._buffer)
+            self._keep(table.slice(take))
+            self._append(table.slice(0, take))
+        shard, self._open = self._open, None
+        self._buffered -= n
+        ids = pa.concat_arrays(shard.ids) if len(shard.ids) > 1 else shard.ids[0]
         if self._buffer_set is not None:
             self._buffer_set.difference_update(ids.to_pylist())
-        self._publish(*self._write_tmp(shard), ids)
+        self._publish(*self._done(shard), ids)
+
+    def _spill(self) -> None:
+        """Write the buffer's whole row groups to the open temp file (made when needed), and
+        the whole buffer as a row group of its own once it holds compact.BUFFER_BYTES: memory
+        holds less than a row group of rows, and less than that many bytes."""
+        held = sum(t.num_rows for t in self._buffer)
+        if held < self.row_group_size and (not held or self._held_bytes < compact.BUFFER_BYTES):
+            return
+        table = pa.concat_tables(self._buffer)
+        whole = held - held % self.row_group_size or held  # (< rows_per_shard - open rows: write() flushed)
+        self._keep(table.slice(whole))
+        self._append(table.slice(0, whole))
+
+    def _keep(self, rest: pa.Table) -> None:
+        """`rest` is what the buffer holds now."""
+        self._buffer = [rest] if rest.num_rows else []
+        self._held_bytes = rest.nbytes if rest.num_rows else 0
+
+    def _append(self, table: pa.Table) -> None:
+        """Add rows to the open temp file, opening one when none is."""
+        if self._open is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._open = _Open(self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp", table.schema)
+        with self._disk_full(table.num_rows, self._open):
+            self._open.add(table, self.row_group_size)
+
+    def _done(self, shard: "_Open") -> tuple[Path, int, str, int]:
+        """Close and fsync a temp file; returns (path, bytes, sha256, rows)."""
+        with self._disk_full(shard.rows, shard):
+            shard.close()
+            return shard.path, shard.path.stat().st_size, manifest.file_sha256(shard.path), shard.rows
 
     def _write_large(self, table: pa.Table) -> int | None:
         """Bulk path: check ids in a thread while the full shards are written to temp files;
@@ -286,6 +337,7 @@ class ShardWriter:
         if rest.num_rows:
             self._buffer.append(rest)
             self._buffered += rest.num_rows
+            self._held_bytes += rest.nbytes
             if self._buffer_set is not None:
                 self._buffer_set.update(rest.column("id").to_pylist())
         return table.num_rows
@@ -299,20 +351,25 @@ class ShardWriter:
         return not len(known) or not pc.any(pc.is_in(ids, value_set=known)).as_py()
 
     def _write_tmp(self, table: pa.Table) -> tuple[Path, int, str, int]:
-        """Write a hidden temp file and fsync it; returns (path, bytes, sha256, rows)."""
+        """Write a hidden temp file of `table` alone and fsync it; returns (path, bytes, sha256, rows)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp"
+        shard = _Open(self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp", table.schema)
+        with self._disk_full(table.num_rows, shard):
+            shard.add(table, self.row_group_size)
+        return self._done(shard)
+
+    @contextlib.contextmanager
+    def _disk_full(self, rows: int, shard: "_Open"):
+        """On any error the temp file goes; a full disk becomes DiskFull, saying what to do."""
         try:
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f, row_group_size=self.row_group_size, compression="zstd")
-                f.flush()
-                os.fsync(f.fileno())
-            return tmp, tmp.stat().st_size, manifest.file_sha256(tmp), table.num_rows
+            yield
         except BaseException as e:
-            tmp.unlink(missing_ok=True)
+            shard.discard()
+            if self._open is shard:  # what was not committed is dropped (a rerun writes it)
+                self._drop()
             if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFull(errno.ENOSPC, f"no space left on the disk of {self.ddir} while committing "
-                               f"{table.num_rows} {self.kind} rows of {self.dataset}: nothing of this shard was "
+                               f"{rows} {self.kind} rows of {self.dataset}: nothing of this shard was "
                                f"kept and the committed shards are intact; free space and rerun (committed work "
                                f"is skipped)") from e
             raise
@@ -336,6 +393,40 @@ class ShardWriter:
                 tmp.unlink(missing_ok=True)
         self.committed.append(entry)
         compact.after_commit(self.state)
+
+
+class _Open:
+    """A shard being written: its hidden temp file, open, and the ids of the rows in it."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.path, self.rows, self.ids = path, 0, []
+        self.file = open(path, "wb")
+        self.writer: pq.ParquetWriter | None = None
+        self.schema = schema
+
+    def add(self, table: pa.Table, row_group_size: int) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
+        self.writer.write_table(table, row_group_size=row_group_size)
+        self.rows += table.num_rows
+        self.ids.append(table.column("id").combine_chunks())
+
+    def close(self) -> None:
+        """Finish the file (its footer) and fsync it."""
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
+        self.writer.close()
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+    def discard(self) -> None:
+        """Close what is open and remove the temp file."""
+        for close in (getattr(self.writer, "close", None), self.file.close):
+            with contextlib.suppress(Exception):
+                if close is not None:
+                    close()
+        self.path.unlink(missing_ok=True)
 
 
 class DiskFull(OSError):

@@ -42,7 +42,7 @@ from storage.userfiles import detect_container, iter_records
 
 STYLES = ("auto", "hotpot", "plain", "documents")
 BATCH = 1000  # records per write call
-ROWS_PER_SHARD = 50_000  # bounds the writer's buffer (whole shards are kept in memory until commit)
+ROWS_PER_SHARD = 50_000  # documents (and triples) a shard of an imported corpus holds
 
 
 class RecordError(ValueError):
