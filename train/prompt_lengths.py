@@ -7,14 +7,15 @@ cuts from the left, every prompt longer than `data.max_prompt_length`. A templat
 `tools` (Qwen's, Hermes-style) lists them itself; one that ignores them (SmolLM2's) needs the
 tools in the system prompt.
 
-An export counts 10^5-10^6 prompts whose system prompts list the offered tools, one JSON line
-a tool: `Lengths` counts a prompt line by line and keeps the counts of the lines it saw (a
-tool's line recurs in most prompts), so a prompt costs the tokens of its new lines (its
-question) instead of all ~2,000. It cuts only at a lone line break between two non-space
-characters: byte-level BPE (GPT-2's, SmolLM2's, Qwen's and Llama 3's pre-tokenizers) makes such
-a break a token of its own, so the pieces' counts sum to the whole's (a run of breaks is one
-token alone and two before text, so it is never cut); Lengths counts its first CHECK prompts both ways and counts
-whole prompts from then on where the two ever differ (a tokenizer that merges across lines).
+An export counts 10^5-10^6 prompts whose system prompts list the offered tools, one JSON line a
+tool: `Lengths` counts a prompt line by line and keeps the counts of the lines it saw (a tool's
+line recurs in most prompts), so a prompt costs the tokens of its new lines (its question)
+instead of all ~2,000. It cuts only at a lone line break between two non-space characters:
+byte-level BPE (GPT-2's, SmolLM2's, Qwen's and Llama 3's pre-tokenizers) makes such a break a
+token of its own, so the pieces' counts sum to the whole's (a run of breaks is one token alone
+and two before text, so it is never cut); Lengths counts its first CHECK prompts both ways and
+counts whole prompts from then on where the two ever differ (a tokenizer that merges across
+lines).
 
     tok = load_tokenizer(None)                        # the embedded SmolLM2 tokenizer, or a folder
     renders_tools(tok)                                # False for SmolLM2
