@@ -50,10 +50,10 @@ import pyarrow.parquet as pq
 from storage import manifest
 from storage.files import fsync_dir
 from storage.runstate import RunState, part_number
+from storage.temp_shard import TempShard
 
 ROWS_PER_SHARD = 250_000  # a compacted shard's rows at most (the writer's default shard size)
 ROW_GROUP = 50_000  # rows per row group of a compacted shard (as the writer's)
-BUFFER_BYTES = 64 << 20  # a row group is written early when its rows reach this size in memory
 AUTO_LIMIT = 64  # small shards a run may hold before a writer compacts it
 AUTO_ENV = "FORGEPLAY_COMPACT_SHARDS"
 FANOUT = 8  # automatic compaction merges shards of about one size once this many are there
@@ -246,38 +246,25 @@ def _write_group(ddir: Path, group: list[manifest.Entry], result: Result) -> tup
         if digest != e.sha256:
             result.left.append(f"{e.path}: its checksum does not match the manifest (run `forgeplay verify`)")
             return None
-    tmp = paths[0].parent / f".part-{uuid.uuid4().hex}.parquet.tmp"
+    shard = None
     try:
-        with open(tmp, "wb") as f:
-            writer, schema = None, None
-            buffer: list[pa.RecordBatch] = []
-            held = nbytes = 0
-            for p in paths:
-                with open(p, "rb") as src:
-                    pf = pq.ParquetFile(src, pre_buffer=False)  # (read batch by batch: storage/reader.py)
-                    if writer is None:
-                        schema = pf.schema_arrow
-                        writer = pq.ParquetWriter(f, schema, compression="zstd")
-                    elif not pf.schema_arrow.equals(schema, check_metadata=True):
-                        result.left.append(f"{group[0].path} and the {len(group) - 1} after it: their Parquet "
-                                           "schemas differ")
-                        writer.close()
-                        tmp.unlink()
-                        return None
-                    for batch in pf.iter_batches(batch_size=ROW_GROUP):
-                        buffer.append(batch)
-                        held, nbytes = held + batch.num_rows, nbytes + batch.get_total_buffer_size()
-                        if held >= ROW_GROUP or nbytes >= BUFFER_BYTES:
-                            writer.write_table(pa.Table.from_batches(buffer, schema), row_group_size=ROW_GROUP)
-                            buffer, held, nbytes = [], 0, 0
-            if buffer:
-                writer.write_table(pa.Table.from_batches(buffer, schema), row_group_size=ROW_GROUP)
-            writer.close()
-            f.flush()
-            os.fsync(f.fileno())
-        return tmp, tmp.stat().st_size, manifest.file_sha256(tmp), sum(e.rows for e in group)
+        for p in paths:
+            with open(p, "rb") as src:
+                pf = pq.ParquetFile(src, pre_buffer=False)  # (read batch by batch: storage/reader.py)
+                if shard is None:
+                    shard = TempShard(paths[0].parent, pf.schema_arrow, ROW_GROUP)
+                elif not pf.schema_arrow.equals(shard.schema, check_metadata=True):
+                    result.left.append(f"{group[0].path} and the {len(group) - 1} after it: their Parquet "
+                                       "schemas differ")
+                    shard.discard()
+                    return None
+                for batch in pf.iter_batches(batch_size=ROW_GROUP):
+                    shard.add(pa.Table.from_batches([batch], shard.schema))
+        tmp, size, digest, _ = shard.finish()
+        return tmp, size, digest, sum(e.rows for e in group)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
+        if shard is not None:
+            shard.discard()
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise OSError(e.errno, f"no space left on the disk of {ddir} while compacting {group[0].path} and the "
                           f"{len(group) - 1} shards after it: nothing was changed; free space and rerun") from e

@@ -3,9 +3,9 @@
 Rows go to `<root>/<dataset>/<kind>/run=<run_id>/part-<n>.parquet` by commit only: validate
 every row (a bad row raises `RowError` naming the row and field, and nothing is written),
 write row groups to a hidden temp file, fsync, `os.replace` it into place under the dataset
-lock, fsync the directory, then append the manifest entry. Rows written a few at a time wait
-in memory until they fill a row group (or 64 MB), which then goes to the temp file of the
-shard they will be part of: a writer holds at most that, not a shard's rows (250,000
+lock, fsync the directory, then append the manifest entry. Rows written a few at a time
+stream into the temp file of their shard, a row group (or 64 MB) at a time
+(storage/temp_shard.py): a writer holds at most that, not a shard's rows (250,000
 trajectories with their offered tools are ~4.5 GB in Arrow). A writer killed at any point
 leaves only whole, committed shards visible. Rows whose `id` is already committed in the
 same (dataset, kind, run) are skipped, so rerunning a run writes only what is missing. A
@@ -24,19 +24,18 @@ import contextlib
 import datetime as dt
 import errno
 import os
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from storage import compact, manifest
 from storage.files import fsync_dir
 from storage.runstate import RunState
 from storage.schema import KindSchema, RowError, load, record_id
+from storage.temp_shard import TempShard
 
 DEFAULT_ROWS_PER_SHARD = 250_000
 DEFAULT_ROW_GROUP = 50_000
@@ -117,10 +116,8 @@ class ShardWriter:
         self.run_dir = self.ddir / self.rel_run
         compact.auto_limit()  # a bad $FORGEPLAY_COMPACT_SHARDS is reported before anything is written
         self.state = RunState.of(self.ddir, kind, run_id)  # committed ids, shared by this process's writers
-        self._buffer: list[pa.Table] = []  # rows not in a temp file yet (less than a row group, mostly)
-        self._open: _Open | None = None  # the shard being written: its temp file and the ids in it
-        self._buffered = 0  # rows not committed: in the open temp file and in the buffer
-        self._held_bytes = 0  # the buffer's bytes in memory
+        self._open: TempShard | None = None  # the shard being written: every row not committed
+        self._open_ids: list[pa.Array] = []  # the ids of its rows
         self._buffer_set: set[str] | None = None  # ids of the buffered rows, once a check needs a set
         self.committed: list[manifest.Entry] = []
         self.skipped = 0
@@ -130,21 +127,15 @@ class ShardWriter:
         """Validate and buffer rows (dicts or an Arrow table); commit full shards.
         Returns the number of new rows accepted (already-committed ids are skipped)."""
         table = self._table(rows)
-        if table.num_rows >= max(10_000, self.rows_per_shard) and not self._buffered:
+        if table.num_rows >= max(10_000, self.rows_per_shard) and self._open is None:
             done = self._write_large(table)
             if done is not None:
-                self._spill()
                 return done
         with self.state.lock:
             table = self._drop_seen(table)
-        if table.num_rows:
-            self._buffer.append(table)
-            self._buffered += table.num_rows
-            self._held_bytes += table.nbytes
-        while self._buffered >= self.rows_per_shard:
-            self._flush(self.rows_per_shard)
-        self._spill()
-        return table.num_rows
+        n = table.num_rows
+        self._add(table)
+        return n
 
     def known_ids(self) -> pa.Array:
         """Ids committed for this (dataset, kind, run) or written by this writer so far."""
@@ -159,8 +150,8 @@ class ShardWriter:
 
     def close(self) -> list[manifest.Entry]:
         """Commit what is buffered; returns every entry this writer committed."""
-        if self._buffered:
-            self._flush(self._buffered)
+        if self._open is not None:
+            self._flush()
         return self.committed
 
     def __enter__(self) -> "ShardWriter":
@@ -175,9 +166,14 @@ class ShardWriter:
             self._drop()
 
     # -- internals -----------------------------------------------------------------------
+    @property
+    def _buffered(self) -> int:
+        """Rows not committed (all in the open shard)."""
+        return self._open.rows if self._open is not None else 0
+
     def _drop(self) -> None:
         """Forget every row not committed (after an error: a rerun writes them)."""
-        self._buffer, self._open, self._buffered, self._buffer_set, self._held_bytes = [], None, 0, None, 0
+        self._open, self._open_ids, self._buffer_set = None, [], None
 
     def _table(self, rows: Sequence[dict] | pa.Table) -> pa.Table:
         if isinstance(rows, pa.Table):
@@ -251,7 +247,7 @@ class ShardWriter:
         return table
 
     def _buffered_ids(self) -> list[pa.Array]:
-        return (self._open.ids if self._open else []) + [t.column("id").combine_chunks() for t in self._buffer]
+        return list(self._open_ids)
 
     def _buffered_set(self) -> set[str]:
         if self._buffer_set is None:
@@ -264,51 +260,29 @@ class ShardWriter:
             return pa.array([], pa.string())
         return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
 
-    def _flush(self, n: int) -> None:
-        """Commit the first `n` uncommitted rows as a shard: those of the open temp file, then
-        from the buffer."""
-        take = n - (self._open.rows if self._open else 0)
-        if take:
-            table = pa.concat_tables(self._buffer)
-            self._keep(table.slice(take))
-            self._append(table.slice(0, take))
-        shard, self._open = self._open, None
-        self._buffered -= n
-        ids = pa.concat_arrays(shard.ids) if len(shard.ids) > 1 else shard.ids[0]
+    def _add(self, table: pa.Table) -> None:
+        """Rows to the open shard (one is opened when none is); each shard that fills up is committed."""
+        while table.num_rows:
+            if self._open is None:
+                self._open = TempShard(self.run_dir, table.schema, self.row_group_size)
+            room = self.rows_per_shard - self._open.rows
+            part, table = table.slice(0, room), table.slice(room)
+            with self._disk_full(part.num_rows, self._open):
+                self._open.add(part)
+            self._open_ids.append(part.column("id").combine_chunks())
+            if self._open.rows >= self.rows_per_shard:
+                self._flush()
+
+    def _flush(self) -> None:
+        """Commit the open shard."""
+        shard, ids = self._open, self._open_ids
+        ids = pa.concat_arrays(ids) if len(ids) > 1 else ids[0]
+        with self._disk_full(shard.rows, shard):
+            written = shard.finish()
+        self._open, self._open_ids = None, []
         if self._buffer_set is not None:
             self._buffer_set.difference_update(ids.to_pylist())
-        self._publish(*self._done(shard), ids)
-
-    def _spill(self) -> None:
-        """Write the buffer's whole row groups to the open temp file (made when needed), and
-        the whole buffer as a row group of its own once it holds compact.BUFFER_BYTES: memory
-        holds less than a row group of rows, and less than that many bytes."""
-        held = sum(t.num_rows for t in self._buffer)
-        if held < self.row_group_size and (not held or self._held_bytes < compact.BUFFER_BYTES):
-            return
-        table = pa.concat_tables(self._buffer)
-        whole = held - held % self.row_group_size or held  # (< rows_per_shard - open rows: write() flushed)
-        self._keep(table.slice(whole))
-        self._append(table.slice(0, whole))
-
-    def _keep(self, rest: pa.Table) -> None:
-        """`rest` is what the buffer holds now."""
-        self._buffer = [rest] if rest.num_rows else []
-        self._held_bytes = rest.nbytes if rest.num_rows else 0
-
-    def _append(self, table: pa.Table) -> None:
-        """Add rows to the open temp file, opening one when none is."""
-        if self._open is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._open = _Open(self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp", table.schema)
-        with self._disk_full(table.num_rows, self._open):
-            self._open.add(table, self.row_group_size)
-
-    def _done(self, shard: "_Open") -> tuple[Path, int, str, int]:
-        """Close and fsync a temp file; returns (path, bytes, sha256, rows)."""
-        with self._disk_full(shard.rows, shard):
-            shard.close()
-            return shard.path, shard.path.stat().st_size, manifest.file_sha256(shard.path), shard.rows
+        self._publish(*written, ids)
 
     def _write_large(self, table: pa.Table) -> int | None:
         """Bulk path: check ids in a thread while the full shards are written to temp files;
@@ -335,9 +309,7 @@ class ShardWriter:
             self._publish(*t, ids.slice(k * self.rows_per_shard, self.rows_per_shard))
         rest = table.slice(full)
         if rest.num_rows:
-            self._buffer.append(rest)
-            self._buffered += rest.num_rows
-            self._held_bytes += rest.nbytes
+            self._add(rest)
             if self._buffer_set is not None:
                 self._buffer_set.update(rest.column("id").to_pylist())
         return table.num_rows
@@ -352,14 +324,13 @@ class ShardWriter:
 
     def _write_tmp(self, table: pa.Table) -> tuple[Path, int, str, int]:
         """Write a hidden temp file of `table` alone and fsync it; returns (path, bytes, sha256, rows)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        shard = _Open(self.run_dir / f".part-{uuid.uuid4().hex}.parquet.tmp", table.schema)
+        shard = TempShard(self.run_dir, table.schema, self.row_group_size)
         with self._disk_full(table.num_rows, shard):
-            shard.add(table, self.row_group_size)
-        return self._done(shard)
+            shard.add(table)
+            return shard.finish()
 
     @contextlib.contextmanager
-    def _disk_full(self, rows: int, shard: "_Open"):
+    def _disk_full(self, rows: int, shard: TempShard):
         """On any error the temp file goes; a full disk becomes DiskFull, saying what to do."""
         try:
             yield
@@ -393,40 +364,6 @@ class ShardWriter:
                 tmp.unlink(missing_ok=True)
         self.committed.append(entry)
         compact.after_commit(self.state)
-
-
-class _Open:
-    """A shard being written: its hidden temp file, open, and the ids of the rows in it."""
-
-    def __init__(self, path: Path, schema: pa.Schema):
-        self.path, self.rows, self.ids = path, 0, []
-        self.file = open(path, "wb")
-        self.writer: pq.ParquetWriter | None = None
-        self.schema = schema
-
-    def add(self, table: pa.Table, row_group_size: int) -> None:
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
-        self.writer.write_table(table, row_group_size=row_group_size)
-        self.rows += table.num_rows
-        self.ids.append(table.column("id").combine_chunks())
-
-    def close(self) -> None:
-        """Finish the file (its footer) and fsync it."""
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
-        self.writer.close()
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-
-    def discard(self) -> None:
-        """Close what is open and remove the temp file."""
-        for close in (getattr(self.writer, "close", None), self.file.close):
-            with contextlib.suppress(Exception):
-                if close is not None:
-                    close()
-        self.path.unlink(missing_ok=True)
 
 
 class DiskFull(OSError):

@@ -173,9 +173,9 @@ def test_a_writer_holds_less_than_a_row_group_and_streams_the_rest_to_its_temp_f
     with ShardWriter(None, "demo", "documents", "r1", rows_per_shard=1000, row_group_size=300) as w:
         for i in range(0, 2500, 70):
             w.write(docs(min(70, 2500 - i), start=i))
-            held = sum(t.num_rows for t in w._buffer)
+            held = w._open.held if w._open else 0
             pending = w.known_count() - sum(e.rows for e in w.committed)
-            assert held < 300 and pending == held + (w._open.rows if w._open else 0)
+            assert held < 300 and pending == (w._open.rows if w._open else 0)  # (rows: in its file and held)
             assert len(list(run_dir.glob(".part-*.tmp"))) == (w._open is not None)
     assert [e.rows for e in w.committed] == [1000, 1000, 500]
     ddir = data_root / "demo"
@@ -187,21 +187,21 @@ def test_a_writer_holds_less_than_a_row_group_and_streams_the_rest_to_its_temp_f
     with pytest.raises(RuntimeError):
         with ShardWriter(None, "demo", "documents", "r2", rows_per_shard=1000, row_group_size=300) as w:
             w.write(docs(700, start=5000))
-            assert w._open is not None and w._open.rows == 600
+            assert w._open is not None and w._open.rows - w._open.held == 600  # in the temp file
             raise RuntimeError("killed mid-shard")
     assert not list((ddir / "documents").rglob(".part-*.tmp")) and load_table("demo", "documents").num_rows == 2500
 
 
 def test_wide_rows_go_to_the_temp_file_once_the_buffer_holds_64_mb(data_root, monkeypatch):
     """Rows of a few KB fill memory long before a row group's count: the buffer is written as
-    a row group of its own once it holds compact.BUFFER_BYTES (here 200 KB)."""
-    from storage import compact
+    a row group of its own once it holds temp_shard.BUFFER_BYTES (here 200 KB)."""
+    from storage import temp_shard
 
-    monkeypatch.setattr(compact, "BUFFER_BYTES", 200_000)
+    monkeypatch.setattr(temp_shard, "BUFFER_BYTES", 200_000)
     with ShardWriter(None, "demo", "documents", "r1", rows_per_shard=1000, row_group_size=500) as w:
         for i in range(0, 600, 20):
             w.write(docs(20, start=i, text="x" * 4000))  # ~4 KB a row
-            assert sum(t.nbytes for t in w._buffer) < 200_000 + 20 * 4200
+            assert (w._open.held_bytes if w._open else 0) < 200_000 + 20 * 4200
     groups = [pq.ParquetFile(data_root / "demo" / e.path).metadata for e in w.committed]
     sizes = [m.row_group(g).num_rows for m in groups for g in range(m.num_row_groups)]
     assert sum(sizes) == 600 and max(sizes) < 100
