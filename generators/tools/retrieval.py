@@ -43,31 +43,41 @@ class Scored:
 EMPTY = Scored(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
 
 
+def fingerprint_of(texts: Sequence[str], stopwords: str) -> str:
+    """What a BM25 index of `texts` answers from: its texts in order, the stopwords, bm25s's version."""
+    from generators.tools.passages import text_hash
+
+    return text_hash(["bm25", bm25s.__version__, stopwords, text_hash(texts)])
+
+
 class BM25Index:
     """A bm25s index over `texts` (one passage per document, index order = document order);
     the `bm25` retriever (generators/tools/retriever.py)."""
 
     name = "bm25"
 
-    def __init__(self, texts: Sequence[str], stopwords: str = "en"):
+    def __init__(self, texts: Sequence[str], stopwords: str = "en", retriever: bm25s.BM25 | None = None):
+        """Index `texts`; or take `retriever`, bm25s's index of them built before (read back
+        from disk: generators/tools/bm25_saved.py)."""
         self.stopwords = frozenset(_infer_stopwords(stopwords))
         self.size = len(texts)
         self._texts, self._stopword_list = texts, stopwords
         self._fingerprint: str | None = None
+        self._tokens: dict[str, list[str]] = {}
+        if retriever is not None:
+            self.retriever, self.indexed = retriever, True
+            return
         self.retriever = bm25s.BM25()
         corpus = [self.tokenize(t) for t in texts]
         self.indexed = any(corpus)  # (bm25s cannot index a corpus without a single token: nothing scores)
         if self.indexed:
             self.retriever.index(corpus, show_progress=False)
-        self._tokens: dict[str, list[str]] = {}
 
     @property
     def fingerprint(self) -> str:
         """A hash of what the index answers from: its texts in order, the stopwords, bm25s's version."""
         if self._fingerprint is None:
-            from generators.tools.passages import text_hash
-
-            self._fingerprint = text_hash(["bm25", bm25s.__version__, self._stopword_list, text_hash(self._texts)])
+            self._fingerprint = fingerprint_of(self._texts, self._stopword_list)
         return self._fingerprint
 
     def tokenize(self, text: str) -> list[str]:

@@ -73,7 +73,8 @@ def check_spec(spec: str) -> str:
 
 
 def index_dir(root) -> Path:
-    """Where indexes built from a data root's datasets are kept (dense embeddings, by fingerprint)."""
+    """Where indexes built from a data root's datasets are kept (bm25's arrays and dense
+    embeddings, by fingerprint)."""
     from storage.manifest import resolve_root
 
     return Path(resolve_root(root)) / "_index"
@@ -90,9 +91,9 @@ def register(kind: str, factory: Factory) -> None:
 
 def build(spec: str, corpus: Corpus, stopwords: str = "en", index_dir: str | Path | None = None,
           depth: int = DEPTH) -> Retriever:
-    """The retriever `spec` over `corpus`. bm25 is built each time (as the simulator always
-    has); the others are kept per (spec, corpus, options) in the process, so simulators of
-    several seeds share one index."""
+    """The retriever `spec` over `corpus`. bm25 is made each time, read from `index_dir`
+    when a command kept it there before (generators/tools/bm25_saved.py); the others are kept
+    per (spec, corpus, options) in the process, so simulators of several seeds share one index."""
     check_spec(spec)
     opts = {"stopwords": stopwords, "index_dir": index_dir, "depth": depth}
     if spec == DEFAULT:
@@ -141,9 +142,9 @@ def ranked_ids(scored: "Scored", doc_ids: Sequence[str], k: int = 20) -> str:
 
 
 def _bm25(spec: str, corpus: Corpus, opts: dict) -> Retriever:
-    from generators.tools.retrieval import BM25Index
+    from generators.tools.bm25_saved import load_or_build
 
-    return BM25Index(corpus.passages, opts["stopwords"])
+    return load_or_build(corpus.passages, opts["stopwords"], opts["index_dir"])
 
 
 def _dense(spec: str, corpus: Corpus, opts: dict) -> Retriever:
@@ -154,9 +155,8 @@ def _dense(spec: str, corpus: Corpus, opts: dict) -> Retriever:
 
 def _hybrid(spec: str, corpus: Corpus, opts: dict) -> Retriever:
     from generators.tools.hybrid import HybridIndex
-    from generators.tools.retrieval import BM25Index
 
-    return HybridIndex(BM25Index(corpus.passages, opts["stopwords"]), _dense(spec, corpus, opts), depth=opts["depth"])
+    return HybridIndex(_bm25(spec, corpus, opts), _dense(spec, corpus, opts), depth=opts["depth"])
 
 
 def _http(spec: str, corpus: Corpus, opts: dict) -> Retriever:
