@@ -159,7 +159,8 @@ def structural_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[
 
 def allowed_cases(plan: Plan) -> list[str]:
     """The cases a plan can take (each case's own rule, generators/synth/cases.py)."""
-    return [name for name, case in CASES.items() if case.allows(plan.lookups)]
+    lookups = plan.lookups
+    return [name for name, case in CASES.items() if case.allows(lookups)]
 
 
 def _unit(*parts) -> float:

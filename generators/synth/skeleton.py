@@ -31,9 +31,9 @@ from generators.synth.cases import CASES
 from generators.synth.evidence import Evidence
 from generators.synth.plan import Hop, Plan
 from generators.synth.steps import Call, Slot, Turn
-from generators.tools.base import DOMAINS, GENERAL, parameters_of
+from generators.tools.base import DOMAINS, GENERAL
 from generators.tools.compute import COMPUTE
-from generators.tools.fill import check_arguments, fill_arguments, roles_of
+from generators.tools.fill import check_arguments, fill_arguments, schema_of
 from generators.tools.sim_call import SimCall
 from storage.schema import meta_of
 
@@ -120,12 +120,12 @@ class SkeletonBuilder:
     def _args(self, rng: random.Random, hop: Hop, tool: dict, top_k: bool = True) -> dict:
         """Arguments from the tool's schema (generators.tools.fill): the hop's query as the
         lookup and the entity name, every required argument filled; top_k at `top_k_rate`."""
-        params = parameters_of(tool)
-        args = fill_arguments(params, hop.query, [hop.query], rng)
-        k = roles_of(params).k
+        schema = schema_of(tool)
+        args = fill_arguments(schema, hop.query, [hop.query], rng)
+        k = schema.roles.k
         if top_k and rng.random() < self.top_k_rate and k:
             value = rng.choice(self.top_k_choices)
-            if check_arguments(params, {**args, k: value}) is None:
+            if check_arguments(schema, {**args, k: value}) is None:
                 args[k] = value
         return args
 
@@ -223,7 +223,7 @@ class SkeletonBuilder:
                                     "operands": _operands([computed.query])})
             tool = d.chosen[COMPUTE]
             call = Call(id=d.call_id(0), tool=tool, hop=computed, golden=[],
-                        arguments={roles_of(parameters_of(tool)).lookup: computed.query})
+                        arguments={schema_of(tool).roles.lookup: computed.query})
             call.result = self.sim.call(tool["name"], call.arguments)
             turns.append(Turn([call], slot))
         ended = {"last": d.queries(last - 1), **said(last)} if phrases and last == len(rounds) and not computed else {}

@@ -19,10 +19,15 @@ value can satisfy (an unmatched pattern, contradictory bounds) raises FillError.
 
     args = fill_arguments(schema, "Ada Lovelace", ["Ada Lovelace"], random.Random(7))
     # {"query": "Ada Lovelace", "subject_names": ["Ada Lovelace"], "search_scope": "basic"}
+
+`schema_of(row)` reads a tool row's schema once (its parameters, roles and canonical text,
+kept by the schema's JSON text); a caller that fills arguments for the same tools again and
+again (synthesis: several calls a trajectory) passes it instead of the parameters.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -93,6 +98,31 @@ def roles_of(parameters: dict) -> Roles:
     return Roles(lookup, names, k)
 
 
+@dataclass(frozen=True)
+class Schema:
+    """A tool's parameters read once: the schema, its roles and its canonical JSON text (the
+    key of its compiled checks). Shared: nothing may change `parameters`."""
+
+    parameters: dict
+    roles: Roles
+    key: str
+
+
+@lru_cache(maxsize=4096)
+def _schema(json_schema: str) -> Schema:
+    params = json.loads(json_schema)
+    return Schema(params, roles_of(params), canonical(params))
+
+
+def schema_of(row: dict) -> Schema:
+    """The Schema of a tool row (its `json_schema` text, or `parameters` as a dict)."""
+    s = row.get("json_schema") if "json_schema" in row else row.get("parameters")
+    if isinstance(s, str):
+        return _schema(s)
+    params = dict(s or {})
+    return Schema(params, roles_of(params), canonical(params))
+
+
 @lru_cache(maxsize=4096)
 def _examples(description: str) -> tuple[str, ...]:
     return tuple(m.strip() for m in _QUOTED.findall(description) if m.strip())
@@ -120,10 +150,10 @@ class _Filler:
         spec = self.resolve(spec)
         if not isinstance(spec, dict):
             return self.string({}, prop, role)
-        if "const" in spec:
-            return spec["const"]
+        if "const" in spec:  # (a copy: the schema may be shared, Schema)
+            return copy.deepcopy(spec["const"])
         if spec.get("enum"):
-            return self.rng.choice(list(spec["enum"]))
+            return copy.deepcopy(self.rng.choice(list(spec["enum"])))
         for key in ("anyOf", "oneOf"):
             if isinstance(spec.get(key), list) and spec[key]:
                 options = [s for s in spec[key] if _type(self.resolve(s)) != "null"] or spec[key]
@@ -238,10 +268,10 @@ def _fast(schema_json: str):
         return None
 
 
-def check_arguments(parameters: dict, arguments: Any) -> str | None:
+def check_arguments(parameters: dict | Schema, arguments: Any) -> str | None:
     """None when `arguments` satisfy `parameters` (formats checked too), else the best error.
     Arguments that the compiled schema accepts pass at once; jsonschema decides the others."""
-    key = canonical(parameters)
+    key = parameters.key if isinstance(parameters, Schema) else canonical(parameters)
     fast = _fast(key)
     if fast is not None:
         try:
@@ -256,14 +286,16 @@ def check_arguments(parameters: dict, arguments: Any) -> str | None:
     return f"{where}: {err.message}" if where else err.message
 
 
-def fill_arguments(parameters: dict, lookup: str, names: Sequence[str], rng: random.Random) -> dict:
+def fill_arguments(parameters: dict | Schema, lookup: str, names: Sequence[str], rng: random.Random) -> dict:
     """Schema-valid arguments: the lookup, the entity names and every required argument."""
-    roles = roles_of(parameters)
+    schema = parameters if isinstance(parameters, Schema) else None
+    parameters = schema.parameters if schema else parameters
+    roles = schema.roles if schema else roles_of(parameters)
     role = {n: "names" for n in roles.names}
     if roles.lookup:
         role[roles.lookup] = "lookup"
     args = _Filler(parameters, lookup, names, rng).object(parameters, 0, role)
-    err = check_arguments(parameters, args)
+    err = check_arguments(schema or parameters, args)
     if err:
         raise FillError(err)
     return args

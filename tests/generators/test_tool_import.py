@@ -14,7 +14,7 @@ from generators.corpus.build import WorldConfig, write
 from generators.synth.synthesize import Session, SynthConfig, load_inputs
 from generators.tools.bank import generate_bank
 from generators.tools.base import base_rows
-from generators.tools.fill import FillError, fill_arguments, roles_of
+from generators.tools.fill import FillError, fill_arguments, roles_of, schema_of
 from generators.tools.imported import RUN_ID, import_file, imported_rows, read_tools
 from storage import load_table, write_rows
 from storage.schema import load
@@ -99,6 +99,29 @@ def test_arguments_follow_the_schema():
     with pytest.raises(FillError, match="pattern"):
         fill_arguments({"type": "object", "properties": {"query": {"type": "string"}, "code": {
             "type": "string", "pattern": "^poi_[0-9]+$"}}, "required": ["query", "code"]}, "x", [], random.Random(0))
+
+
+def test_a_schema_read_once_fills_as_its_parameters_and_stays_as_it_was():
+    """schema_of (kept by the schema's text, shared by every call) fills the same arguments as
+    the parameters read anew each time, and no filled value, changed later, changes it."""
+    enum_list = {"type": "object", "properties": {"query": {"type": "string"}, "shape": {
+        "const": {"kind": "box", "sides": [1, 2]}}, "tags": {"enum": [["a", "b"], ["c"]]}},
+        "required": ["query", "shape", "tags"]}
+    rows = [{"json_schema": json.dumps(p, ensure_ascii=False)} for p in
+            [t["parameters"] for t in PERSON_TOOLS] + [GENERAL_TOOL["function"]["parameters"], enum_list]]
+    rows += [{"json_schema": r["json_schema"]} for r in base_rows()]
+    for row in rows:
+        schema, params = schema_of(row), json.loads(row["json_schema"])
+        assert schema_of({"json_schema": row["json_schema"]}) is schema and schema.roles == roles_of(params)
+        for seed in range(20):
+            once = fill_arguments(schema, "Ada Varn", ["Ada Varn"], random.Random(seed))
+            assert once == fill_arguments(params, "Ada Varn", ["Ada Varn"], random.Random(seed))
+            for v in once.values():  # a caller changing what it got
+                if isinstance(v, dict):
+                    v.clear()
+                elif isinstance(v, list):
+                    v.append("x")
+        assert schema.parameters == params
 
 
 @pytest.fixture(scope="module")
