@@ -65,8 +65,10 @@ def test_random_batches_of_good_and_corrupted_trajectories(data, many, corrupted
     rng = random.Random(data.draw(st.integers(0, 10**6)))
     rows = [copy.deepcopy(r) for r in rows]
     for r in rows:  # a tool message changed at random: replay must notice it in a batch too
-        if rng.random() < 0.2:
-            tools = [m for m in r["messages"] if m["role"] == "tool"]
+        if rng.random() < 0.2:  # (a corrupted row may have no messages, or broken ones)
+            msgs = r.get("messages") if isinstance(r.get("messages"), list) else []
+            tools = [m for m in msgs if isinstance(m, dict) and m.get("role") == "tool"
+                     and isinstance(m.get("content"), str)]
             if tools:
                 rng.choice(tools)["content"] += " "
     assert _table(check_trajectories(rows, _ctx(world))) == _table([check_trajectory(r, _ctx(world)) for r in rows])
