@@ -21,6 +21,8 @@ against the smallest. Floors, measured in the same run on the same data:
 
 Each size starts with the data root's kept indexes removed (generators/tools/bm25_saved.py):
 synthesis builds the corpus's BM25 index, and the stages after it read it back, as on a new corpus.
+At sizes below --repeat-below, synthesis and validation run --repeat times from the same state
+(the median kept, every run listed): a 10^4 validation varies by 10% from run to run here.
 
 The 10^6 figure is measured when 1000000 is among --sizes; otherwise each stage's per-record
 cost at the largest size measured is multiplied out, and the table says so.
@@ -78,7 +80,35 @@ def dataset_for(root: Path, n: int) -> str:
     return name
 
 
-def stages(root: Path, n: int, per_triple: int, out: Path) -> list[dict]:
+def repeated(args: list[str], root: Path, ds: str, times: int, fresh_index: bool) -> dict:
+    """`run` of a command that changes dataset `ds` (and `ds`_valid), `times` times from the same
+    state (saved before the first, put back before each other): the median seconds, the
+    largest RSS, and every run's seconds. `fresh_index`: the kept indexes are removed before
+    each run (the command meets the corpus as new)."""
+    names = [d for d in (ds, f"{ds}_valid") if (root / d).exists()]
+    saved = Path(tempfile.mkdtemp(prefix="bench-scale-state-"))
+    for d in names:
+        shutil.copytree(root / d, saved / d)
+    runs = []
+    try:
+        for i in range(times):
+            if i:
+                for d in (ds, f"{ds}_valid"):
+                    shutil.rmtree(root / d, ignore_errors=True)
+                for d in names:
+                    shutil.copytree(saved / d, root / d)
+            if fresh_index:
+                shutil.rmtree(root / "_index", ignore_errors=True)
+            runs.append(run(CLI + args, root))
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+    return {"seconds": statistics.median(r["seconds"] for r in runs), "rss_mib": max(r["rss_mib"] for r in runs),
+            "tail": runs[-1]["tail"], "runs": [round(r["seconds"], 1) for r in runs]}
+
+
+def stages(root: Path, n: int, per_triple: int, out: Path, times: int = 1) -> list[dict]:
+    """Every stage at size n; synthesis and validation `times` times each (`repeated`: on the
+    same input each time, the median kept), the reads once."""
     ds = dataset_for(root, n)
     # the corpus as new: synthesis builds its BM25 index (and keeps it, so validation reads it)
     shutil.rmtree(root / "_index", ignore_errors=True)
@@ -93,7 +123,10 @@ def stages(root: Path, n: int, per_triple: int, out: Path) -> list[dict]:
         ("export verl", ["export", "verl", "--dataset", f"{ds}_valid", "--out", str(out / f"verl-{n}"),
                          "--tool-agent"], n),
     ]:
-        r = run(CLI + args, root)
+        if stage in ("synthesize", "validate"):
+            r = repeated(args, root, ds, times, fresh_index=stage == "synthesize")
+        else:
+            r = run(CLI + args, root)
         rows.append({"stage": stage, "n": n, **r, "per_s": records / r["seconds"]})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "tail"}), flush=True)
     return rows
@@ -266,6 +299,10 @@ def table(rows: list[dict], sizes: list[int], floors: dict) -> str:
         a, b = by.get((stage, hi)), by.get((stage, lo))
         cells.append(f"{(a['seconds'] / hi) / (b['seconds'] / lo):.2f}" if a and b and hi != lo else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    many = [f"{r['stage']} at {r['n']:,}: {', '.join(f'{x:.1f}' for x in r['runs'])} s"
+            for r in rows if len(r.get("runs", ())) > 1]
+    if many:
+        lines += ["", "Runs of the stages repeated (the table gives their median): " + "; ".join(many) + "."]
     if 1_000_000 not in sizes:
         lines += ["", f"10^6 (extrapolated from the per-record cost at {hi:,}; not measured):", ""]
         lines += [f"- {stage}: {by[(stage, hi)]['seconds'] / hi * 1e6 / 60:.0f} min"
@@ -283,6 +320,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000", help="comma list of trajectory counts")
     ap.add_argument("--root", default=None, help="data root to use (kept); default a temporary folder, removed")
     ap.add_argument("--out", default=None, help="also write the table, command and date to this Markdown file")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of synthesis and validation at each size below --repeat-below, the median kept "
+                         "(a 10^4 validation varies by 10%% from run to run here)")
+    ap.add_argument("--repeat-below", type=int, default=100_000, help="sizes below this are repeated")
     a = ap.parse_args()
     sizes = sorted(int(x) for x in a.sizes.split(","))
     root = Path(a.root or tempfile.mkdtemp(prefix="bench-scale-"))
@@ -294,7 +335,7 @@ def main() -> None:
         triples = a.entities // 2
         rows = []
         for n in sizes:
-            rows += stages(root, n, max(1, -(-n // triples)), work)
+            rows += stages(root, n, max(1, -(-n // triples)), work, a.repeat if n < a.repeat_below else 1)
         ds = f"s{max(sizes)}"
         floors: dict = {}
         rp = replay_floor(root, ds)
