@@ -44,7 +44,10 @@ def load_or_build(texts: Sequence[str], stopwords: str = "en", folder: str | Pat
     path = path_of(texts, stopwords, Path(folder))
     got = _read(path, len(texts))
     if got is not None:
-        os.utime(path)  # (used last: kept longest)
+        try:
+            os.utime(path)  # (used last: kept longest)
+        except OSError:  # (a data root this user may only read)
+            pass
         return BM25Index(texts, stopwords, retriever=got)
     if path.exists():  # (unreadable: replaced by the one built now)
         shutil.rmtree(path, ignore_errors=True)
