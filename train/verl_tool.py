@@ -39,10 +39,12 @@ import pyarrow.parquet as pq
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import ToolResponse
 
+from generators.tools import bm25_saved
 from generators.tools.remote import RemoteRetriever
 from generators.tools.simulator import Simulator, unknown_tool
 
 RETRIEVERS = ("bm25", RemoteRetriever.__name__)  # (imported here so the export carries the server client)
+BM25 = bm25_saved.__name__  # (imported here so the export carries it: the simulator's bm25 imports it when built)
 
 
 @lru_cache(maxsize=8)
