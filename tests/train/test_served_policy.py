@@ -233,7 +233,13 @@ def test_server_dying_mid_batch_fails_with_its_log(served):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 120
+    while t.is_alive() and time.monotonic() < deadline:  # killed while its requests run, not before them
+        with urllib.request.urlopen(metrics_url(server.url + "/v1"), timeout=5) as r:
+            load = parse_load(r.read().decode())
+        if load is not None and load.running > 0:
+            break
+        time.sleep(0.05)
     os.killpg(server.proc.pid, signal.SIGKILL)
     t.join(timeout=300)
     assert "outs" not in result
