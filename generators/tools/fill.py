@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import fastjsonschema
 import jsonschema
 
-from generators.tools.base import canonical
+from generators.tools.base import canonical, parameters_of
 
 LOOKUP_NAMES = ("query", "q", "keyword", "keywords", "search", "search_query", "search_term", "question",
                 "term", "text", "prompt", "topic")
@@ -108,19 +108,20 @@ class Schema:
     key: str
 
 
+def _read(params: dict) -> Schema:
+    return Schema(params, roles_of(params), canonical(params))
+
+
 @lru_cache(maxsize=4096)
 def _schema(json_schema: str) -> Schema:
-    params = json.loads(json_schema)
-    return Schema(params, roles_of(params), canonical(params))
+    return _read(json.loads(json_schema))
 
 
 def schema_of(row: dict) -> Schema:
-    """The Schema of a tool row (its `json_schema` text, or `parameters` as a dict)."""
-    s = row.get("json_schema") if "json_schema" in row else row.get("parameters")
-    if isinstance(s, str):
-        return _schema(s)
-    params = dict(s or {})
-    return Schema(params, roles_of(params), canonical(params))
+    """The Schema of a tool row: kept by its `json_schema` text, else read as
+    generators.tools.base.parameters_of reads the row."""
+    text = row.get("json_schema")
+    return _schema(text) if isinstance(text, str) else _read(parameters_of(row))
 
 
 @lru_cache(maxsize=4096)
