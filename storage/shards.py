@@ -246,16 +246,13 @@ class ShardWriter:
             table = table.filter(pa.array(keep))
         return table
 
-    def _buffered_ids(self) -> list[pa.Array]:
-        return list(self._open_ids)
-
     def _buffered_set(self) -> set[str]:
         if self._buffer_set is None:
-            self._buffer_set = {i for a in self._buffered_ids() for i in a.to_pylist()}
+            self._buffer_set = {i for a in self._open_ids for i in a.to_pylist()}
         return self._buffer_set
 
     def _known_array(self) -> pa.Array:
-        arrays = [a for a in [self.state.ids(), *self._buffered_ids()] if len(a)]
+        arrays = [a for a in [self.state.ids(), *self._open_ids] if len(a)]
         if not arrays:
             return pa.array([], pa.string())
         return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
