@@ -269,7 +269,9 @@ class Simulator:
         equal for equal calls; else SimCall.key). `texts`, when given, gets the plain text of
         each search's message (its string leaves, as generators/synth/grounding.py
         `plain_text` reads the message), which the grounding check then need not parse."""
-        keys = list(keys) if keys is not None else [c.key() for c in batch]
+        if keys is None:  # (a call alone has nothing to be asked with)
+            keys = [c.key() for c in batch] if len(batch) > 1 else [None] * len(batch)
+        keys = list(keys)
         first: dict[str, int] = {}
         todo = [i for i, k in enumerate(keys) if k is None or first.setdefault(k, i) == i]
         out: dict[int, Any] = {}
