@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from generators.corpus.derive import EXTRACTOR, DerivationError, Fact, FactBase, evaluate, run_chain
 from generators.corpus.relations import REL, format_value, value_kind
@@ -82,17 +83,36 @@ def _shown(rel: str, value) -> str:
 def state(fact: Fact, page: str) -> str:
     """`fact` as one sentence with its subject named; `page` is the subject's document text
     (it tells whether a name takes "the")."""
-    matched = [t for t, _ in EXTRACTOR.matches(fact.sentence) if fact.rel in t.rels]
-    own = [t for t in matched if t.rels == (fact.rel,)]
-    applies = {a for t in matched for a in t.applies}
-    pool = own or sorted((t for t in TEMPLATES if t.rels == (fact.rel,) and applies & set(t.applies)),
-                         key=lambda t: (not t.subject_first, len(t.text), t.text))
-    if not pool:
+    template = _template(fact.sentence, fact.rel)
+    if template is None:
         return fact.sentence
     value = fact.value
     if REL[fact.rel].is_entity:
         value = _with_article(value, fact.sentence)
-    return pool[0].render(_with_article(fact.subject, page), {fact.rel: value})
+    return template.render(_with_article(fact.subject, page), {fact.rel: value})
+
+
+@lru_cache(maxsize=1 << 14)
+def _template(sentence: str, rel: str):
+    """The template that states relation `rel` alone, as `sentence` does: one that matches the
+    sentence, else the first of those that apply where the sentence's templates do (subject
+    first, then the shortest); None when there is none. (Kept for the sentences read last: a
+    page's facts are stated again by every trajectory that reads it.)"""
+    matched = [t for t, _ in EXTRACTOR.matches(sentence) if rel in t.rels]
+    own = [t for t in matched if t.rels == (rel,)]
+    if own:
+        return own[0]
+    applies = frozenset(a for t in matched for a in t.applies)
+    return _stating(rel, applies)
+
+
+@lru_cache(maxsize=None)
+def _stating(rel: str, applies: frozenset):
+    """The first template (subject first, then the shortest) that states `rel` alone and applies
+    to one of `applies`, or None."""
+    pool = sorted((t for t in TEMPLATES if t.rels == (rel,) and applies & set(t.applies)),
+                  key=lambda t: (not t.subject_first, len(t.text), t.text))
+    return pool[0] if pool else None
 
 
 def _compare(op: str, scored: list[tuple[str, object, str]]) -> list[str]:

@@ -134,7 +134,7 @@ class Session:
         if isinstance(meta, dict) and "program" in meta:
             golden = [(self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs]
             facts = FactBase.from_docs(golden, cache=fact_cache)
-            return planning.program_rounds(triple, self.docs, self.domain_of, facts)
+            return planning.program_rounds(triple, self.docs, self.domain_of, facts, meta["program"])
         return planning.structural_rounds(triple, self.docs, self.domain_of)
 
     def _usable(self) -> list[planning.Plan]:
@@ -244,13 +244,14 @@ class Session:
         return out
 
     def prepare(self, plans: list[planning.Plan]) -> "Prepared":
-        """A chunk's skeletons and the requests for its model-written texts (one per slot)."""
+        """A chunk's skeletons and the requests for its model-written texts (one per slot; none
+        when the program writes every text, --texts template)."""
         t0 = time.perf_counter()
         sks = self.skeletons(plans)
         slots = []  # (skeleton index, slot)
         for i, sk in enumerate(sks):
             slots += [(i, t.slot) for t in sk.turns] + [(i, sk.final), (i, sk.answer)]
-        requests = [ChatRequest(messages=slot_prompt(sks[i].triple["question"], s), n=1,
+        requests = [] if self.cfg.texts == "template" else [ChatRequest(messages=slot_prompt(sks[i].triple["question"], s), n=1,
                                 temperature=self.cfg.temperature,
                                 max_tokens=self.cfg.max_final_tokens if s.kind == "final" else self.cfg.max_think_tokens,
                                 seed=self.cfg.seed + k, stop=["\n\n"]) for k, (i, s) in enumerate(slots)]
@@ -287,8 +288,10 @@ class Session:
         """Rows for `plans` and timing/source stats. One batched generate call for all slots."""
         prep = self.prepare(plans)
         t1 = time.perf_counter()
-        outs = backend.generate(prep.requests) if prep.requests and backend is not None else []
-        return self.finish(prep, None if backend is None else outs, run_key, time.perf_counter() - t1)
+        if backend is None or self.cfg.texts == "template":
+            return self.finish(prep, None, run_key)
+        outs = backend.generate(prep.requests) if prep.requests else []
+        return self.finish(prep, outs, run_key, time.perf_counter() - t1)
 
 
 @dataclass
