@@ -39,7 +39,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from flows.common import Stages, require_world, tie_temporary_server
+from flows.common import Stages, require_world, set_aside, tie_temporary_server
 from flows.engine import flow, task
 from flows.runners import RunnerConfig, cancel, workers_report_here
 from generators.llm.base import Usage
@@ -204,7 +204,14 @@ def synthesize_flow(config: dict, backend: dict, data_root: str | None = None, p
     cfg, bcfg = SynthConfig(**config), BackendConfig(**backend)
     root = str(resolve_root(data_root))
     stages, t0, tally = Stages(), time.perf_counter(), Tally()
-    p = prepare(cfg, bcfg, root, fan_out, stages)
+    with set_aside() as setup:
+        return _synthesize(cfg, bcfg, root, setup(prepare, cfg, bcfg, root, fan_out, stages), fan_out, workers,
+                           progress, stages, t0, tally)
+
+
+def _synthesize(cfg: SynthConfig, bcfg: BackendConfig, root: str, p: Prepared, fan_out: bool, workers: int,
+                progress: bool, stages: Stages, t0: float, tally: Tally) -> dict:
+    """The flow after its set-up: the chunks, the run's summary and report."""
     be, journal = p.backend, p.journal
     with tqdm(total=max(0, p.planned - len(p.done)), desc="synthesize", unit="traj", disable=not progress) as bar:
         try:
