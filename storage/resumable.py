@@ -54,7 +54,7 @@ class RunWriter:
             if parents:
                 rows = [{**r, "lineage": {**self.lineage, "parent_ids": [r["id"]]}} for r in rows]
             if trusted:
-                rows = pa.Table.from_pylist(stamp(rows, schema, self.run_id, self.lineage), schema=schema.arrow)
+                rows = schema.table(stamp(rows, schema, self.run_id, self.lineage))
         key = (dataset, kind)
         if key not in self.open:
             self.open[key] = ShardWriter(self.root, dataset, kind, self.run_id, lineage=self.lineage)

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import fastjsonschema
 import jsonschema
@@ -55,7 +55,19 @@ def _passes(check) -> object:
     return passes
 
 
-_FAST_FORMATS = {"json": _passes(_is_json), "date-time": _passes(_is_datetime)}
+@lru_cache(maxsize=4096)
+def _json_text(text: str) -> bool:
+    """Whether `text` parses as JSON, remembered: a run's rows repeat the same texts (the
+    parameters of the tools every trajectory offers)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+_FAST_FORMATS = {"json": lambda value: not isinstance(value, str) or _json_text(value),
+                 "date-time": _passes(_is_datetime)}
 
 
 class RowError(ValueError):
@@ -184,6 +196,13 @@ class KindSchema:
     @property
     def content_fields(self) -> list[str]:
         return [n for n in self.json["properties"] if n not in SHARED_COLUMNS]
+
+    def table(self, rows: Sequence[dict]) -> pa.Table:
+        """Dict rows as an Arrow table of the kind's columns: what `pa.Table.from_pylist(rows,
+        schema=self.arrow)` gives (a missing key is null, a key the schema lacks is left out),
+        built a column at a time, which costs half as much on rows of nested lists."""
+        return pa.Table.from_arrays([pa.array([r.get(f.name) for r in rows], type=f.type) for f in self.arrow],
+                                    schema=self.arrow)
 
     def validate_rows(self, rows: Iterable[dict]) -> None:
         """Raise RowError for the first row that breaks the schema. A row is checked with the

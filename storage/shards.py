@@ -180,7 +180,7 @@ class ShardWriter:
             return self._check_table(rows)
         rows = stamp(rows, self.schema, self.run_id, self.lineage)
         self.schema.validate_rows(rows)
-        return pa.Table.from_pylist(rows, schema=self.schema.arrow)
+        return self.schema.table(rows)
 
     def _check_table(self, table: pa.Table) -> pa.Table:
         """Arrow input: columns must cast to the kind's schema; required fields non-null."""
