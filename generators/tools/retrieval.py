@@ -32,6 +32,7 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # bm25s.tokenize's default
 RECENT = 64  # queries whose scores an index keeps (`BM25Index.score_many`)
+SMALL = 64  # candidates that `BM25Index.top` ranks in Python
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ class BM25Index:
         best first; ties broken by index (as the simulator has always ranked)."""
         if m <= 0 or not len(scored.docs):
             return []
+        if len(scored.docs) <= SMALL:  # (most queries: sorting in Python costs less than numpy's calls)
+            ex = set(exclude)
+            ranked = sorted((-s, d) for d, s in zip(scored.docs.tolist(), scored.scores.tolist())
+                            if d not in ex and mask[d])
+            return [d for _, d in ranked[:m]]
         keep = mask[scored.docs]
         ex = np.fromiter(exclude, dtype=np.int64)
         if len(ex):  # (docs are ascending: find the excluded ones by bisection)

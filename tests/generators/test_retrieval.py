@@ -11,6 +11,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from generators.tools import retrieval
 from generators.tools.retrieval import BM25Index
 
 VOCAB = ["river", "Ferrow", "born", "the", "in", "city", "1887", "Taldis", "a", "of", "Ünter", "straße", "x1",
@@ -30,9 +31,18 @@ def _dense_rank(scores: np.ndarray, mask: np.ndarray, exclude: list[int], m: int
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 10**6))
-@example(10068)  # a corpus of one text without a token: bm25s cannot index it, nothing scores
-def test_tokens_scores_and_ranking_are_bm25s(seed):
+@given(st.integers(0, 10**6), st.sampled_from([0, retrieval.SMALL]))
+@example(10068, retrieval.SMALL)  # a corpus of one text without a token: bm25s cannot index it, nothing scores
+def test_tokens_scores_and_ranking_are_bm25s(seed, small):
+    """(`small`: `top` ranks with numpy alone, or ranks these small corpora's candidates in Python.)"""
+    old, retrieval.SMALL = retrieval.SMALL, small
+    try:
+        _same_as_bm25s(seed)
+    finally:
+        retrieval.SMALL = old
+
+
+def _same_as_bm25s(seed: int) -> None:
     rng = random.Random(seed)
     texts = [_text(rng, rng.randint(0, 12)) for _ in range(rng.randint(1, 60))]
     index = BM25Index(texts)
