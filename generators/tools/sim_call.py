@@ -1,7 +1,7 @@
 """A call to the tool simulator and the small parts its answers are made of.
 
-`SimCall` is one call (what `Simulator.call` takes); `tool_error` and `unknown_tool` are the
-error answers every simulator writes; `AnyOf` finds an answer's words in a text (the modes that
+`SimCall` is one call (what `Simulator.call` takes); `results_message` is a search's answer,
+`tool_error` and `unknown_tool` are the error answers every simulator writes; `AnyOf` finds an answer's words in a text (the modes that
 hide answers use it); `Without` lets random.sample read a sorted array less a few positions
 without copying it; `fast_check` compiles a tool's JSON Schema once.
 """
@@ -12,6 +12,7 @@ import collections.abc
 import json
 import re
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -26,6 +27,21 @@ MODES = ("good", "bad", "insufficient")
 def tool_error(code: str, detail: str) -> str:
     """A tool's error answer as the simulator writes it: '{"error": code, "detail": detail}'."""
     return json.dumps({"error": code, "detail": detail}, ensure_ascii=False)
+
+
+def results_message(results: Sequence[tuple[str, str, str]]) -> str:
+    """A search's answer, '{"results": [{"doc_id": ..., "title": ..., "snippet": ...}, ...]}' for
+    (doc id, title, snippet) triples: what json.dumps({"results": [...]}, ensure_ascii=False)
+    writes, each string escaped by json's own encoder, without json walking the structure
+    (every search call writes one)."""
+    if not all(type(x) is str for r in results for x in r):
+        return json.dumps({"results": [dict(zip(RESULT_KEYS, r)) for r in results]}, ensure_ascii=False)
+    q = encode_basestring
+    return '{"results": [' + ", ".join('{"doc_id": %s, "title": %s, "snippet": %s}' % (q(d), q(t), q(x))
+                                        for d, t, x in results) + "]}"
+
+
+RESULT_KEYS = ("doc_id", "title", "snippet")
 
 
 def unknown_tool(name: str) -> str:
@@ -78,8 +94,8 @@ class Without(collections.abc.Sequence):
 class AnyOf:
     """Whether a text names any of some answers: each as whole words, case ignored (what
     `answer_pattern` finds). An ASCII answer in an ASCII text is found by `str.find` in the
-    lower-cased text, which gives the pattern's verdict there without compiling it (most
-    answers are asked once: compiling was a fifth of a hiding call's time)."""
+    lower-cased text, which gives the pattern's verdict there without compiling it: most
+    answers are asked once, and compiling cost more than searching."""
 
     def __init__(self, answers: Sequence[str]):
         self.answers = [a.strip() for a in dict.fromkeys(answers) if a.strip()]

@@ -41,7 +41,6 @@ Benchmark: `python benchmarks/bench_simulator.py`.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -60,8 +59,8 @@ from generators.tools.imported import is_imported
 from generators.tools.retrieval import BM25Index, Scored
 from generators.tools.retriever import Corpus, Retriever, ranked_ids
 from generators.tools.retriever import build as build_retriever
-from generators.tools.sim_call import (MODES, SimCall, Without, answers_pattern, fast_check, tool_error,
-                                      unknown_tool)
+from generators.tools.sim_call import (MODES, SimCall, Without, answers_pattern, fast_check, results_message,
+                                      tool_error, unknown_tool)
 from generators.tools.snippets import Snippets, norm
 from storage.schema import meta_dict
 
@@ -376,10 +375,10 @@ class Simulator:
             if snip or not hide:
                 results.append((i, snip))
         rng.shuffle(results)
-        out = [{"doc_id": self.doc_ids[i], "title": self.titles[i], "snippet": s} for i, s in results]
-        message = json.dumps({"results": out}, ensure_ascii=False)
+        out = [(self.doc_ids[i], self.titles[i], s) for i, s in results]
+        message = results_message(out)
         if texts is not None:
-            leaves = [v for r in out for v in r.values()]
+            leaves = [v for r in out for v in r]
             if all(type(v) is str for v in leaves):
                 texts[message] = "\n".join(leaves)
         return message

@@ -1,10 +1,13 @@
-"""AnyOf (generators/tools/sim_call.py) finds answers in a text exactly as their compiled
-patterns do, on its ASCII path (str.find) and its pattern path alike."""
+"""The parts of a simulated answer (generators/tools/sim_call.py): AnyOf finds answers in a
+text exactly as their compiled patterns do, on its ASCII path (str.find) and its pattern path
+alike; results_message writes a search's answer as json.dumps does."""
+
+import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from generators.tools.sim_call import AnyOf, answer_pattern, answers_pattern
+from generators.tools.sim_call import AnyOf, answer_pattern, answers_pattern, results_message
 
 # ASCII letters of both cases, digits, "_", separators, and letters whose case folding is not
 # ASCII's (the Kelvin sign, the long s, the dotted I, sharp s, accented e)
@@ -39,3 +42,16 @@ def test_unicode_text_goes_to_the_pattern():
     # the pattern ignores case as Unicode does: "k" is found as the Kelvin sign, which lower() keeps apart
     assert AnyOf(["k"]).search("\u212a") == by_patterns(["k"], "\u212a") is True
     assert AnyOf(["caf\u00e9"]).search("CAF\u00c9 au lait") is True
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.tuples(st.text(), st.text(), st.text()), max_size=4))
+def test_a_search_answer_is_what_json_writes(results):
+    """results_message writes byte for byte what json.dumps writes (quotes, backslashes, control
+    characters, any Unicode), and the fallback does for values that are not strings."""
+    want = json.dumps({"results": [{"doc_id": d, "title": t, "snippet": s} for d, t, s in results]},
+                      ensure_ascii=False)
+    assert results_message(results) == want
+    odd = [(d, 7, s) for d, _, s in results]
+    assert results_message(odd) == json.dumps({"results": [{"doc_id": d, "title": 7, "snippet": s}
+                                                           for d, _, s in odd]}, ensure_ascii=False)
