@@ -40,9 +40,12 @@ class Corpus:
         if hasattr(documents, "to_pylist"):
             documents = documents.to_pylist()
         docs: dict[str, dict] = {}
-        for d in sorted(documents, key=lambda d: (str(d["doc_id"]), d.get("title") or "", d.get("text") or "")):
-            docs.setdefault(str(d["doc_id"]), d)
-        ids = list(docs)
+        for d in documents:  # (of equal doc ids, the least (title, text): what a sort would put first)
+            key = str(d["doc_id"])
+            got = docs.setdefault(key, d)
+            if got is not d and (d.get("title") or "", d.get("text") or "") < (got.get("title") or "", got.get("text") or ""):
+                docs[key] = d
+        ids = sorted(docs)
         return cls(ids, [docs[d].get("title") or "" for d in ids], [docs[d].get("text") or "" for d in ids],
                    [docs[d] for d in ids])
 

@@ -134,3 +134,16 @@ def test_the_simulator_through_the_server_answers_as_in_process(world, server):
     call = SimCall("general_search", {"query": questions[0]})
     assert len(there.retrieved(call)) == 16
     assert here.retrieved(call) is None  # bm25 records nothing: its rows stay as they were
+
+
+def test_a_corpus_keeps_the_least_document_of_an_id_whatever_the_order():
+    import itertools
+
+    docs = [{"doc_id": "b", "title": "z", "text": "1"}, {"doc_id": 3, "title": "y", "text": "2"},
+            {"doc_id": "b", "title": "a", "text": "9"}, {"doc_id": "b", "title": "a", "text": "3"},
+            {"doc_id": "3", "title": None, "text": "x"}]
+    for order in itertools.permutations(docs):
+        c = Corpus.of(list(order))
+        assert c.doc_ids == ["3", "b"]  # ids as text, in order; of equal ids the least (title, text)
+        assert c.docs[0] is docs[4] and c.docs[1] is docs[3]
+        assert c.titles == ["", "a"] and c.texts == ["x", "3"]
