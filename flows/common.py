@@ -69,7 +69,7 @@ def tie_temporary_server() -> None:
 
 @contextmanager
 def set_aside():
-    """A flow's body, whose set-up (`setup = ...` below) builds what lives to its end: the
+    """A flow's body, whose set-up (`setup(...)` below) builds what lives to its end: the
     corpus, the plans, an index and their caches. The set-up runs with no cyclic-collector pass
     (none of it is garbage), and what is alive then is set aside from the passes after it
     (gc.freeze), which would walk it again and again; on exit it is handed back (gc.unfreeze),

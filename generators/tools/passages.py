@@ -25,6 +25,10 @@ def text_hash(parts: Iterable[Any]) -> str:
     return h.hexdigest()[:16]
 
 
+def _content(doc: dict) -> tuple[str, str]:
+    return doc.get("title") or "", doc.get("text") or ""
+
+
 @dataclass(frozen=True)
 class Corpus:
     """The documents a simulator and its retriever index, in doc-id order (the tie-break order)."""
@@ -43,7 +47,7 @@ class Corpus:
         for d in documents:  # (of equal doc ids, the least (title, text): what a sort would put first)
             key = str(d["doc_id"])
             got = docs.setdefault(key, d)
-            if got is not d and (d.get("title") or "", d.get("text") or "") < (got.get("title") or "", got.get("text") or ""):
+            if got is not d and _content(d) < _content(got):
                 docs[key] = d
         ids = sorted(docs)
         return cls(ids, [docs[d].get("title") or "" for d in ids], [docs[d].get("text") or "" for d in ids],

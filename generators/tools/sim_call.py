@@ -1,9 +1,10 @@
 """A call to the tool simulator and the small parts its answers are made of.
 
 `SimCall` is one call (what `Simulator.call` takes); `results_message` is a search's answer,
-`tool_error` and `unknown_tool` are the error answers every simulator writes; `AnyOf` finds an answer's words in a text (the modes that
-hide answers use it); `Without` lets random.sample read a sorted array less a few positions
-without copying it; `fast_check` compiles a tool's JSON Schema once.
+`tool_error` and `unknown_tool` are the error answers every simulator writes; `AnyOf` finds an
+answer's words in a text (the modes that hide answers use it); `Without` lets random.sample
+read a sorted array less a few positions without copying it; `fast_check` compiles a tool's
+JSON Schema once.
 """
 
 from __future__ import annotations
