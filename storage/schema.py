@@ -55,15 +55,9 @@ def _passes(check) -> object:
     return passes
 
 
-@lru_cache(maxsize=4096)
-def _json_text(text: str) -> bool:
-    """Whether `text` parses as JSON, remembered: a run's rows repeat the same texts (the
-    parameters of the tools every trajectory offers)."""
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+# whether a text parses as JSON, remembered: a run's rows repeat the same texts (the parameters
+# of the tools every trajectory offers)
+_json_text = lru_cache(maxsize=4096)(_passes(_is_json))
 
 
 _FAST_FORMATS = {"json": lambda value: not isinstance(value, str) or _json_text(value),

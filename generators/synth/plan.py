@@ -127,12 +127,10 @@ def _norm_title(s: str) -> str:
     return s[4:] if s.startswith("the ") else s
 
 
-def program_rounds(triple: dict, docs: dict[str, dict], domain_of: Callable[[str], str], facts,
-                   program=None) -> list[list[Hop]]:
-    """Rounds for a world triple: lookup i of every chain goes to round i. (`program`: the
-    triple's, when the caller has read its meta already.)"""
-    if program is None:
-        program = json.loads(triple.get("meta") or "{}")["program"]
+def program_rounds(triple: dict, program, docs: dict[str, dict], domain_of: Callable[[str], str],
+                   facts) -> list[list[Hop]]:
+    """Rounds for a world triple with `program` (its meta's): lookup i of every chain goes to
+    round i."""
     by_title = {_norm_title(docs[d]["title"]): d for d in triple["golden_doc_ids"] if d in docs}
     rounds: list[list[Hop]] = []
     seen: set[str] = set()

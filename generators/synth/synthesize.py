@@ -138,7 +138,7 @@ class Session:
         if isinstance(meta, dict) and "program" in meta:
             golden = [(self.docs[d]["title"], self.docs[d]["text"]) for d in triple["golden_doc_ids"] if d in self.docs]
             facts = FactBase.from_docs(golden, cache=fact_cache)
-            return planning.program_rounds(triple, self.docs, self.domain_of, facts, meta["program"])
+            return planning.program_rounds(triple, meta["program"], self.docs, self.domain_of, facts)
         return planning.structural_rounds(triple, self.docs, self.domain_of)
 
     def _usable(self) -> list[planning.Plan]:
