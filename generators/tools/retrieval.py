@@ -28,6 +28,8 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import _infer_stopwords
 
+from generators.tools.bm25_build import BM25
+
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG lines are noise here
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # bm25s.tokenize's default
@@ -71,11 +73,13 @@ class BM25Index:
         if retriever is not None:
             self.retriever, self.indexed = retriever, True
             return
-        self.retriever = bm25s.BM25()
+        self.retriever = BM25()  # bm25s's, its index built with array operations (generators/tools/bm25_build.py)
         # token ids as the texts are read (bm25s would make a vocabulary, then the ids, in two more
         # passes over the tokens: 0.3 s of 1.8 at 50,000 documents); the ids differ, the scores do not
+        # (`tokenize` written out in the loop)
         vocab: dict[str, int] = {}
-        ids = [[vocab.setdefault(t, len(vocab)) for t in self.tokenize(x)] for x in texts]
+        find, stop, number = TOKEN_PATTERN.findall, self.stopwords, vocab.setdefault
+        ids = [[number(t, len(vocab)) for t in find(x.lower()) if t not in stop] for x in texts]
         self.indexed = bool(vocab)  # (bm25s cannot index a corpus without a single token: nothing scores)
         if self.indexed:
             self.retriever.index((ids, vocab), show_progress=False)
