@@ -1,7 +1,10 @@
 """BM25 retrieval for the tool simulator: bm25s's index, scored in batches.
 
 bm25s scores a query by adding, token by token, each token's precomputed score row into a
-vector over every document (one vectorised pass, so the scores are bit for bit bm25s's). Only
+vector over every document (one vectorised pass, so the scores are bit for bit bm25s's). A
+query whose tokens occur in few documents (SMALL postings in all: most of the simulator's, which
+look up a name) is added up in Python over those documents alone, in the same order and rounded
+to float32 after each addition as bm25s's float32 vector is: the same scores, bit for bit. Only
 documents that share a token with the query score above zero: they are kept (`Scored`), and
 ranking, masking by domain and excluding the golden pages work on them alone, not on a vector
 over the corpus. A batch of queries is tokenized once, and a query asked twice in a batch,
@@ -34,7 +37,7 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index-building DEBUG
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # bm25s.tokenize's default
 RECENT = 64  # queries whose scores an index keeps (`BM25Index.score_many`)
-SMALL = 64  # candidates that `BM25Index.top` ranks in Python
+SMALL = 64  # candidates that `BM25Index.top` ranks, and postings that `BM25Index.score` adds up, in Python
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class BM25Index:
         self._fingerprint: str | None = None
         self._tokens: dict[str, list[str]] = {}
         self._recent: OrderedDict[str, Scored] = OrderedDict()  # the last queries' scores (`score_many`)
+        self._starts: list[int] | None = None  # where each token's postings start (bm25s's indptr, as ints)
         if retriever is not None:
             self.retriever, self.indexed = retriever, True
             return
@@ -123,11 +127,32 @@ class BM25Index:
         ids = self._ids(query)
         if not ids:
             return EMPTY
+        if self.retriever.nonoccurrence_array is None:  # (BM25L and BM25+ score every document)
+            if self._starts is None:
+                self._starts = self.retriever.scores["indptr"].tolist()
+            starts = self._starts
+            if sum(starts[t + 1] - starts[t] for t in ids) <= SMALL:
+                return self._score_small(ids)
         dense = self.retriever.get_scores_from_ids(ids)  # one vectorised pass over the corpus
         docs = np.flatnonzero(dense > 0)
         scores = dense[docs]
         docs.flags.writeable = scores.flags.writeable = False  # (shared by the callers of `score_many`)
         return Scored(docs, scores)
+
+    def _score_small(self, ids: list[int]) -> Scored:
+        """`score` of a query with few postings, added up in Python (module docstring): a sum of
+        two float32 numbers made in float64 and rounded to float32 is their float32 sum."""
+        data, indices, starts = self.retriever.scores["data"], self.retriever.scores["indices"], self._starts
+        total: dict[int, float] = {}
+        for t in ids:  # (token by token, as bm25s adds them)
+            a, b = starts[t], starts[t + 1]
+            for d, v in zip(indices[a:b].tolist(), data[a:b].tolist()):
+                before = total.get(d)
+                total[d] = v if before is None else float(np.float32(before + v))
+        docs = sorted(d for d, v in total.items() if v > 0)
+        out = Scored(np.array(docs, dtype=np.int64), np.array([total[d] for d in docs], dtype=np.float32))
+        out.docs.flags.writeable = out.scores.flags.writeable = False
+        return out
 
     def score_many(self, queries: Iterable[str]) -> list[Scored]:
         """`score` for each query; a query repeated in the batch, or asked by one of the last
