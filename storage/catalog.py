@@ -14,7 +14,10 @@ it once more; `sql` gives a lazy relation, which its caller runs inside `retryin
 A catalog's queries use at most 512 MB of memory ($FORGEPLAY_DUCKDB_MEMORY, in DuckDB's
 units: "2GB"); past it DuckDB spills to files in the system's temp folder. Its default is 80%
 of the machine: the funnel of a 10^6-record validation (10^7 verdicts, a DISTINCT over them)
-took 1.4 GB more, at the end of a run that holds its own state.
+took 1.4 GB more, at the end of a run that holds its own state. DuckDB draws its progress bar
+on a long query (past 2 s) on standard output, where it would be written into the results a
+user redirects (`forgeplay sql ... --format csv > f.csv`): the bar is on only when standard
+output is a terminal.
 
 `verify(root)` recomputes every shard's sha256 (reading 4 MiB at a time) against the
 manifest and reports missing, truncated or corrupted shards by path; it records them in
@@ -62,17 +65,25 @@ def _gone(error: Exception) -> bool:
     return "No files found" in str(error) or "No such file" in str(error)
 
 
+def _terminal() -> bool:
+    """Whether standard output (the file descriptor DuckDB draws on) is a terminal."""
+    return os.isatty(1)
+
+
 def connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection whose queries hold at most $FORGEPLAY_DUCKDB_MEMORY
     (default MEMORY) and spill past it into a folder of its own in the system's temp folder
-    (DuckDB makes it when it first spills and removes it when the connection closes)."""
+    (DuckDB makes it when it first spills and removes it when the connection closes); its
+    progress bar only on a terminal (module docstring)."""
     limit = os.environ.get(MEMORY_ENV, "").strip() or MEMORY
     spill = os.path.join(tempfile.gettempdir(), f"forgeplay-duckdb-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        return duckdb.connect(":memory:", config={"memory_limit": limit, "temp_directory": spill})
+        con = duckdb.connect(":memory:", config={"memory_limit": limit, "temp_directory": spill})
     except duckdb.Error as e:
         raise ValueError(f"${MEMORY_ENV} must be an amount of memory such as 512MB or 2GB, not {limit!r} "
                          f"({str(e).splitlines()[0]})") from None
+    con.execute(f"SET enable_progress_bar_print = {str(_terminal()).lower()}")  # (a session setting)
+    return con
 
 
 def view_name(dataset: str, kind: str) -> str:

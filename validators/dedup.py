@@ -230,7 +230,8 @@ class DedupCheck(Check):
 
         o = ctx.options
         ctx.state[self.name] = d = Deduper(o.dedup_threshold, o.dedup_ngram)
-        ctx.state[f"{self.name}:con"] = duckdb.connect()
+        ctx.state[f"{self.name}:con"] = con = duckdb.connect()
+        con.execute("SET enable_progress_bar_print = false")  # (DuckDB draws its bar on stdout)
         for f in o.heldout:
             d.add_heldout(read_heldout(f), name=f"heldout:{Path(f).name}")
 
