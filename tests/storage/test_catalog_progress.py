@@ -1,7 +1,7 @@
 """DuckDB's progress bar is drawn on standard output; a catalog's connection (storage/catalog.py
 `connect`) draws it only when standard output is a terminal, so results redirected to a file
 (`forgeplay sql ... --format csv > f.csv`) hold the results alone. The dedup check's own
-connection never draws it."""
+connection never draws it (a flow's bars are tqdm's, on stderr)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,14 @@ def test_a_plain_duckdb_connection_would_write_its_bar_into_the_output():
             f"print(con.sql({LONG!r}).fetchall()[0][0])\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.endswith("14285714\n") and "%" in out
+
+
+def test_the_dedup_check_never_draws_the_bar():
+    from validators.check import CheckContext
+    from validators.dedup import DedupCheck
+    from validators.validator import ValidateConfig
+
+    ctx = CheckContext("trajectories", ValidateConfig(kind="trajectories"))
+    DedupCheck().start(ctx)
+    con = ctx.state["dedup:con"]
+    assert con.sql("SELECT current_setting('enable_progress_bar_print')").fetchall()[0][0] is False
