@@ -13,7 +13,9 @@ batch within --budget, CARE's probes learn from what was bought) and reports:
 - `noise_before` / `noise_after`: the share of rollouts whose reward against the label used
   (the vote, or the bought label) disagrees with the true reward, before and after buying.
 Each figure comes with a 95% bootstrap interval (prompts resampled, --bootstrap draws, the
-seeds pooled) and its ratio to random's. `--sft-steps` first fine-tunes the embedded model
+seeds pooled); votes corrected also as a ratio to random's, and the noise left as how far it
+is below random's, paired on the same resampled prompts (the reading when every vote is wrong
+and every label bought corrects one). `--sft-steps` first fine-tunes the embedded model
 briefly so that it answers. The picks of every strategy are also compared between binary
 rewards (label-aware GRPO's default) and partial credit (`picks_changed`).
 With --grpo-steps S > 0, label-aware GRPO (`train grpo --labels STRATEGY --budget B`) then
@@ -121,7 +123,9 @@ def metrics(runs: list[list[tuple]], n: int, idx: list[int] | None = None) -> di
 
 def intervals(results: list[dict], names: list[str], n: int, draws: int, seed: int = 0) -> dict:
     """Per strategy and figure: (value, low, high) with 95% bootstrap intervals over prompts
-    (the same resampled prompts for every strategy and seed), and the ratio to random's."""
+    (the same resampled prompts for every strategy and seed), the ratio to random's votes
+    corrected, and the reward noise it leaves below random's (`noise_below_random`, paired:
+    both on the same resampled prompts; > 0: less noise left than random leaves)."""
     import random
 
     runs = {name: [r["per_prompt"] for r in results if r["strategy"] == name] for name in names}
@@ -129,15 +133,18 @@ def intervals(results: list[dict], names: list[str], n: int, draws: int, seed: i
     rng, keys = random.Random(seed), ("corrected", "wrong_votes_fixed", "noise_after")
     boot = {name: {k: [] for k in keys} for name in names}
     ratio = {name: [] for name in names}
+    below = {name: [] for name in names}
     for _ in range(draws):
         idx = [rng.randrange(size) for _ in range(size)]
-        base = metrics(runs["random"], n, idx)["corrected"] if "random" in runs else None
+        base = metrics(runs["random"], n, idx) if "random" in runs else None
         for name in names:
             m = metrics(runs[name], n, idx)
             for k in keys:
                 boot[name][k].append(m[k])
+            if base and base["corrected"]:
+                ratio[name].append(m["corrected"] / base["corrected"])
             if base:
-                ratio[name].append(m["corrected"] / base)
+                below[name].append(base["noise_after"] - m["noise_after"])
 
     def span(xs):
         xs = sorted(xs)
@@ -150,8 +157,10 @@ def intervals(results: list[dict], names: list[str], n: int, draws: int, seed: i
         out[name]["noise_before"] = whole["noise_before"]
         out[name]["bought"] = whole["bought"]
         if "random" in runs:
-            base = metrics(runs["random"], n)["corrected"]
-            out[name]["vs_random"] = (whole["corrected"] / base if base else float("nan"), *span(ratio[name]))
+            base = metrics(runs["random"], n)
+            out[name]["vs_random"] = (whole["corrected"] / base["corrected"] if base["corrected"] else float("nan"),
+                                      *span(ratio[name]))
+            out[name]["noise_below_random"] = (base["noise_after"] - whole["noise_after"], *span(below[name]))
     return out
 
 
@@ -332,14 +341,16 @@ def report(results: dict, a) -> str:
     """The simulation's table (markdown): each figure with its 95% bootstrap interval."""
     iv, changed = results["intervals"], results["picks_changed"]
     lines = ["| strategy | labels bought | votes corrected (share of bought) | x random | wrong votes fixed | "
-             "reward noise before | reward noise left | picks changed, partial vs binary |",
-             "|---|---|---|---|---|---|---|---|"]
+             "reward noise before | reward noise left | noise left below random's | picks changed, partial vs binary |",
+             "|---|---|---|---|---|---|---|---|---|"]
     f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
+    g = lambda t: f"{t[0]:+.4f} [{t[1]:+.4f}, {t[2]:+.4f}]"  # noqa: E731
     for name in a.strategies:
         m = iv[name]
         vs = f(m["vs_random"]) if "vs_random" in m else "-"
+        below = g(m["noise_below_random"]) if "noise_below_random" in m else "-"
         lines.append(f"| {name} | {m['bought']:.1f} | {f(m['corrected'])} | {vs} | {f(m['wrong_votes_fixed'])} | "
-                     f"{m['noise_before']:.3f} | {f(m['noise_after'])} | {changed[name]:.3f} |")
+                     f"{m['noise_before']:.3f} | {f(m['noise_after'])} | {below} | {changed[name]:.3f} |")
     return "\n".join(lines)
 
 

@@ -43,6 +43,10 @@ def test_every_strategy_and_seed_with_intervals_and_picks():
             value, low, high = m[k]
             assert low <= value <= high, (name, k, m[k])
         assert m["noise_after"][0] <= m["noise_before"]
+        below, low, high = m["noise_below_random"]
+        assert low <= below <= high
+        assert below == pytest.approx(iv["random"]["noise_after"][0] - m["noise_after"][0])
+    assert iv["random"]["noise_below_random"] == (0.0, 0.0, 0.0)
     assert iv["oracle_cag"]["corrected"][0] >= iv["random"]["corrected"][0]
     assert iv["oracle_cag"]["corrected"][0] == 1.0  # enough wrong votes in every batch: it buys only those
     changed = picks_changed(pool, H, a, a.strategies)
