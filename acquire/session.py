@@ -26,7 +26,6 @@ batches bought, so the engine keeps working through the steps that run here.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -137,8 +136,9 @@ class Session:
         self.strategy = get_strategy(cfg.strategy)
         self.out = cfg.labels_dataset()
 
-    def roll(self, prompts: list[Prompted], step: int) -> list:
-        """The n rollouts of each prompt of batch `step`, in prompt order (the batch's seed)."""
+    def roll(self, prompts: list[Prompted], step: int, ended: Callable[[], None] | None = None) -> list:
+        """The n rollouts of each prompt of batch `step`, in prompt order (the batch's seed);
+        `ended()` as each is done (train.rollout.rollout)."""
         from train.configs import RolloutConfig
         from train.grpo import make_prompts
         from train.rollout import rollout
@@ -148,33 +148,63 @@ class Session:
         asked = [q for q in make_prompts(triples, self.tools, self.cfg.tool_style) for _ in range(self.cfg.n)]
         rc = RolloutConfig(max_turns=self.cfg.max_turns, max_new_tokens=self.cfg.max_new_tokens,
                            temperature=self.cfg.temperature, format_weight=0.0)
-        return rollout(self.backend, self.sim, asked, rc, seed=self.cfg.seed * 7919 + step, logprobs=False)
+        return rollout(self.backend, self.sim, asked, rc, seed=self.cfg.seed * 7919 + step, logprobs=False, ended=ended)
 
     def rolled(self, batches: list[tuple[int, list[Prompted]]], ahead: int | None = None):
         """(step, prompts, rollouts) of each of `batches` ((step, prompts) pairs), in order. A
         backend that serves concurrent requests (a server) samples the batches after the one
-        given out too, `ahead` batches at once (default: `IN_FLIGHT` conversations, at least
-        two batches and at most AHEAD), so that it stays busy while a batch is scored, bought
-        and committed; the rollouts are those each batch gets alone (its own seed)."""
+        given out too, so that it stays busy while a batch is scored, bought and committed:
+        `ahead` batches' conversations in flight (default: `IN_FLIGHT` conversations, at least
+        two batches and at most AHEAD), the next batch started as soon as that many of them
+        are done, not when the batch given out is (a batch's conversations end among the
+        others', so the first to be given out is seldom the first done); at most AHEAD
+        batches are held. The rollouts are those each batch gets alone (its own seed)."""
+        import threading
+
         from train.rollout import IN_FLIGHT
 
+        per_batch = max(1, self.cfg.batch * self.cfg.n)
         if ahead is None:
-            ahead = min(AHEAD, max(2, IN_FLIGHT // max(1, self.cfg.batch * self.cfg.n)))
+            ahead = min(AHEAD, max(2, IN_FLIGHT // per_batch))
             ahead = ahead if self.backend.concurrent else 1
         if ahead == 1:
             for step, prompts in batches:
                 yield step, prompts, self.roll(prompts, step)
             return
-        pool, waiting, todo = ThreadPoolExecutor(ahead), deque(), iter(batches)
+        pool, waiting, todo = ThreadPoolExecutor(AHEAD), deque(), iter(batches)
+        lock, state = threading.Lock(), {"open": 0, "closed": False}  # conversations not done yet
+
+        def fill() -> None:  # start batches while their conversations fit in `ahead` batches' worth
+            with lock:
+                while not state["closed"] and len(waiting) < AHEAD and (
+                        not waiting or state["open"] + per_batch <= ahead * per_batch):
+                    nxt = next(todo, None)
+                    if nxt is None:
+                        return
+                    step, prompts = nxt
+                    state["open"] += len(prompts) * self.cfg.n
+                    waiting.append((step, prompts, pool.submit(self.roll, prompts, step, ended)))
+
+        def ended() -> None:
+            with lock:
+                state["open"] -= 1
+            fill()
+
         try:
+            fill()
             while True:
-                for step, prompts in itertools.islice(todo, ahead - len(waiting)):
-                    waiting.append((step, prompts, pool.submit(self.roll, prompts, step)))
-                if not waiting:
-                    return
-                step, prompts, outs = waiting.popleft()
-                yield step, prompts, outs.result()
+                with lock:
+                    if not waiting:
+                        return
+                    step, prompts, outs = waiting[0]
+                result = outs.result()
+                with lock:
+                    waiting.popleft()
+                yield step, prompts, result
+                fill()
         finally:
+            with lock:
+                state["closed"] = True
             pool.shutdown(wait=False, cancel_futures=True)
 
     def sample(self, prompts: list[Prompted], step: int, outs: list | None = None) -> tuple[list[Group], list[dict]]:

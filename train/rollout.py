@@ -104,7 +104,19 @@ def _request(conv: list[dict], n: int, cfg: RolloutConfig, seed: int):
                        max_tokens=cfg.max_new_tokens, stop=list(STOPS), seed=seed)
 
 
-def _lockstep(backend, simulator, prompts, convs, calls, cfg, seed, progress) -> None:
+def _finish(backend, prompt: Prompt, conv: list[dict], st: dict, cfg: RolloutConfig) -> Rollout:
+    """The ended conversation `conv` as a Rollout: its tokens and mask (as SFT renders it), its
+    reward and stats (module docstring); the log-probabilities come later (`rollout`)."""
+    enc = tokenize(backend.tokenizer, conv)
+    mask = [int(x != IGNORE) for x in enc["labels"]]
+    parts = score_answer(conv[-1]["content"] if conv[-1]["role"] == "assistant" else "", prompt.answer, prompt.aliases)
+    well_formed = st["finish"] == "answer" and st["bad_calls"] == 0 and parts["format"] == 1.0
+    reward = parts["score"] + (cfg.format_weight if well_formed else 0.0)
+    st.update({"em": parts["em"], "f1": parts["f1"], "format": float(well_formed), "policy_tokens": sum(mask)})
+    return Rollout(conv, enc["input_ids"], mask, [], reward, st)
+
+
+def _lockstep(backend, simulator, prompts, convs, calls, cfg, seed, progress) -> list[Rollout]:
     """All conversations advance one turn per batch (one `generate` call per turn)."""
     active = list(range(len(prompts)))
     for turn in range(cfg.max_turns):
@@ -124,54 +136,57 @@ def _lockstep(backend, simulator, prompts, convs, calls, cfg, seed, progress) ->
                 raise RuntimeError(f"the backend returned {len(out)} samples for a request of n={len(g)}")
             completion.update(zip(g, out))
         active = [i for i in active if _take(backend, simulator, prompts[i], convs[i], calls[i], completion[i])]
+    return [_finish(backend, p, conv, st, cfg) for p, conv, st in zip(prompts, convs, calls)]
 
 
-def _asynchronous(backend, simulator, prompts, convs, calls, cfg, seed, progress) -> None:
+def _asynchronous(backend, simulator, prompts, convs, calls, cfg, seed, progress, ended=None) -> list[Rollout]:
     """Each conversation in its own thread: a turn that ended goes straight to its tool call
-    and its next turn; none waits for the others (the server batches what is in flight)."""
+    and its next turn, and an ended conversation is tokenized and scored in its thread at once;
+    none waits for the others (the server batches what is in flight, and the client's own work
+    on one conversation overlaps the server's on the others instead of following them all).
+    `ended()` is called as each conversation is done (a caller keeping a server full)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(prompts), desc="rollouts", unit="rollout", disable=not progress)
 
-    def one(i: int) -> None:
+    def one(i: int) -> Rollout:
         for turn in range(cfg.max_turns):
             out = backend.generate([_request(convs[i], 1, cfg, seed * 100003 + i * 101 + turn)])[0]
             if not _take(backend, simulator, prompts[i], convs[i], calls[i], out[0]):
                 break
+        done = _finish(backend, prompts[i], convs[i], calls[i], cfg)
         bar.update(1)
+        if ended is not None:
+            ended()
+        return done
 
     # (not the backend's limit as it stands now: an adaptive one grows past it while they run)
     workers = max(1, min(len(prompts), max(IN_FLIGHT, backend.max_concurrency)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, range(len(prompts))))  # re-raises the first failure
+        results = list(pool.map(one, range(len(prompts))))  # re-raises the first failure
     bar.close()
+    return results
 
 
 def rollout(backend, simulator, prompts: list[Prompt], cfg: RolloutConfig, seed: int = 0,
-            progress: bool = False, logprobs: bool = True) -> list[Rollout]:
+            progress: bool = False, logprobs: bool = True, ended=None) -> list[Rollout]:
     """One rollout per prompt (repeat a prompt G times for a group). A backend that serves
     concurrent requests (`backend.concurrent`, e.g. a vLLM server) runs every conversation
     on its own; any other advances them in lockstep, one batch per turn. `logprobs=False`
-    skips the teacher-forced scoring pass (`Rollout.logprobs` stays empty)."""
+    skips the teacher-forced scoring pass (`Rollout.logprobs` stays empty). `ended`, when
+    given, is called once for each conversation as it is done (a concurrent backend's: each
+    as it ends; in lockstep: all at the end)."""
     convs = [list(p.messages) for p in prompts]
     calls = [{"calls": 0, "bad_calls": 0, "tool_errors": 0, "found": 0, "turns": 0, "finish": "turn_limit",
               "policy_versions": []} for _ in prompts]
-    drive = _asynchronous if backend.concurrent else _lockstep
-    drive(backend, simulator, prompts, convs, calls, cfg, seed, progress)
-
-    results = []
-    for p, conv, st in zip(prompts, convs, calls):
-        enc = tokenize(backend.tokenizer, conv)
-        ids = enc["input_ids"]
-        mask = [int(x != IGNORE) for x in enc["labels"]]
-        parts = score_answer(conv[-1]["content"] if conv[-1]["role"] == "assistant" else "", p.answer, p.aliases)
-        well_formed = st["finish"] == "answer" and st["bad_calls"] == 0 and parts["format"] == 1.0
-        reward = parts["score"] + (cfg.format_weight if well_formed else 0.0)
-        st.update({"em": parts["em"], "f1": parts["f1"], "format": float(well_formed),
-                   "policy_tokens": sum(mask)})
-        results.append(Rollout(conv, ids, mask, [], reward, st))
+    if backend.concurrent:
+        results = _asynchronous(backend, simulator, prompts, convs, calls, cfg, seed, progress, ended)
+    else:
+        results = _lockstep(backend, simulator, prompts, convs, calls, cfg, seed, progress)
+        for _ in results if ended is not None else ():
+            ended()
     if not logprobs:
         return results
     lps = backend.score([r.token_ids[:1] for r in results], [r.token_ids[1:] for r in results])
