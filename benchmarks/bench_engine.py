@@ -22,12 +22,17 @@ defaults otherwise:
                  its tasks' answerability and makes the student's 5 attempts at each (updates
                  left out, as in grpo). The bare client sends every request at once, where a
                  conversation's turns and the phases follow one another: a floor no client reaches
+                 (`--floor turns` gives the one a client of dependent turns can reach)
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
 request received to last answer completed), and the stage's requests/s against the floor:
 a bare async client sending the same requests (the bodies the engine completed) with
-exactly as many in flight as the engine has slots. With `--faults`, 5% of requests are
+exactly as many in flight as the engine has slots. `--floor turns` makes the bare client send
+them as conversations (a body whose messages extend another's is the turn after it): every
+first turn at once, each later turn once the one before it is answered, each phase between the
+engine's weight loads on its own; the floor for stages whose turns and phases depend on one
+another (self-play), which no client can beat. With `--faults`, 5% of requests are
 answered 503 and the engine restarts once a third of the way through (1 s down); the bare
 client then retries at once. `--code DIR` runs the command from another checkout (e.g. a
 worktree of the main branch, for the client before this benchmark's change) with its
@@ -43,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import os
 import shlex
 import subprocess
@@ -124,13 +130,57 @@ async def _bare(url: str, bodies: list[dict], inflight: int) -> float:
     return time.perf_counter() - t
 
 
+def chains(bodies: list[dict]) -> tuple[list[int], dict[int, list[int]]]:
+    """The conversations among `bodies`: a body whose messages extend another's (the turn after
+    it: that turn's reply and tool results appended) is that one's child. (roots, children)."""
+    key = lambda msgs: json.dumps(msgs, sort_keys=True)  # noqa: E731
+    first: dict[str, int] = {}
+    for i, b in enumerate(bodies):
+        first.setdefault(key(b["messages"]), i)
+    roots, children = [], {}
+    for i, b in enumerate(bodies):
+        msgs = b["messages"]
+        parent = next((j for j in (first.get(key(msgs[:n])) for n in range(len(msgs) - 1, 0, -1))
+                       if j is not None and j != i), None)
+        if parent is None:
+            roots.append(i)
+        else:
+            children.setdefault(parent, []).append(i)
+    return roots, children
+
+
+async def _bare_turns(url: str, bodies: list[dict], inflight: int) -> float:
+    """Send `bodies` conversation by conversation: every first turn at once, each later turn as
+    soon as the one before it is answered, `inflight` at once, failures retried at once."""
+    roots, children = chains(bodies)
+    sem = asyncio.Semaphore(inflight)
+
+    async def one(session, i):
+        async with sem:
+            while True:
+                try:
+                    async with session.post(url + "/chat/completions", json=bodies[i]) as r:
+                        await r.read()
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+        await asyncio.gather(*(one(session, c) for c in children.get(i, ())))
+
+    t = time.perf_counter()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await asyncio.gather(*(one(session, r) for r in roots))
+    return time.perf_counter() - t
+
+
 def engine_for(slots: int, latency: float, faults: bool, expected: int) -> StandinEngine:
     kw = {"fail_503": 0.05, "restart_at": max(1, expected // 3), "down": 1.0} if faults else {}
     return StandinEngine(slots=slots, latency=latency, keep_bodies=True, **kw)
 
 
 def measure(world: Path, code: Path, stage: str, slots: int, latency: float, faults: bool, n: int,
-            extra: list[str]) -> dict:
+            extra: list[str], floor: str = "all") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         subprocess.run(["cp", "-r", str(world), str(root)], check=True)
@@ -140,14 +190,14 @@ def measure(world: Path, code: Path, stage: str, slots: int, latency: float, fau
             command_share = engine.busy_share(start)
             stage_s = engine.last_at - engine.first_at
             bodies, stats, stage_share = list(engine.bodies), engine.stats(), engine.stage_share()
-            phases = list(engine.body_phases) if stage in PHASED else [0] * len(bodies)
+            phases = list(engine.body_phases) if stage in PHASED or floor == "turns" else [0] * len(bodies)
             if stage in PHASED:
                 stage_s, stage_share = engine.phase_share()
     bare_s = 0.0
     for phase in sorted(set(phases)):  # each phase's requests on their own (one phase but for PHASED)
         mine = [b for b, p in zip(bodies, phases) if p == phase]
         with engine_for(slots, latency, faults, expected=len(mine)) as engine:
-            bare_s += asyncio.run(_bare(engine.url, mine, slots))
+            bare_s += asyncio.run((_bare_turns if floor == "turns" else _bare)(engine.url, mine, slots))
     return {"slots": slots, "faults": faults, "requests": len(bodies), "wall": wall, "stage_s": stage_s,
             "busy_command": command_share, "busy_stage": stage_share,
             "rps": len(bodies) / stage_s, "bare_rps": len(bodies) / bare_s, **stats}
@@ -176,6 +226,9 @@ def main() -> None:
     p.add_argument("--code", type=Path, default=ROOT, help="checkout whose command runs")
     p.add_argument("--label", default="this checkout", help="the client's name in the table")
     p.add_argument("--extra", default="", help="more options of the command, e.g. '--chunk 64'")
+    p.add_argument("--floor", default="all", choices=["all", "turns"],
+                   help="the bare client: all = every request at once (up to the slots); turns = each "
+                        "conversation's turns in order and each phase (between weight loads) on its own")
     p.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "bench_engine.md")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,7 +239,7 @@ def main() -> None:
         rows = []
         for slots in [int(s) for s in a.slots.split(",")]:
             for faults in ([False, True] if a.faults else [False]):
-                r = measure(world, a.code.resolve(), a.stage, slots, a.latency, faults, a.n, a.extra.split())
+                r = measure(world, a.code.resolve(), a.stage, slots, a.latency, faults, a.n, a.extra.split(), a.floor)
                 rows.append(r)
                 print(table(rows[-1:], label)[-1], flush=True)
                 setting = f"{slots} slots, {a.latency:g} s a request, {'5% 503 + restart' if faults else 'no faults'}"

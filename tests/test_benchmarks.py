@@ -88,3 +88,30 @@ def test_cli_renders_a_jsonl_file_and_refuses_a_missing_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         results.main(["--only", "nosuch"])
     assert "unknown benchmark(s) nosuch" in capsys.readouterr().err
+
+
+def _bench_engine():
+    sys.path.insert(0, str(BENCH_DIR))  # (its own imports: comparisons)
+    return _load("bench_engine")
+
+
+def test_the_engine_benchmarks_turns_floor_sends_a_turn_after_the_one_before_it():
+    """bench_engine --floor turns: a body whose messages extend another's is the turn after it,
+    and the bare client sends it only once that one is answered (a real stand-in engine)."""
+    import asyncio
+
+    from generators.llm.standin_engine import StandinEngine
+
+    bench = _bench_engine()
+    sys_msg, ask = {"role": "system", "content": "tools"}, {"role": "user", "content": "q1"}
+    turn2 = [sys_msg, ask, {"role": "assistant", "content": "<tool_call>x</tool_call>"},
+             {"role": "user", "content": "<tool_response>r</tool_response>"}]
+    turn3 = turn2 + [{"role": "assistant", "content": "<tool_call>y</tool_call>"}, {"role": "user", "content": "r2"}]
+    other = [sys_msg, {"role": "user", "content": "q2"}]
+    bodies = [{"model": "standin", "messages": m, "seed": i} for i, m in enumerate([turn3, other, turn2, [sys_msg, ask]])]
+    roots, children = bench.chains(bodies)
+    assert sorted(roots) == [1, 3] and children == {3: [2], 2: [0]}
+    with StandinEngine(slots=8, latency=0.05, keep_bodies=True) as engine:
+        asyncio.run(bench._bare_turns(engine.url, bodies, 8))
+        done = [b["seed"] for b in engine.bodies]
+    assert sorted(done) == [0, 1, 2, 3] and done.index(3) < done.index(2) < done.index(0)
