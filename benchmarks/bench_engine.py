@@ -108,28 +108,6 @@ def prepare(world: Path, stage: str, n: int) -> None:
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
 
 
-async def _bare(url: str, bodies: list[dict], inflight: int) -> float:
-    """Send `bodies` with `inflight` at once, retrying failures at once; seconds taken."""
-    sem = asyncio.Semaphore(inflight)
-
-    async def one(session, body):
-        async with sem:
-            while True:
-                try:
-                    async with session.post(url + "/chat/completions", json=body) as r:
-                        await r.read()
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.05)
-
-    t = time.perf_counter()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
-        await asyncio.gather(*(one(session, b) for b in bodies))
-    return time.perf_counter() - t
-
-
 def chains(bodies: list[dict]) -> tuple[list[int], dict[int, list[int]]]:
     """The conversations among `bodies`: a body whose messages extend another's (the turn after
     it: that turn's reply and tool results appended) is that one's child. (roots, children)."""
@@ -149,10 +127,11 @@ def chains(bodies: list[dict]) -> tuple[list[int], dict[int, list[int]]]:
     return roots, children
 
 
-async def _bare_turns(url: str, bodies: list[dict], inflight: int) -> float:
-    """Send `bodies` conversation by conversation: every first turn at once, each later turn as
-    soon as the one before it is answered, `inflight` at once, failures retried at once."""
-    roots, children = chains(bodies)
+async def _bare(url: str, bodies: list[dict], inflight: int, turns: bool = False) -> float:
+    """Send `bodies` with `inflight` at once, retrying failures at once; seconds taken. With
+    `turns`, conversation by conversation (`chains`): every first turn at once, each later turn
+    as soon as the one before it is answered."""
+    roots, children = chains(bodies) if turns else (range(len(bodies)), {})
     sem = asyncio.Semaphore(inflight)
 
     async def one(session, i):
@@ -194,10 +173,10 @@ def measure(world: Path, code: Path, stage: str, slots: int, latency: float, fau
             if stage in PHASED:
                 stage_s, stage_share = engine.phase_share()
     bare_s = 0.0
-    for phase in sorted(set(phases)):  # each phase's requests on their own (one phase but for PHASED)
+    for phase in sorted(set(phases)):  # each phase's requests on their own (one phase unless phased)
         mine = [b for b, p in zip(bodies, phases) if p == phase]
         with engine_for(slots, latency, faults, expected=len(mine)) as engine:
-            bare_s += asyncio.run((_bare_turns if floor == "turns" else _bare)(engine.url, mine, slots))
+            bare_s += asyncio.run(_bare(engine.url, mine, slots, turns=floor == "turns"))
     return {"slots": slots, "faults": faults, "requests": len(bodies), "wall": wall, "stage_s": stage_s,
             "busy_command": command_share, "busy_stage": stage_share,
             "rps": len(bodies) / stage_s, "bare_rps": len(bodies) / bare_s, **stats}

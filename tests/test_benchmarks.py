@@ -112,6 +112,6 @@ def test_the_engine_benchmarks_turns_floor_sends_a_turn_after_the_one_before_it(
     roots, children = bench.chains(bodies)
     assert sorted(roots) == [1, 3] and children == {3: [2], 2: [0]}
     with StandinEngine(slots=8, latency=0.05, keep_bodies=True) as engine:
-        asyncio.run(bench._bare_turns(engine.url, bodies, 8))
+        asyncio.run(bench._bare(engine.url, bodies, 8, turns=True))
         done = [b["seed"] for b in engine.bodies]
     assert sorted(done) == [0, 1, 2, 3] and done.index(3) < done.index(2) < done.index(0)
