@@ -1,8 +1,9 @@
 """`forgeplay corpus questions`: multi-hop triples built from a corpus's documents alone.
 
 Chains of passages (generators/corpus/chains.py) are taken in a seeded order, a chunk at a
-time; the model writes each chain's question from its question construction path
-(generators/corpus/chain_prompts.py), every candidate is checked (validators/chain_checks.py),
+time; the model writes each chain's question from its question construction path, hop by hop
+or at once (`--author`: validators/chain_authors.py, prompts in
+generators/corpus/chain_prompts.py), every candidate is checked (validators/chain_checks.py),
 and the chunk commits: the kept candidates as `triples` rows of the dataset (golden docs in
 hop order, one supporting sentence per hop, qtype bridge, meta with the QCP and the links),
 then one `verdicts` row per candidate (record_id = the chain's id, kind triples; a reject
@@ -25,14 +26,13 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Callable
 
-from generators.corpus.chain_prompts import author_prompt, parse_author
 from generators.corpus.chains import LINKS, ChainFinder, load_passages
 from generators.corpus.ids import triple_id
-from generators.llm.base import ChatRequest
 from generators.llm.registry import BackendConfig, check_backend, make_backend
 from storage.reader import require_rows
 from storage.resumable import RunWriter
-from storage.runs import config_hash, save_run
+from storage.runs import config_hash, save_run, without_later_defaults
+from validators.chain_authors import AUTHORS
 from validators.chain_checks import Candidate, verify
 
 
@@ -43,10 +43,12 @@ class QuestionsConfig:
     dataset: str = field(default="", metadata={"required": True, "help": "dataset whose documents the questions are built from; the kept triples are written to it"})
     max_chains: int = field(default=200, metadata={"help": "chains of passages to write questions for, at most"})
     hops: str = field(default="2,3", metadata={"help": "chain lengths in passages, comma-separated (2 and/or 3)"})
-    links: str = field(default=",".join(LINKS), metadata={"help": "how one passage leads to the next, comma-separated: title (it mentions the next one's title), name (both mention a frequent capitalised name), column (the documents' own `links` in meta), retriever (BM25 neighbours)"})
+    links: str = field(default="title,name,column", metadata={"help": "how one passage leads to the next, comma-separated: title (it mentions the next one's title), name (both mention a frequent capitalised name), column (the documents' own `links` in meta), retriever (BM25 neighbours: a passage that does not name the next one, so only --author path can write their questions)"})
     per_start: int = field(default=2, metadata={"help": "chains of each length from one start passage, at most"})
     top_k: int = field(default=5, metadata={"help": "passages the retriever gives the shortcut check (the chain's own left out)"})
     min_f1: float = field(default=0.5, metadata={"help": "token F1 from which a reader's reply counts as the answer"})
+    author: str = field(default="hops", metadata={"choices": tuple(AUTHORS), "help": "how the model writes a question: hops (a question about the last passage's answer and a phrase per link, put together by the program: within a small model's reach) or path (the whole question from the chain's question construction path at once: for a model that can)"})
+    samples: int = field(default=4, metadata={"help": "hops: replies asked per part (the greedy one, then sampled ones), the first that links is taken"})
     max_tokens: int = field(default=64, metadata={"help": "tokens the model may write per question"})
     seed: int = field(default=0, metadata={"help": "seed of the order of start passages and of the answer picks"})
     chunk: int = field(default=32, metadata={"help": "chains per model batch and commit"})
@@ -73,17 +75,22 @@ def check_inputs(cfg: QuestionsConfig, bcfg: BackendConfig | None, root) -> None
     """Every option and what it names, before any model loads (one-line ValueError)."""
     if not cfg.dataset:
         raise ValueError("--dataset is required (a dataset with documents: forgeplay corpus import ...)")
-    for name in ("max_chains", "per_start", "top_k", "chunk", "max_tokens"):
+    for name in ("max_chains", "per_start", "top_k", "chunk", "max_tokens", "samples"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
     cfg.hop_list(), cfg.link_list()
+    if cfg.author not in AUTHORS:
+        raise ValueError(f"--author takes {' or '.join(AUTHORS)}, got {cfg.author!r}")
     require_rows(root, cfg.dataset, "documents")
     if bcfg is not None:
         check_backend(bcfg)
 
 
 def run_id_of(cfg: QuestionsConfig, bcfg: BackendConfig, backend_name: str) -> tuple[str, str]:
-    h = config_hash({**asdict(cfg), "chunk": None, "run_id": None, "backend": bcfg.config_hash(),
+    fields = without_later_defaults(asdict(cfg), {"author": "path"})  # runs made before --author keep their ids
+    if cfg.author == "path":
+        fields.pop("samples")  # (which only hops reads)
+    h = config_hash({**fields, "chunk": None, "run_id": None, "backend": bcfg.config_hash(),
                      "backend_name": backend_name}, length=16)
     return cfg.run_id or f"questions-{h[:12]}", h
 
@@ -124,12 +131,7 @@ def run_questions(cfg: QuestionsConfig, bcfg: BackendConfig, root, progress: Cal
         todo = [c for c in batch if c.chain_id not in done]
         funnel["done before"] += len(batch) - len(todo)
         if todo:
-            outs = backend.generate([ChatRequest(messages=[{"role": "user", "content": author_prompt(c)}], n=1,
-                                                 temperature=0.0, max_tokens=cfg.max_tokens) for c in todo])
-            cands = []
-            for c, o in zip(todo, outs):
-                question, answer = parse_author(o[0].text, c.answer)
-                cands.append(Candidate(c, question, answer, o[0].text))
+            cands: list[Candidate] = AUTHORS[cfg.author](todo, backend, cfg.max_tokens, cfg.samples)
             verdicts = verify(cands, finder, backend, cfg.top_k, cfg.min_f1)
             kept = [triple_row(c, cfg.dataset, model) for c, v in zip(cands, verdicts) if v.passed]
             for c, v in zip(cands, verdicts):

@@ -79,6 +79,8 @@ REASONS: dict[str, str] = {
     "answer_not_in_last_step": "neither the answer nor an alias appears in the last step's documents",
     # corpus question builder (validators/chain_checks.py)
     "question_unparseable": "the model's reply to the question prompt holds no question",
+    "question_skips_hop": "a part of a question written hop by hop does not link: the last hop's question does not "
+                          "name the page it reaches through, or a link's phrase does not name the page before",
     "answer_not_in_last_passage": "the answer is not in the last passage of the question's chain",
     "not_answerable_with_chain": "a reader given the chain's passages does not answer the question",
     "answerable_from_last_passage": "a reader answers the question from the chain's last passage alone (no hops needed)",

@@ -39,16 +39,15 @@ class ScriptedBackend(Declared):
 
 def scripted_reply(messages: list[dict], i: int) -> str:
     """The scripted reply to a conversation as the `i`-th request of a batch: the examiner's
-    next turn for self-play's examiner (generators/llm/scripted_examiner.py), else
-    `scripted_text` of the last message."""
-    return scripted_examiner_text(messages) or scripted_text(str(messages[-1].get("content") or ""), i)
+    next turn for self-play's examiner (generators/llm/scripted_examiner.py), the corpus
+    question builder's replies (generators/llm/scripted_chain.py), else `scripted_text` of
+    the last message."""
+    return (scripted_examiner_text(messages) or scripted_chain_text(messages)
+            or scripted_text(str(messages[-1].get("content") or ""), i))
 
 
 def scripted_text(prompt: str, i: int) -> str:
     """The scripted reply to `prompt` as the `i`-th request of a batch (every 7th broken)."""
-    chain = scripted_chain_text(prompt)
-    if chain is not None:
-        return chain
     quoted = re.findall(r'"([^"]+)"', prompt)
     answer = re.search(r"(?:answer is|The answer is) ([^.\n]+)", prompt)
     if i % 7 == 3:

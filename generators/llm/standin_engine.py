@@ -9,8 +9,8 @@ and benchmarks can load any model-bound stage the way a real one would, in a sec
   (drops every connection, refuses new ones for `down` seconds, comes back on the same
   port; `restart_at=K`: as the K-th request arrives), `pause()` / `resume()` (requests are taken and held unanswered).
 - Replies are deterministic: choice c of a request is `scripted_reply(messages, seed + c)`
-  (generators/llm/scripted.py: `scripted_text` of the last message, or the examiner's next
-  turn for self-play's examiner), so a rerun gets the same rows, and a request whose seed
+  (generators/llm/scripted.py: `scripted_text` of the last message, the examiner's next
+  turn for self-play's examiner, or the corpus question builder's replies), so a rerun gets the same rows, and a request whose seed
   is its index in a batch gets what `ScriptedBackend` gives it.
 - Its load at `GET /metrics`, as vLLM states it (generators/llm/server_load.py): the
   requests holding a slot and those waiting for one (`metrics=False`: no such page, as a
