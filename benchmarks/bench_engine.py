@@ -20,9 +20,12 @@ defaults otherwise:
                  (`--demo-tasks`), iteration 1 the examiner's (the stand-in answers it with
                  generators/llm/scripted_examiner.py: a search a hop, then a task); each checks
                  its tasks' answerability and makes the student's 5 attempts at each (updates
-                 left out, as in grpo). The bare client sends every request at once, where a
-                 conversation's turns and the phases follow one another: a floor no client reaches
-                 (`--floor turns` gives the one a client of dependent turns can reach)
+                 left out, as in grpo). The examiner and the student are two copies of the
+                 embedded model (`--examiner`, `--student`: distinct weights, as a training run
+                 has them), so each role's turn on the engine starts with a weight load and the
+                 engine measures the phases between loads, as for grpo. Use `--floor turns`: a
+                 conversation's turns follow one another, and the bare client sending them all
+                 at once is a floor no client reaches
 
 For each setting the command runs in a process of its own (as a user runs it) and the
 engine measures: its busy share over the command's wall time and over the stage (first
@@ -51,6 +54,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,9 +80,27 @@ STAGES = {  # stage -> its command line (before the backend options), given n an
     "grpo": lambda n, tmp: ["train", "grpo", "--dataset", "w", "--out", str(tmp / "grpo"),
                             "--max-steps", str(max(1, n // 16)), "--checkpoint-every", "0"],
     "selfplay": lambda n, tmp: ["selfplay", "--dataset", "w", "--no-train", "--demo-tasks", "--iterations", "2",
-                                "--tasks", str(max(1, n // 8))],
+                                "--tasks", str(max(1, n // 8)), "--examiner", roles(tmp, "examiner"),
+                                "--student", roles(tmp, "student")],
 }
-PHASED = ("grpo",)  # stages measured between the engine's weight loads
+PHASED = ("grpo", "selfplay")  # stages measured between the engine's weight loads
+
+
+def roles(tmp: Path, role: str) -> str:
+    """A copy of the embedded model for `role` under `tmp` (its files hard-linked): a model of
+    its own, whose turn on a served engine is a weight load."""
+    from generators.llm.model_store import resolve_model
+
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system
+            shutil.copy2(src, dst)
+
+    folder = tmp / "roles" / role
+    if not folder.exists():
+        shutil.copytree(resolve_model(None), folder, copy_function=link)
+    return str(folder)
 ENGINE_OPTIONS = {  # how a command is pointed at the engine, where not by --backend openai --base-url --model
     "eval": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
     "acquire": lambda url: ["--rollout-backend", "openai", "--base-url", url, "--served-model", "standin"],
