@@ -101,7 +101,8 @@ def build_bank(root: str, dataset: str, run_id: str, seed: int, variants: int, l
 
 
 def streamed(session: Session, todo, backend, size: int):
-    """(chunk size, prepared chunk, its answers, seconds waited for them), chunk by chunk in
+    """(chunk size, prepared chunk, its answers, seconds waited for them: a backend in this
+    process answers when the chunk is handed to it, and that counts), chunk by chunk in
     order. A streaming backend gets the next chunks' requests while it answers the earlier
     ones (up to twice its concurrency queued), so the engine never waits on a chunk's end or
     a commit; any other backend answers one chunk at a time."""
@@ -115,16 +116,17 @@ def streamed(session: Session, todo, backend, size: int):
                     more = False
                     break
                 prep = session.prepare(chunk)
+                t = time.perf_counter()
                 if backend is None or not prep.requests:
                     fut = Future()
                     fut.set_result(None if backend is None else [])
                 else:
-                    fut = submit(backend, prep.requests)
-                in_flight.append((len(chunk), prep, fut))
+                    fut = submit(backend, prep.requests)  # (a backend in this process answers here)
+                in_flight.append((len(chunk), prep, fut, time.perf_counter() - t))
                 queued += len(prep.requests)
             if not in_flight:
                 return
-            n, prep, fut = in_flight[0]
+            n, prep, fut, answering = in_flight[0]
             t = time.perf_counter()
             try:  # not for long: the backend's concurrency may grow meanwhile, and more may be queued
                 outs = fut.result(timeout=0.25)
@@ -133,10 +135,10 @@ def streamed(session: Session, todo, backend, size: int):
                 continue
             in_flight.popleft()
             queued -= len(prep.requests)
-            yield n, prep, outs, waited + time.perf_counter() - t
+            yield n, prep, outs, answering + waited + time.perf_counter() - t
             waited = 0.0
     finally:
-        for _, _, fut in in_flight:
+        for _, _, fut, _ in in_flight:
             fut.cancel()
 
 

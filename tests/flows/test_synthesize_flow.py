@@ -32,6 +32,7 @@ def test_flow_writes_tools_and_trajectories_and_reruns_without_duplicates(world_
     assert first["written"] == 10 and sum(first["case"].values()) == 10
     assert "| synthesize |" in first["report"] and "## case" in first["report"]
     assert first["usage"]["requests"] > 0 and first["usage"]["completion_tokens"] > 0
+    assert first["llm_seconds"] >= first["usage"]["seconds"] > 0  # the model answers in this process: counted
     by_slot = first["texts_by_slot"]  # per slot kind: texts, model share, fallback reasons
     assert by_slot["final"]["texts"] == by_slot["answer"]["texts"] == 10
     assert sum(r["texts"] for r in by_slot.values()) == sum(first["text_sources"].values())
