@@ -66,27 +66,22 @@ def _anchors(chain: Chain, i: int) -> list[str]:
 
 
 def hops(chains: list[Chain], backend, max_tokens: int, samples: int = 1) -> list[Candidate]:
-    asks, seeds, owners = [], [], set()
-    for n, c in enumerate(chains):
-        if _unnamed(c) is not None:
-            continue
+    unnamed = [_unnamed(c) for c in chains]
+    asks, seeds = [], []
+    for c in (c for c, u in zip(chains, unnamed) if u is None):
         seed = int(c.chain_id[:8], 16)
         asks.append(hop_question_messages(c.passages[-1].title, c.sentences[-1], c.answer))
         asks += [link_phrase_messages(c.passages[i].title, c.sentences[i], c.names[i]) for i in range(len(c.names))]
         seeds += [seed + i for i in range(len(c.names) + 1)]
-        owners.add(n)
     replies = iter(_ask(backend, asks, max_tokens, samples, seeds) if asks else [])
     out = []
-    for n, c in enumerate(chains):
-        if n not in owners:
-            out.append(Candidate(c, "", c.answer, skipped=_unnamed(c)))
+    for c, u in zip(chains, unnamed):
+        if u is not None:
+            out.append(Candidate(c, "", c.answer, skipped=u))
             continue
         said = [next(replies) for _ in range(len(c.names) + 1)]
-        questions = [q for q in (parse_author(r, c.answer)[0] for r in said[0]) if q]  # the program's answer stands
-        question = next((q for q in questions if contains(q, c.names[-1]) and not contains(q, c.answer)),
-                        questions[0] if questions else None)
-        phrases = [next((p for p in (parse_phrase(r, name) for r in replies_i) if p and _anchored(p, c, i)),
-                        parse_phrase(replies_i[0], name)) for i, (name, replies_i) in enumerate(zip(c.names, said[1:]))]
+        question = _question(c, said[0])
+        phrases = [_phrase(c, i, r) for i, r in enumerate(said[1:])]
         parts = {"hop_question": question, "phrases": phrases}
         skipped = _skip(c, question, phrases) if question is not None else None
         read = None
@@ -100,6 +95,21 @@ def hops(chains: list[Chain], backend, max_tokens: int, samples: int = 1) -> lis
         text = "\n".join(r[0] for r in said)
         out.append(Candidate(c, question, c.answer, text, skipped={**skipped, **parts} if skipped else None, hops=read))
     return out
+
+
+def _question(chain: Chain, replies: list[str]) -> str | None:
+    """The first reply's question that names the last link and not the answer, else the first
+    question (rejected later), else None. The program's answer stands."""
+    questions = [q for q in (parse_author(r, chain.answer)[0] for r in replies) if q]
+    return next((q for q in questions if contains(q, chain.names[-1]) and not contains(q, chain.answer)),
+                questions[0] if questions else None)
+
+
+def _phrase(chain: Chain, i: int, replies: list[str]) -> str | None:
+    """The first reply's phrase for link `i` that names the page before, else the greedy one's."""
+    name = chain.names[i]
+    return next((p for p in (parse_phrase(r, name) for r in replies) if p and _anchored(p, chain, i)),
+                parse_phrase(replies[0], name))
 
 
 def _unnamed(chain: Chain) -> dict | None:

@@ -43,9 +43,14 @@ def scripted_chain_text(messages: list[dict]) -> str | None:
         return _hop_question(last)
     if first.startswith(LINK_PHRASE_HEAD):
         fields = dict(re.findall(r"^(Page|Sentence|Name): (.*)$", last, re.M))
-        masked = fields.get("Sentence", "").replace(fields.get("Name", ""), "___", 1).rstrip(".")
+        masked = _blank(fields.get("Sentence", ""), fields.get("Name", ""))
         return f'the name that {fields.get("Page", "")}\'s page fills in "{masked}"'
     return None
+
+
+def _blank(sentence: str, span: str) -> str:
+    """`sentence` with its first `span` blanked ("___"), its closing period dropped."""
+    return sentence.replace(span, "___", 1).rstrip(".")
 
 
 def _variant(text: str) -> int:
@@ -55,7 +60,7 @@ def _variant(text: str) -> int:
 def _hop_question(prompt: str) -> str:
     fields = dict(re.findall(r"^(Page|Sentence|Answer): (.*)$", prompt, re.M))
     page, sentence, answer = fields.get("Page", ""), fields.get("Sentence", ""), fields.get("Answer", "")
-    masked = sentence.replace(answer, "___", 1).rstrip(".")
+    masked = _blank(sentence, answer)
     variant = _variant(prompt)
     if variant == 1:
         return f'On the page of {page}, what fills the blank in "{masked}", {answer}?'
@@ -74,7 +79,7 @@ def _author(prompt: str) -> str:
         return "I cannot write a question for this."
     answer, (last_title, last_text) = answer.group(1).strip(), pages[-1]
     sentence = next((s for s in re.split(r"(?<=[.!?])\s+", last_text) if answer in s), "")
-    masked = sentence.replace(answer, "___", 1).rstrip(".")
+    masked = _blank(sentence, answer)
     variant = _variant(prompt)
     first = pages[0][0]
     question = f'Starting from "{first}" and following the pages it mentions, what fills the blank in "{masked}"?'
